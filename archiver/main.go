@@ -1,0 +1,152 @@
+// Command archiver is jobvault's controller: it records every VcJob and phase transition in
+// Postgres, streams the logs of every pod of a tracked job to object storage, and only then
+// releases the finalizers the webhook stamped. `archiver --help` lists every flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+
+	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/archiver"
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/objstore"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "archiver:", err)
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	opts                    archiver.Options
+	store                   objstore.Config
+	dsn                     string
+	migrate                 bool
+	excludeNamespaces       string
+	leaderElect             bool
+	leaderElectionNamespace string
+	metricsAddr, probeAddr  string
+	zap                     zap.Options
+}
+
+func parseFlags() (*flags, error) {
+	f := &flags{opts: archiver.DefaultOptions()}
+	fs := flag.CommandLine
+	fs.StringVar(&f.opts.Cluster, "cluster-name", "", "Name of this cluster in the records, for databases shared by several clusters.")
+	fs.StringVar(&f.dsn, "db-dsn", os.Getenv("JOBVAULT_DB_DSN"), "Postgres connection string (URL or key=value), without password: lib/pq reads PGPASSWORD or PGPASSFILE. Default $JOBVAULT_DB_DSN.")
+	fs.BoolVar(&f.migrate, "db-migrate", true, "Apply pending database migrations at start-up (under an advisory lock, safe with several replicas).")
+	fs.DurationVar(&f.opts.DBTimeout, "db-timeout", f.opts.DBTimeout, "Timeout of each database call.")
+	fs.DurationVar(&f.opts.LogDeadline, "log-deadline", f.opts.LogDeadline, "How long a container log that cannot be read is retried, from the container's end or the pod's deletion, before it is recorded as unavailable and the finalizer released.")
+	fs.DurationVar(&f.opts.LogTimeout, "log-timeout", f.opts.LogTimeout, "Timeout of the upload of one container log.")
+	fs.IntVar(&f.opts.PodWorkers, "pod-workers", f.opts.PodWorkers, "Pods archived in parallel (bounds concurrent log uploads and their memory).")
+	fs.IntVar(&f.opts.JobWorkers, "job-workers", f.opts.JobWorkers, "Jobs reconciled in parallel.")
+	fs.StringVar(&f.excludeNamespaces, "exclude-namespaces", strings.Join(f.opts.ExcludeNamespaces, ","), "Comma-separated namespaces whose VcJobs are never tracked (keep in line with the webhook's namespaceSelector).")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "Elect a leader so only one replica archives at a time.")
+	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	f.store.BindFlags(fs)
+	f.zap.BindFlags(fs)
+	flag.Parse()
+
+	f.opts.ExcludeNamespaces = nil
+	for _, ns := range strings.Split(f.excludeNamespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			f.opts.ExcludeNamespaces = append(f.opts.ExcludeNamespaces, ns)
+		}
+	}
+	f.opts.Layout = archive.Layout{Prefix: f.store.Prefix}
+	var errs []error
+	if f.dsn == "" {
+		errs = append(errs, errors.New("--db-dsn (or $JOBVAULT_DB_DSN) is required"))
+	}
+	errs = append(errs, f.opts.Validate(), f.store.Validate())
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return f, nil
+}
+
+func run() error {
+	f, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
+	ctx := ctrl.SetupSignalHandler()
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), batchv1alpha1.AddToScheme(scheme)); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	records, err := db.Open(ctx, f.dsn, db.Options{Migrate: f.migrate})
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer records.Close()
+	store, err := objstore.New(ctx, f.store)
+	if err != nil {
+		return err
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   archiver.CacheOptions(),
+		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress:  f.probeAddr,
+		LeaderElection:          f.leaderElect,
+		LeaderElectionID:        "jobvault-archiver",
+		LeaderElectionNamespace: f.leaderElectionNamespace,
+		// The leader steps down on SIGTERM at once, so a new replica takes over without waiting
+		// for the lease to expire; nothing is in flight that a restart cannot redo.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	deps := archiver.Deps{Client: mgr.GetClient(), Records: records, Store: store, Logs: archiver.KubeLogs{Clientset: clientset},
+		Recorder: mgr.GetEventRecorderFor("jobvault-archiver"), Clock: clock.RealClock{}}
+	if err := archiver.SetupWithManager(ctx, mgr, deps, f.opts); err != nil {
+		return fmt.Errorf("set up controllers: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	// Ready only when both backends answer: a replica that cannot write must not take the lease.
+	if err := mgr.AddReadyzCheck("backends", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+		defer cancel()
+		return errors.Join(records.Ping(ctx), store.Ping(ctx))
+	}); err != nil {
+		return err
+	}
+	log.Info("Starting archiver", "store", store.URL(f.store.Prefix), "logDeadline", f.opts.LogDeadline)
+	return mgr.Start(ctx)
+}

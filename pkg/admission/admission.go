@@ -1,0 +1,50 @@
+// Package admission is jobvault's mutating admission webhook. It stamps the contract of
+// pkg/tracking on new VcJobs (job finalizer, tracking label on the job and on every task's pod
+// template, submitter annotations) and on the tracked pods Volcano creates from them (pod
+// finalizer).
+//
+// Objects are mutated as untyped JSON and only under metadata; controller-runtime computes the
+// JSON patch from the raw request. A typed round trip through volcano.sh/apis would drop fields
+// newer than our apis version and renormalise quantities, and Volcano's own webhook may run before
+// or after us (reinvocationPolicy IfNeeded), so every mutation here is idempotent.
+package admission
+
+import (
+	"errors"
+
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+const (
+	// JobPath is where the VcJob mutator is served. config/webhook points the vcjobs webhook here.
+	JobPath = "/mutate-batch-volcano-sh-v1alpha1-job"
+	// PodPath is where the Pod mutator is served. config/webhook points the pods webhook here.
+	PodPath = "/mutate-v1-pod"
+)
+
+// SetupWithManager serves the VcJob and Pod mutators on the manager's webhook server, with the
+// real clock.
+func SetupWithManager(mgr ctrl.Manager) error {
+	if mgr == nil {
+		return errors.New("setup admission webhooks: mgr is nil")
+	}
+	return Register(mgr.GetWebhookServer(), clock.RealClock{})
+}
+
+// Register serves the VcJob mutator at JobPath and the Pod mutator at PodPath on srv. clk stamps
+// the admission time.
+func Register(srv webhook.Server, clk clock.PassiveClock) error {
+	if srv == nil {
+		return errors.New("register admission webhooks: srv is nil")
+	}
+	jobs, err := NewJobMutator(clk)
+	if err != nil {
+		return err
+	}
+	srv.Register(JobPath, &cradmission.Webhook{Handler: jobs})
+	srv.Register(PodPath, &cradmission.Webhook{Handler: NewPodMutator()})
+	return nil
+}

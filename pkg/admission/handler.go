@@ -1,0 +1,150 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// target is the one resource a mutator accepts, and how it is named in logs and metrics.
+type target struct {
+	// name is the metrics label value and the log key of the object (UpperCamel kind).
+	name     string
+	resource schema.GroupVersionResource
+	kind     schema.GroupVersionKind
+}
+
+// mutateFunc changes obj, the decoded request object, in place. Any error it returns means the
+// object is not what the API server would send and is reported to the caller as a bad request.
+type mutateFunc func(ctx context.Context, req cradmission.Request, obj map[string]any) error
+
+// serve runs one admission request through the checks shared by every mutator, then mutate, and
+// answers with the patch from the raw request object to the mutated one. It never panics on bad
+// input and never changes an object it could not fully understand.
+func serve(ctx context.Context, t target, req cradmission.Request, mutate mutateFunc) cradmission.Response {
+	start := time.Now()
+	log := ctrl.LoggerFrom(ctx).WithValues(t.name, klog.KRef(req.Namespace, req.Name))
+	resp, result := admit(ctx, log, t, req, mutate)
+	observe(t.name, result, time.Since(start))
+	return resp
+}
+
+func admit(ctx context.Context, log logr.Logger, t target, req cradmission.Request, mutate mutateFunc) (cradmission.Response, string) {
+	if err := t.check(req); err != nil {
+		log.Info("Denied admission request", "reason", err.Error())
+		return denied(err), resultDenied
+	}
+	// The configuration sends only CREATE; anything else is not ours to change.
+	if req.Operation != admissionv1.Create || req.SubResource != "" {
+		return cradmission.Allowed(fmt.Sprintf("jobvault mutates only CREATE of %s, not %s %s", t.resource.Resource, req.Operation, subresource(req))), resultUnchanged
+	}
+	obj, err := decode(req.Object.Raw, t.kind)
+	if err != nil {
+		log.Info("Denied admission request", "reason", err.Error())
+		return denied(err), resultDenied
+	}
+	if err := mutate(ctx, req, obj); err != nil {
+		log.Info("Denied admission request", "reason", err.Error())
+		return denied(err), resultDenied
+	}
+	mutated, err := json.Marshal(obj)
+	if err != nil {
+		err = fmt.Errorf("encode mutated %s: %w", t.name, err)
+		log.Error(err, "Failed to admit")
+		return cradmission.Errored(http.StatusInternalServerError, err), resultError
+	}
+	resp := cradmission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	if !resp.Allowed {
+		log.Error(nil, "Failed to compute patch", "message", resp.Result.Message)
+		return resp, resultError
+	}
+	if len(resp.Patches) == 0 {
+		log.V(2).Info("Admitted unchanged")
+		return resp, resultUnchanged
+	}
+	log.V(1).Info("Admitted with patch", "operations", len(resp.Patches))
+	return resp, resultMutated
+}
+
+// check rejects a request for another resource or kind: only a misconfigured webhook or a direct
+// caller sends one, and a loud 400 gets that fixed where a silent pass would leave objects
+// untracked.
+func (t target) check(req cradmission.Request) error {
+	got := schema.GroupVersionResource(req.Resource)
+	if got != t.resource {
+		return fmt.Errorf("this webhook admits only %s, got resource %q", describeGVR(t.resource), describeGVR(got))
+	}
+	if gvk := schema.GroupVersionKind(req.Kind); gvk != t.kind {
+		return fmt.Errorf("this webhook admits only kind %s, got kind %q", describeGVK(t.kind), describeGVK(gvk))
+	}
+	return nil
+}
+
+// decode parses the raw object as untyped JSON with the standard library, the same way the patch
+// is later computed, so that numbers and strings compare equal on both sides of the diff.
+func decode(raw []byte, want schema.GroupVersionKind) (map[string]any, error) {
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("request.object is empty, want a %s", describeGVK(want))
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("decode request.object as %s: %w", describeGVK(want), err)
+	}
+	if obj == nil {
+		return nil, fmt.Errorf("request.object is null, want a %s", describeGVK(want))
+	}
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	if got := schema.FromAPIVersionAndKind(apiVersion, kind); got != want {
+		return nil, fmt.Errorf("request.object is apiVersion %q kind %q, want %s", apiVersion, kind, describeGVK(want))
+	}
+	return obj, nil
+}
+
+// denied answers a bad request: not allowed, code 400, the reason in the message.
+func denied(err error) cradmission.Response {
+	return cradmission.Response{AdmissionResponse: admissionv1.AdmissionResponse{
+		Allowed: false,
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusBadRequest,
+			Reason:  metav1.StatusReasonBadRequest,
+			Message: err.Error(),
+		},
+	}}
+}
+
+func describeGVR(r schema.GroupVersionResource) string {
+	if r.Empty() {
+		return "none"
+	}
+	if r.Group == "" {
+		return r.Version + "/" + r.Resource
+	}
+	return r.Group + "/" + r.Version + "/" + r.Resource
+}
+
+func describeGVK(k schema.GroupVersionKind) string {
+	if k.Empty() {
+		return "none"
+	}
+	apiVersion, kind := k.ToAPIVersionAndKind()
+	return apiVersion + " " + kind
+}
+
+func subresource(req cradmission.Request) string {
+	if req.SubResource == "" {
+		return req.Resource.Resource
+	}
+	return req.Resource.Resource + "/" + req.SubResource
+}

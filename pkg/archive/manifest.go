@@ -1,0 +1,69 @@
+package archive
+
+import (
+	"time"
+
+	"github.com/jobvault/jobvault/pkg/db"
+)
+
+// ManifestVersion is the version of the manifest.json format.
+const ManifestVersion = 1
+
+// Manifest is manifest.json: everything a reader needs to find and verify a job's archive without
+// the database.
+type Manifest struct {
+	Version         int        `json:"version"`
+	Job             JobRef     `json:"job"`
+	Submitter       string     `json:"submitter,omitempty"`
+	SubmitterGroups []string   `json:"submitterGroups,omitempty"`
+	Phase           string     `json:"phase"`
+	ArchivedAt      time.Time  `json:"archivedAt"`
+	ReleaseReason   string     `json:"releaseReason,omitempty"`
+	JobObject       string     `json:"jobObject"`
+	Pods            []PodEntry `json:"pods"`
+}
+
+// PodEntry lists a pod's archived logs.
+type PodEntry struct {
+	Name          string     `json:"name"`
+	UID           string     `json:"uid"`
+	Task          string     `json:"task,omitempty"`
+	Node          string     `json:"node,omitempty"`
+	Phase         string     `json:"phase,omitempty"`
+	ReleaseReason string     `json:"releaseReason,omitempty"`
+	Logs          []LogEntry `json:"logs"`
+}
+
+// LogEntry is one container log instance: where it is, its uncompressed size and sha256, or why
+// it is unavailable.
+type LogEntry struct {
+	Container   string `json:"container"`
+	Type        string `json:"type"`
+	Instance    string `json:"instance"`
+	State       string `json:"state"`
+	Key         string `json:"key,omitempty"`
+	Bytes       int64  `json:"bytes"`
+	StoredBytes int64  `json:"storedBytes"`
+	SHA256      string `json:"sha256,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// BuildManifest assembles a manifest from the database records of a job's pods and logs.
+func BuildManifest(j JobRef, job db.Job, pods []db.Pod, logs []db.LogObject, jobObjectKey string, at time.Time) Manifest {
+	m := Manifest{Version: ManifestVersion, Job: j, Submitter: job.Submitter, SubmitterGroups: job.SubmitterGroups,
+		Phase: job.Phase, ArchivedAt: at.UTC(), ReleaseReason: job.ReleaseReason, JobObject: jobObjectKey, Pods: []PodEntry{}}
+	byPod := map[string][]LogEntry{}
+	for _, l := range logs {
+		byPod[l.PodUID] = append(byPod[l.PodUID], LogEntry{Container: l.Container, Type: string(l.ContainerType),
+			Instance: l.Instance, State: string(l.State), Key: l.ObjectKey, Bytes: l.Bytes, StoredBytes: l.StoredBytes,
+			SHA256: l.SHA256, Reason: l.Reason})
+	}
+	for _, p := range pods {
+		e := PodEntry{Name: p.Name, UID: p.UID, Task: p.Task, Node: p.Node, Phase: p.Phase, ReleaseReason: p.ReleaseReason, Logs: byPod[p.UID]}
+		if e.Logs == nil {
+			e.Logs = []LogEntry{}
+		}
+		m.Pods = append(m.Pods, e)
+	}
+	return m
+}

@@ -1,0 +1,272 @@
+package archiver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+
+	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/tracking"
+)
+
+const (
+	jobAPIVersion = "batch.volcano.sh/v1alpha1"
+	// volcanoTaskLabel is set by Volcano on every pod to its task's name.
+	volcanoTaskLabel = "volcano.sh/task-spec"
+	// podOwnerIndex indexes cached pods by the UID of their controlling VcJob.
+	podOwnerIndex = "jobvault.io/owner-uid"
+)
+
+// JobReconciler records every VcJob and each of its phase transitions, and once a tracked job is
+// terminal or being deleted and all its pods are archived, stores the final object and manifest and
+// releases the job finalizer.
+type JobReconciler struct {
+	Deps
+	Options
+}
+
+// Reconcile records the job and finalizes it when due.
+func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	job := &batchv1alpha1.Job{}
+	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.excluded(job.Namespace) {
+		return ctrl.Result{}, nil
+	}
+	if !tracked(job) && job.DeletionTimestamp == nil {
+		return ctrl.Result{}, r.track(ctx, job) // the update brings the job back here
+	}
+	if err := r.record(ctx, job); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !controllerutil.ContainsFinalizer(job, tracking.JobFinalizer) || !finalizable(job) {
+		return ctrl.Result{}, nil
+	}
+	pending, err := r.pendingPods(ctx, job)
+	if err != nil || len(pending) > 0 {
+		return ctrl.Result{}, err // pod changes requeue the job
+	}
+	return ctrl.Result{}, r.finalize(ctx, job)
+}
+
+func (r *JobReconciler) excluded(ns string) bool {
+	for _, e := range r.ExcludeNamespaces {
+		if e == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// tracked reports whether the webhook (or an earlier backstop) stamped the job.
+func tracked(job *batchv1alpha1.Job) bool {
+	return controllerutil.ContainsFinalizer(job, tracking.JobFinalizer) || job.Annotations[tracking.ArchivedAtAnnotation] != ""
+}
+
+// finalizable: terminal, being deleted, or released by an operator. Aborted is resumable in
+// Volcano, so it is only finalized on deletion.
+func finalizable(job *batchv1alpha1.Job) bool {
+	return tracking.IsTerminal(job.Status.State.Phase) || job.DeletionTimestamp != nil || releaseReason(job) != ""
+}
+
+// track is the backstop for jobs admitted while the webhook was unavailable: it adds what the
+// webhook would have (but the submitter, which only the admission request knew).
+func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error {
+	if job.Annotations[tracking.ArchivedAtAnnotation] != "" {
+		return nil
+	}
+	patch := client.MergeFrom(job.DeepCopy())
+	controllerutil.AddFinalizer(job, tracking.JobFinalizer)
+	if job.Labels == nil {
+		job.Labels = map[string]string{}
+	}
+	job.Labels[tracking.TrackedLabel] = tracking.TrackedValue
+	for i := range job.Spec.Tasks {
+		if job.Spec.Tasks[i].Template.Labels == nil {
+			job.Spec.Tasks[i].Template.Labels = map[string]string{}
+		}
+		job.Spec.Tasks[i].Template.Labels[tracking.TrackedLabel] = tracking.TrackedValue
+	}
+	if err := r.Client.Patch(ctx, job, patch); err != nil {
+		return fmt.Errorf("track job %s: %w", klog.KObj(job), client.IgnoreNotFound(err))
+	}
+	backstops.Inc()
+	r.Recorder.Event(job, corev1.EventTypeWarning, "Backstopped", "Job was admitted without jobvault's finalizer (webhook unavailable?); added it, submitter unknown")
+	ctrl.LoggerFrom(ctx).Info("Added missing job finalizer", "Job", klog.KObj(job))
+	return nil
+}
+
+// record upserts the job row and every phase transition: Volcano appends a condition per phase
+// change, so transitions that happened while the archiver was down are recovered from them.
+func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) error {
+	row, err := jobRow(job, r.Cluster)
+	if err != nil {
+		return err
+	}
+	dctx, cancel := r.dbCtx(ctx)
+	defer cancel()
+	if err := r.Records.UpsertJob(dctx, row); err != nil {
+		return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
+	}
+	n, err := r.Records.RecordTransitions(dctx, string(job.UID), transitions(job, r.Clock.Now()))
+	if err != nil {
+		return fmt.Errorf("record transitions of job %s: %w", klog.KObj(job), err)
+	}
+	transitionsRecorded.Add(float64(n))
+	return nil
+}
+
+func jobRow(job *batchv1alpha1.Job, cluster string) (db.Job, error) {
+	spec, err := json.Marshal(job.Spec)
+	if err != nil {
+		return db.Job{}, err
+	}
+	status, err := json.Marshal(job.Status)
+	if err != nil {
+		return db.Job{}, err
+	}
+	row := db.Job{UID: string(job.UID), Cluster: cluster, Namespace: job.Namespace, Name: job.Name, Queue: job.Spec.Queue,
+		Submitter: job.Annotations[tracking.SubmitterAnnotation], CreatedAt: job.CreationTimestamp.Time,
+		Phase: string(job.Status.State.Phase), RetryCount: job.Status.RetryCount, Labels: job.Labels,
+		Annotations: job.Annotations, Spec: spec, Status: status}
+	if g := job.Annotations[tracking.SubmitterGroupsAnnotation]; g != "" {
+		_ = json.Unmarshal([]byte(g), &row.SubmitterGroups) // a hand-edited value is kept in Annotations
+	}
+	if t, err := time.Parse(time.RFC3339, job.Annotations[tracking.AdmittedAtAnnotation]); err == nil {
+		row.AdmittedAt = &t
+	}
+	if tracking.IsTerminal(job.Status.State.Phase) && job.Status.State.LastTransitionTime.Time != (time.Time{}) {
+		t := job.Status.State.LastTransitionTime.Time
+		row.FinishedAt = &t
+	}
+	return row, nil
+}
+
+func transitions(job *batchv1alpha1.Job, now time.Time) []db.Transition {
+	var ts []db.Transition
+	for _, c := range job.Status.Conditions {
+		if c.LastTransitionTime == nil || c.Status == "" {
+			continue
+		}
+		ts = append(ts, db.Transition{Phase: string(c.Status), Time: c.LastTransitionTime.Time, ObservedAt: now, Source: db.SourceCondition})
+	}
+	s := job.Status.State
+	if s.Phase != "" && !s.LastTransitionTime.IsZero() {
+		ts = append(ts, db.Transition{Phase: string(s.Phase), Time: s.LastTransitionTime.Time, Reason: s.Reason, Message: s.Message,
+			ResourceVersion: job.ResourceVersion, ObservedAt: now, Source: db.SourceObserved})
+	}
+	return ts
+}
+
+// pendingPods lists the job's pods that still hold the pod finalizer. When the job is being
+// deleted it also deletes those still running, as the garbage collector would once the job is
+// gone: their logs are archived as they end, and only then can the job go.
+func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerIndex: string(job.UID)}); err != nil {
+		return nil, fmt.Errorf("list pods of job %s: %w", klog.KObj(job), err)
+	}
+	var pending []corev1.Pod
+	reason := releaseReason(job)
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !controllerutil.ContainsFinalizer(p, tracking.PodFinalizer) {
+			continue
+		}
+		pending = append(pending, *p)
+		switch {
+		case reason != "" && releaseReason(p) == "":
+			// An operator released the job: release its pods the same way.
+			patch := client.MergeFrom(p.DeepCopy())
+			metav1.SetMetaDataAnnotation(&p.ObjectMeta, tracking.ReleaseAnnotation, job.Annotations[tracking.ReleaseAnnotation])
+			if err := r.Client.Patch(ctx, p, patch); err != nil {
+				return nil, fmt.Errorf("release pod %s of released job: %w", klog.KObj(p), client.IgnoreNotFound(err))
+			}
+		case job.DeletionTimestamp != nil && p.DeletionTimestamp == nil && !podEnded(p):
+			if err := r.Client.Delete(ctx, p, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return nil, fmt.Errorf("delete pod %s of deleted job: %w", klog.KObj(p), err)
+			}
+		}
+	}
+	return pending, nil
+}
+
+// finalize stores job.json and manifest.json, marks the row archived, then in one merge patch
+// annotates the job and removes its finalizer. Every step is idempotent, so a crash between them is
+// repaired by the next pass.
+func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) error {
+	ref := archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID)}
+	now := r.Clock.Now().UTC()
+	reason := releaseReason(job)
+
+	obj := job.DeepCopy()
+	obj.ManagedFields = nil
+	obj.APIVersion, obj.Kind = jobAPIVersion, "Job"
+	if err := r.putJSON(ctx, r.Layout.JobObject(ref), obj); err != nil {
+		return fmt.Errorf("store final object of job %s: %w", klog.KObj(job), err)
+	}
+	dctx, cancel := r.dbCtx(ctx)
+	defer cancel()
+	row, err := r.Records.Job(dctx, string(job.UID))
+	if err != nil {
+		return fmt.Errorf("read record of job %s: %w", klog.KObj(job), err)
+	}
+	pods, err := r.Records.Pods(dctx, string(job.UID))
+	if err != nil {
+		return fmt.Errorf("read pod records of job %s: %w", klog.KObj(job), err)
+	}
+	logs, err := r.Records.LogObjects(dctx, string(job.UID))
+	if err != nil {
+		return fmt.Errorf("read log records of job %s: %w", klog.KObj(job), err)
+	}
+	row.ReleaseReason = reason
+	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, r.Layout.JobObject(ref), now)); err != nil {
+		return fmt.Errorf("store manifest of job %s: %w", klog.KObj(job), err)
+	}
+	location := r.Store.URL(r.Layout.JobDir(ref) + "/")
+	if err := r.Records.MarkJobArchived(dctx, string(job.UID), location, now, reason); err != nil {
+		return fmt.Errorf("mark job %s archived: %w", klog.KObj(job), err)
+	}
+
+	patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAtAnnotation, now.Format(time.RFC3339))
+	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchiveLocationAnnotation, location)
+	controllerutil.RemoveFinalizer(job, tracking.JobFinalizer)
+	if err := r.Client.Patch(ctx, job, patch); err != nil {
+		return fmt.Errorf("release job %s: %w", klog.KObj(job), client.IgnoreNotFound(err))
+	}
+
+	jobsArchived.Inc()
+	if since := job.Status.State.LastTransitionTime.Time; tracking.IsTerminal(job.Status.State.Phase) && !since.IsZero() {
+		releaseLatency.Observe(now.Sub(since).Seconds())
+	}
+	if reason != "" {
+		releases.WithLabelValues("job", "operator").Inc()
+		r.Recorder.Event(job, corev1.EventTypeWarning, "Released", reason)
+	} else {
+		r.Recorder.Eventf(job, corev1.EventTypeNormal, "Archived", "Archived to %s", location)
+	}
+	ctrl.LoggerFrom(ctx).Info("Archived job", "Job", klog.KObj(job), "location", location)
+	return nil
+}
+
+func (r *JobReconciler) putJSON(ctx context.Context, key string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return r.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json"})
+}

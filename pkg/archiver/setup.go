@@ -1,0 +1,66 @@
+package archiver
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+
+	"github.com/jobvault/jobvault/pkg/tracking"
+)
+
+// CacheOptions keep only what the archiver needs in memory: tracked pods only, and no
+// managedFields on anything (they are most of an object's size and never read).
+func CacheOptions() cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{tracking.TrackedLabel: tracking.TrackedValue})},
+		},
+	}
+}
+
+// rateLimiter retries failed reconciles from half a second up to a minute apart, so an outage of
+// the store or database is noticed within a minute of its end.
+func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, time.Minute)
+}
+
+// SetupWithManager registers the job and pod reconcilers and the pod owner index.
+func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Options) error {
+	if err := deps.validate(); err != nil {
+		return err
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podOwnerIndex, func(o client.Object) []string {
+		if ref, ok := ownerJob(o.(*corev1.Pod)); ok {
+			return []string{ref.UID}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// No GenerationChangedPredicate: VcJob status is a subresource, and phase changes are exactly
+	// the updates that matter.
+	if err := ctrl.NewControllerManagedBy(mgr).Named("vcjob").
+		For(&batchv1alpha1.Job{}).
+		Owns(&corev1.Pod{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.JobWorkers, RateLimiter: rateLimiter()}).
+		Complete(&JobReconciler{Deps: deps, Options: opts}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("pod").
+		For(&corev1.Pod{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter()}).
+		Complete(&PodReconciler{Deps: deps, Options: opts})
+}

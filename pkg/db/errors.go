@@ -1,0 +1,60 @@
+package db
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
+)
+
+var (
+	// ErrNotFound: the row asked for, or a row the write refers to (the job of a transition, the
+	// pod of a log object), does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid: the input breaks a rule of the schema (missing field, unknown enum value, bad
+	// JSON, malformed sha256). Nothing was written.
+	ErrInvalid = errors.New("invalid")
+	// ErrConflict: a uniqueness rule was broken in a way an upsert does not absorb.
+	ErrConflict = errors.New("conflict")
+	// ErrDirty: a migration failed part-way and the schema version is marked dirty. Every migration
+	// runs in one transaction, so the failed one left no changes; an operator must check and
+	// force the version (golang-migrate's `force`) before migrations can run again.
+	ErrDirty = errors.New("schema version is dirty")
+)
+
+// translate maps driver errors to this package's sentinels by SQLSTATE, keeping the original in the
+// chain (errors.As(err, **pq.Error) still works). Errors without a meaningful mapping pass through.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	pqErr := pq.As(err)
+	if pqErr == nil {
+		return err
+	}
+	switch {
+	case pqErr.Code == pqerror.ForeignKeyViolation:
+		// Insert side: the referenced job or pod row is missing.
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case pqErr.Code == pqerror.UniqueViolation, pqErr.Code == pqerror.ExclusionViolation:
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	case pqErr.Code == pqerror.CheckViolation, pqErr.Code == pqerror.NotNullViolation,
+		pqErr.Code.Class() == "22": // data exception: bad JSON, out-of-range number, bad timestamp
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return err
+}
+
+// invalid reports the problems found in an input, all at once.
+func invalid(what string, problems []string) error {
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w %s: %s", ErrInvalid, what, strings.Join(problems, "; "))
+}

@@ -1,0 +1,144 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+)
+
+var (
+	sha256Hex        = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	previousInstance = regexp.MustCompile(`^previous-[0-9]+$`)
+)
+
+// PutLogObject records the outcome of archiving one container log, keyed by (PodUID, Container,
+// Instance). The pod row must exist (ErrNotFound otherwise).
+//
+// A stored row is never downgraded: a later unavailable write for it is ignored (and succeeds). An
+// unavailable row is upgraded by a later stored write. A stored write over a stored row replaces
+// it: object keys are deterministic, so a re-upload after a crash overwrote the object, and the
+// row must describe the bytes now in the bucket. (Callers avoid re-uploads by checking
+// PodLogObjects first; write the row only after the upload is durable.)
+func (d *DB) PutLogObject(ctx context.Context, l LogObject) error {
+	if err := l.validate(); err != nil {
+		return fmt.Errorf("put log object %s: %w", l, err)
+	}
+	_, err := d.db.ExecContext(ctx, `
+INSERT INTO log_objects (pod_uid, container, container_type, instance, object_key, bytes, stored_bytes, sha256, state, reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+ON CONFLICT (pod_uid, container, instance) DO UPDATE SET
+    container_type = EXCLUDED.container_type,
+    object_key     = EXCLUDED.object_key,
+    bytes          = EXCLUDED.bytes,
+    stored_bytes   = EXCLUDED.stored_bytes,
+    sha256         = EXCLUDED.sha256,
+    state          = EXCLUDED.state,
+    reason         = EXCLUDED.reason
+WHERE log_objects.state <> 'stored' OR EXCLUDED.state = 'stored'`,
+		l.PodUID, l.Container, string(l.ContainerType), l.Instance, nullString(l.ObjectKey),
+		l.Bytes, l.StoredBytes, nullString(l.SHA256), string(l.State), nullString(l.Reason))
+	if err != nil {
+		return fmt.Errorf("put log object %s: %w", l, translate(err))
+	}
+	return nil
+}
+
+func (l LogObject) validate() error {
+	var problems []string
+	if l.PodUID == "" {
+		problems = append(problems, "PodUID is empty")
+	}
+	if l.Container == "" {
+		problems = append(problems, "Container is empty")
+	}
+	switch l.ContainerType {
+	case ContainerInit, ContainerRegular, ContainerEphemeral:
+	default:
+		problems = append(problems, fmt.Sprintf("ContainerType %q is not one of init, regular, ephemeral", l.ContainerType))
+	}
+	if l.Instance != InstanceCurrent && !previousInstance.MatchString(l.Instance) {
+		problems = append(problems, fmt.Sprintf("Instance %q is neither %q nor previous-<restartCount>", l.Instance, InstanceCurrent))
+	}
+	if l.Bytes < 0 || l.StoredBytes < 0 {
+		problems = append(problems, "Bytes and StoredBytes must not be negative")
+	}
+	if l.SHA256 != "" && !sha256Hex.MatchString(l.SHA256) {
+		problems = append(problems, fmt.Sprintf("SHA256 %q is not 64 lower-case hex digits", l.SHA256))
+	}
+	switch l.State {
+	case LogStored:
+		if l.ObjectKey == "" {
+			problems = append(problems, "ObjectKey is empty for a stored log")
+		}
+		if l.SHA256 == "" {
+			problems = append(problems, "SHA256 is empty for a stored log")
+		}
+	case LogUnavailable:
+		if l.Reason == "" {
+			problems = append(problems, "Reason is empty for an unavailable log")
+		}
+	default:
+		problems = append(problems, fmt.Sprintf("State %q is not one of stored, unavailable", l.State))
+	}
+	return invalid("log object", problems)
+}
+
+const logObjectColumns = `lo.pod_uid, lo.container, lo.container_type, lo.instance, lo.object_key, lo.bytes,
+    lo.stored_bytes, lo.sha256, lo.state, lo.reason, lo.created_at, lo.updated_at`
+
+// logObjectOrder lists init, regular, then ephemeral containers, each by name, then its runs in
+// order: previous-1, previous-2, …, current.
+const logObjectOrder = `CASE lo.container_type WHEN 'init' THEN 0 WHEN 'regular' THEN 1 ELSE 2 END,
+    lo.container, lo.instance = 'current', NULLIF(substring(lo.instance FROM '[0-9]+$'), '')::bigint`
+
+// LogObjects returns the log objects of every recorded pod of a job, by pod creation time.
+func (d *DB) LogObjects(ctx context.Context, jobUID string) ([]LogObject, error) {
+	ls, err := d.queryLogObjects(ctx, `SELECT `+logObjectColumns+`
+FROM log_objects lo JOIN pods p ON p.uid = lo.pod_uid
+WHERE p.job_uid = $1
+ORDER BY p.created_at, p.uid, `+logObjectOrder, jobUID)
+	if err != nil {
+		return nil, fmt.Errorf("get log objects of job %s: %w", jobUID, err)
+	}
+	return ls, nil
+}
+
+// PodLogObjects returns the log objects of one pod.
+func (d *DB) PodLogObjects(ctx context.Context, podUID string) ([]LogObject, error) {
+	ls, err := d.queryLogObjects(ctx, `SELECT `+logObjectColumns+`
+FROM log_objects lo WHERE lo.pod_uid = $1
+ORDER BY `+logObjectOrder, podUID)
+	if err != nil {
+		return nil, fmt.Errorf("get log objects of pod %s: %w", podUID, err)
+	}
+	return ls, nil
+}
+
+func (d *DB) queryLogObjects(ctx context.Context, query string, arg string) ([]LogObject, error) {
+	rows, err := d.db.QueryContext(ctx, query, arg)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var ls []LogObject
+	for rows.Next() {
+		var (
+			l                LogObject
+			ctype, state     string
+			key, sha, reason sql.NullString
+		)
+		if err := rows.Scan(&l.PodUID, &l.Container, &ctype, &l.Instance, &key, &l.Bytes, &l.StoredBytes,
+			&sha, &state, &reason, &l.CreatedAt, &l.UpdatedAt); err != nil {
+			return nil, translate(err)
+		}
+		l.ContainerType, l.State = ContainerType(ctype), LogState(state)
+		l.ObjectKey, l.SHA256, l.Reason = key.String, sha.String, reason.String
+		l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
+		ls = append(ls, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	return ls, nil
+}

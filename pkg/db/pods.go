@@ -1,0 +1,145 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+const upsertPodSQL = `
+INSERT INTO pods (uid, job_uid, namespace, name, task, node, phase, created_at, started_at, finished_at,
+                  deleted_before_terminal, archive_state, archived_at, release_reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+ON CONFLICT (uid) DO UPDATE SET
+    job_uid     = EXCLUDED.job_uid,
+    namespace   = EXCLUDED.namespace,
+    name        = EXCLUDED.name,
+    task        = COALESCE(NULLIF(EXCLUDED.task, ''), pods.task),
+    node        = COALESCE(NULLIF(EXCLUDED.node, ''), pods.node),
+    -- Succeeded and Failed are final; a non-terminal phase arriving later comes from a stale cache.
+    phase = CASE
+        WHEN EXCLUDED.phase = '' THEN pods.phase
+        WHEN jobvault_pod_phase_is_terminal(pods.phase) AND NOT jobvault_pod_phase_is_terminal(EXCLUDED.phase) THEN pods.phase
+        ELSE EXCLUDED.phase END,
+    started_at  = COALESCE(pods.started_at, EXCLUDED.started_at),
+    finished_at = COALESCE(EXCLUDED.finished_at, pods.finished_at),
+    deleted_before_terminal = pods.deleted_before_terminal OR EXCLUDED.deleted_before_terminal,
+    archive_state  = CASE WHEN pods.archive_state = 'pending' THEN EXCLUDED.archive_state  ELSE pods.archive_state END,
+    archived_at    = CASE WHEN pods.archive_state = 'pending' THEN EXCLUDED.archived_at    ELSE pods.archived_at END,
+    release_reason = CASE WHEN pods.archive_state = 'pending' THEN EXCLUDED.release_reason ELSE pods.release_reason END`
+
+// UpsertPod records a pod, creating or updating the row keyed by p.UID. The job row need not exist:
+// pods has no foreign key to jobs, because a pod can be archived (and deleted by Volcano) before the
+// job reconciler writes its job. Idempotent; see Pod for which fields an update keeps.
+func (d *DB) UpsertPod(ctx context.Context, p Pod) error {
+	if err := p.validate(); err != nil {
+		return fmt.Errorf("upsert pod %s: %w", p.UID, err)
+	}
+	_, err := d.db.ExecContext(ctx, upsertPodSQL,
+		p.UID, p.JobUID, p.Namespace, p.Name, p.Task, p.Node, p.Phase, p.CreatedAt.UTC(),
+		nullTime(p.StartedAt), nullTime(p.FinishedAt), p.DeletedBeforeTerminal,
+		string(cmpOr(p.ArchiveState, ArchivePending)), nullTime(p.ArchivedAt), nullString(p.ReleaseReason))
+	if err != nil {
+		return fmt.Errorf("upsert pod %s: %w", p.UID, translate(err))
+	}
+	return nil
+}
+
+func (p Pod) validate() error {
+	var problems []string
+	if p.UID == "" {
+		problems = append(problems, "UID is empty")
+	}
+	if p.JobUID == "" {
+		problems = append(problems, "JobUID is empty")
+	}
+	if p.Namespace == "" {
+		problems = append(problems, "Namespace is empty")
+	}
+	if p.Name == "" {
+		problems = append(problems, "Name is empty")
+	}
+	if p.CreatedAt.IsZero() {
+		problems = append(problems, "CreatedAt is zero")
+	}
+	problems = append(problems, archiveProblems(p.ArchiveState, p.ArchivedAt, p.ReleaseReason)...)
+	return invalid("pod", problems)
+}
+
+// MarkPodArchived records that the logs of all a pod's containers are durable (releaseReason empty:
+// state archived) or that the pod was released without them (state released, with the reason), at
+// time at (now if zero). Idempotent: once archived or released, later calls change nothing and
+// succeed. ErrNotFound if there is no row for podUID.
+func (d *DB) MarkPodArchived(ctx context.Context, podUID string, at time.Time, releaseReason string) error {
+	var exists bool
+	err := d.db.QueryRowContext(ctx, `
+WITH marked AS (
+    UPDATE pods SET
+        archive_state  = CASE WHEN $3 = '' THEN 'archived' ELSE 'released' END,
+        archived_at    = COALESCE($2, now()),
+        release_reason = NULLIF($3, '')
+    WHERE uid = $1 AND archive_state = 'pending'
+)
+SELECT EXISTS (SELECT 1 FROM pods WHERE uid = $1)`,
+		podUID, nullTimeValue(at), releaseReason).Scan(&exists)
+	if err != nil {
+		return fmt.Errorf("mark pod %s archived: %w", podUID, translate(err))
+	}
+	if !exists {
+		return fmt.Errorf("mark pod %s archived: %w", podUID, ErrNotFound)
+	}
+	return nil
+}
+
+const podColumns = `uid, job_uid, namespace, name, task, node, phase, created_at, started_at, finished_at,
+    deleted_before_terminal, archive_state, archived_at, release_reason, recorded_at, updated_at`
+
+func scanPod(row interface{ Scan(...any) error }) (Pod, error) {
+	var (
+		p                           Pod
+		started, finished, archived sql.NullTime
+		reason                      sql.NullString
+		state                       string
+	)
+	err := row.Scan(&p.UID, &p.JobUID, &p.Namespace, &p.Name, &p.Task, &p.Node, &p.Phase, &p.CreatedAt,
+		&started, &finished, &p.DeletedBeforeTerminal, &state, &archived, &reason, &p.RecordedAt, &p.UpdatedAt)
+	if err != nil {
+		return Pod{}, err
+	}
+	p.StartedAt, p.FinishedAt, p.ArchivedAt = timePtr(started), timePtr(finished), timePtr(archived)
+	p.CreatedAt, p.RecordedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.RecordedAt.UTC(), p.UpdatedAt.UTC()
+	p.ArchiveState, p.ReleaseReason = ArchiveState(state), reason.String
+	return p, nil
+}
+
+// Pod returns the pod recorded under uid, or an error matching ErrNotFound.
+func (d *DB) Pod(ctx context.Context, uid string) (Pod, error) {
+	p, err := scanPod(d.db.QueryRowContext(ctx, `SELECT `+podColumns+` FROM pods WHERE uid = $1`, uid))
+	if err != nil {
+		return Pod{}, fmt.Errorf("get pod %s: %w", uid, translate(err))
+	}
+	return p, nil
+}
+
+// Pods returns the recorded pods of a job, oldest first (empty for an unknown job). The archiver
+// finalizes a job only when every one of them is archived or released.
+func (d *DB) Pods(ctx context.Context, jobUID string) ([]Pod, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT `+podColumns+` FROM pods WHERE job_uid = $1 ORDER BY created_at, uid`, jobUID)
+	if err != nil {
+		return nil, fmt.Errorf("get pods of job %s: %w", jobUID, translate(err))
+	}
+	defer rows.Close()
+	var pods []Pod
+	for rows.Next() {
+		p, err := scanPod(rows)
+		if err != nil {
+			return nil, fmt.Errorf("get pods of job %s: %w", jobUID, translate(err))
+		}
+		pods = append(pods, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get pods of job %s: %w", jobUID, translate(err))
+	}
+	return pods, nil
+}

@@ -1,0 +1,194 @@
+package db
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// ArchiveState is how far the archiving of a job or pod has come. It only moves forward: from
+// ArchivePending to ArchiveArchived or ArchiveReleased, never back.
+type ArchiveState string
+
+const (
+	// ArchivePending: the object is not finalized yet.
+	ArchivePending ArchiveState = "pending"
+	// ArchiveArchived: everything is durable (job: the row, the final object and all pod logs; pod:
+	// the logs of all its containers).
+	ArchiveArchived ArchiveState = "archived"
+	// ArchiveReleased: the finalizer was released without a complete archive, by the deadline or the
+	// operator's escape hatch; the release reason says which and why.
+	ArchiveReleased ArchiveState = "released"
+)
+
+func (s ArchiveState) valid() bool {
+	switch s {
+	case ArchivePending, ArchiveArchived, ArchiveReleased:
+		return true
+	}
+	return false
+}
+
+// TransitionSource says where a recorded phase transition was read from.
+type TransitionSource string
+
+const (
+	// SourceCondition: read back from the VcJob's status.conditions, which Volcano appends on every
+	// phase change; this is how transitions that happened while the archiver was down are recovered.
+	SourceCondition TransitionSource = "condition"
+	// SourceObserved: seen live in status.state.
+	SourceObserved TransitionSource = "observed"
+)
+
+// ContainerType is the kind of container a log belongs to.
+type ContainerType string
+
+const (
+	// ContainerInit is an init container (spec.initContainers).
+	ContainerInit ContainerType = "init"
+	// ContainerRegular is an ordinary container (spec.containers).
+	ContainerRegular ContainerType = "regular"
+	// ContainerEphemeral is an ephemeral debug container (spec.ephemeralContainers).
+	ContainerEphemeral ContainerType = "ephemeral"
+)
+
+// LogState is the outcome of archiving one container log.
+type LogState string
+
+const (
+	// LogStored: the log is durable at its object key. Final: a stored log is never downgraded.
+	LogStored LogState = "stored"
+	// LogUnavailable: the log could not be fetched before the deadline (node gone, kubelet garbage
+	// collected it, operator release); the reason says why. May later be upgraded to LogStored.
+	LogUnavailable LogState = "unavailable"
+)
+
+// InstanceCurrent names the log of a container's last run, fetched (without previous=true) once the
+// pod is terminal or being deleted.
+const InstanceCurrent = "current"
+
+// PreviousInstance names the log of the container run that ended when the container's restartCount
+// reached restartCount, i.e. the run numbered restartCount-1 counting from 0. It is what the kubelet
+// returns for previous=true while restartCount has that value. Instance names are
+// "previous-<restartCount>" so that every restart of a container gets its own row and object.
+func PreviousInstance(restartCount int32) string {
+	return "previous-" + strconv.FormatInt(int64(restartCount), 10)
+}
+
+// Job is the record of one tracked VcJob, keyed by UID.
+//
+// On upsert, empty strings and nil pointers, slices and raw JSON mean "unknown": they never erase a
+// value already recorded (labels and annotations excepted: they are replaced by the latest).
+type Job struct {
+	UID       string
+	Cluster   string
+	Namespace string
+	Name      string
+	Queue     string
+
+	// Submitter, SubmitterGroups and AdmittedAt come from the webhook's annotations. The first
+	// recorded value wins: anyone who may update the job can edit its annotations afterwards.
+	Submitter       string
+	SubmitterGroups []string
+	AdmittedAt      *time.Time
+
+	// CreatedAt is metadata.creationTimestamp; required.
+	CreatedAt  time.Time
+	FinishedAt *time.Time
+	// Phase is status.state.phase. Once terminal (see tracking.IsTerminal) an upsert with a
+	// non-terminal phase leaves Phase, Status and FinishedAt as they are: it can only come from a
+	// stale cache.
+	Phase      string
+	RetryCount int32
+
+	Labels      map[string]string
+	Annotations map[string]string
+	// Spec and Status are the VcJob's spec and status as JSON.
+	Spec   json.RawMessage
+	Status json.RawMessage
+
+	// ArchiveState is ArchivePending when empty. Once archived or released, the archive fields
+	// never change again.
+	ArchiveState    ArchiveState
+	ArchiveLocation string
+	ArchivedAt      *time.Time
+	ReleaseReason   string
+
+	// RecordedAt (first write) and UpdatedAt (last change) are set by the database; ignored on upsert.
+	RecordedAt time.Time
+	UpdatedAt  time.Time
+}
+
+// Transition is one phase change of a job, unique per (job UID, Phase, Time).
+type Transition struct {
+	// ID is assigned by the database; ignored on insert.
+	ID    int64
+	Phase string
+	// Time is the transition's lastTransitionTime; required. Stored with microsecond precision, so
+	// pass the same value (e.g. the condition's time, whole seconds) every time.
+	Time            time.Time
+	Reason          string
+	Message         string
+	ResourceVersion string
+	// ObservedAt is when the archiver saw the transition; the database's clock if zero.
+	ObservedAt time.Time
+	Source     TransitionSource
+}
+
+// Pod is the record of one pod of a tracked job, keyed by UID. The job row need not exist yet.
+//
+// On upsert, empty strings and nil pointers never erase a value already recorded; a terminal phase
+// (Succeeded, Failed) is never replaced by a non-terminal one; DeletedBeforeTerminal is sticky.
+type Pod struct {
+	UID       string
+	JobUID    string
+	Namespace string
+	Name      string
+	Task      string
+	Node      string
+	Phase     string
+	// CreatedAt is metadata.creationTimestamp; required.
+	CreatedAt  time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	// DeletedBeforeTerminal: the pod was being deleted before it reached Succeeded or Failed.
+	DeletedBeforeTerminal bool
+
+	// ArchiveState is ArchivePending when empty; never moves back once archived or released.
+	ArchiveState  ArchiveState
+	ArchivedAt    *time.Time
+	ReleaseReason string
+
+	// RecordedAt and UpdatedAt are set by the database; ignored on upsert.
+	RecordedAt time.Time
+	UpdatedAt  time.Time
+}
+
+// LogObject is the record of one container log, unique per (PodUID, Container, Instance).
+type LogObject struct {
+	PodUID        string
+	Container     string
+	ContainerType ContainerType
+	// Instance is InstanceCurrent or PreviousInstance(n).
+	Instance string
+
+	// ObjectKey, SHA256 (lower-case hex of the uncompressed bytes) are required when stored.
+	ObjectKey string
+	// Bytes is the uncompressed size, StoredBytes the size of the stored (gzip) object.
+	Bytes       int64
+	StoredBytes int64
+	SHA256      string
+
+	State LogState
+	// Reason is required when unavailable.
+	Reason string
+
+	// CreatedAt and UpdatedAt are set by the database; ignored on write.
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+func (l LogObject) String() string {
+	return fmt.Sprintf("%s/%s/%s", l.PodUID, l.Container, l.Instance)
+}

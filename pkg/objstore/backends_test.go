@@ -1,0 +1,107 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/storage"
+	"github.com/minio/minio-go/v7"
+)
+
+func TestS3ErrorMapsOnlyMissingKeys(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{minio.ErrorResponse{Code: minio.NoSuchKey, StatusCode: 404}, true},
+		{minio.ErrorResponse{Code: minio.NoSuchBucket, StatusCode: 404}, false},
+		{minio.ErrorResponse{Code: "AccessDenied", StatusCode: 403}, false},
+		{errors.New("connection refused"), false},
+	} {
+		if got := errors.Is(s3Error(tc.err), ErrNotFound); got != tc.want {
+			t.Errorf("errors.Is(s3Error(%v), ErrNotFound) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestGCSErrorMapsOnlyMissingObjects(t *testing.T) {
+	if !errors.Is(gcsError(storage.ErrObjectNotExist), ErrNotFound) {
+		t.Error("ErrObjectNotExist does not map to ErrNotFound")
+	}
+	if errors.Is(gcsError(storage.ErrBucketNotExist), ErrNotFound) {
+		t.Error("ErrBucketNotExist maps to ErrNotFound; a missing bucket is a configuration error")
+	}
+}
+
+func TestNewS3RejectsIncompleteConfig(t *testing.T) {
+	_, err := NewS3(S3Config{Endpoint: "http://minio:9000", PartSize: 1, CAFile: "ca.pem"})
+	for _, want := range []string{"Endpoint", "Bucket is empty", "AccessKey or SecretKey", "PartSize 1", "CAFile is set"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewS3 error = %v, want it to mention %q", err, want)
+		}
+	}
+}
+
+// hangingServer accepts requests and never answers them, like a service behind a dead link.
+func hangingServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestTimeoutsBoundEveryCall checks that a service that never answers fails each call after its
+// timeout, even when the caller's context has no deadline.
+func TestTimeoutsBoundEveryCall(t *testing.T) {
+	timeouts := Timeouts{Call: 200 * time.Millisecond, Transfer: 300 * time.Millisecond}
+	srv := hangingServer(t)
+
+	s3, err := NewS3(S3Config{
+		Endpoint: strings.TrimPrefix(srv.URL, "http://"), Bucket: "archive", Region: "us-east-1",
+		PathStyle: true, AccessKey: "a", SecretKey: "s", Timeouts: timeouts,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("STORAGE_EMULATOR_HOST", srv.Listener.Addr().String())
+	gcs, err := NewGCS(t.Context(), GCSConfig{Bucket: "archive", Timeouts: timeouts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gcs.Close() })
+
+	for name, s := range map[string]Store{"s3": s3, "gcs": gcs} {
+		calls := map[string]func(ctx context.Context) error{
+			"Put": func(ctx context.Context) error {
+				return s.Put(ctx, "k", strings.NewReader("data"), PutOptions{})
+			},
+			"Get": func(ctx context.Context) error {
+				rc, err := s.Get(ctx, "k")
+				if err == nil {
+					rc.Close()
+				}
+				return err
+			},
+			"Stat":   func(ctx context.Context) error { _, err := s.Stat(ctx, "k"); return err },
+			"Delete": func(ctx context.Context) error { return s.Delete(ctx, "k") },
+			"List":   func(ctx context.Context) error { return s.List(ctx, "", func(ObjectInfo) error { return nil }) },
+			"Ping":   func(ctx context.Context) error { return s.Ping(ctx) },
+		}
+		for call, fn := range calls {
+			t.Run(name+"/"+call, func(t *testing.T) {
+				start := time.Now()
+				err := fn(t.Context()) // no deadline of its own: the store's must apply
+				if elapsed := time.Since(start); err == nil || elapsed > 10*time.Second {
+					t.Errorf("%s against a hanging service: error %v after %s, want an error within the timeout", call, err, elapsed)
+				}
+			})
+		}
+	}
+}

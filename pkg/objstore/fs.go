@@ -1,0 +1,309 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// tmpPrefix starts the name of every file a Put is still writing. List skips such files and keys
+// with an element that starts with it are rejected, so a crash mid-Put never shows up as an object.
+const tmpPrefix = ".objstore-tmp-"
+
+// FS stores objects as files under a root directory; a key "a/b.log" is the file root/a/b.log.
+// It is meant for development, tests and single-node installs. ContentType and ContentEncoding
+// are not stored: a file has no place for them and nothing reads them back.
+type FS struct {
+	root string // absolute, cleaned
+}
+
+var _ Store = (*FS)(nil)
+
+// NewFS returns a store rooted at root, creating the directory if needed.
+func NewFS(root string) (*FS, error) {
+	if root == "" {
+		return nil, errors.New("create filesystem store: root is empty")
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("create filesystem store: resolve root %q: %w", root, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("create filesystem store: %w", err)
+	}
+	return &FS{root: abs}, nil
+}
+
+// path maps key to its file, rejecting keys that could escape root or collide with temp files.
+func (f *FS) path(key string) (string, error) {
+	if err := ValidateKey(key); err != nil {
+		return "", err
+	}
+	for elem := range strings.SplitSeq(key, "/") {
+		if strings.HasPrefix(elem, tmpPrefix) {
+			return "", fmt.Errorf("%w %q: path element starts with %q, reserved for uploads in progress", ErrInvalidKey, key, tmpPrefix)
+		}
+	}
+	// ValidateKey rules out "..", absolute keys and empty elements, so the join stays under root.
+	return filepath.Join(f.root, filepath.FromSlash(key)), nil
+}
+
+// Put writes r to a temporary file next to the target, syncs it and renames it over the target,
+// so readers and crashes see either the old object or the whole new one, never a partial file.
+func (f *FS) Put(ctx context.Context, key string, r io.Reader, _ PutOptions) (err error) {
+	p, err := f.path(key)
+	if err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	dir := filepath.Dir(p)
+	tmp, err := createTemp(dir)
+	if err != nil {
+		return fmt.Errorf("put %s: %w", f.URL(key), err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close() // may already be closed; the write error is what matters
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = io.Copy(tmp, newSource(ctx, r)); err != nil {
+		return fmt.Errorf("put %s: %w", f.URL(key), err)
+	}
+	// Sync before rename: otherwise a power loss can leave the renamed file empty or short.
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("put %s: sync: %w", f.URL(key), err)
+	}
+	if err = tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("put %s: %w", f.URL(key), err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("put %s: %w", f.URL(key), err)
+	}
+	// A Put cancelled after the last byte must not store the object either.
+	if err = ctx.Err(); err != nil {
+		return fmt.Errorf("put %s: %w", f.URL(key), err)
+	}
+	if err = os.Rename(tmp.Name(), p); err != nil {
+		return fmt.Errorf("put %s: %w", f.URL(key), err)
+	}
+	// The rename is durable only once the directory entry is.
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("put %s: sync directory: %w", f.URL(key), err)
+	}
+	return nil
+}
+
+// createTemp creates dir and a temporary file in it. A concurrent Delete may remove dir between
+// the two steps when it prunes empty directories, so that race is retried.
+func createTemp(dir string) (*os.File, error) {
+	for attempt := 0; ; attempt++ {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		tmp, err := os.CreateTemp(dir, tmpPrefix+"*")
+		if errors.Is(err, fs.ErrNotExist) && attempt < 5 {
+			continue
+		}
+		return tmp, err
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Get opens the object's file.
+func (f *FS) Get(_ context.Context, key string) (io.ReadCloser, error) {
+	p, err := f.path(key)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	file, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", f.URL(key), notFound(err))
+	}
+	fi, err := file.Stat()
+	if err != nil {
+		file.Close()
+		return nil, fmt.Errorf("get %s: %w", f.URL(key), err)
+	}
+	if !fi.Mode().IsRegular() {
+		file.Close()
+		return nil, fmt.Errorf("get %s: %w", f.URL(key), ErrNotFound)
+	}
+	return file, nil
+}
+
+// Stat returns the size of the object's file.
+func (f *FS) Stat(_ context.Context, key string) (ObjectInfo, error) {
+	p, err := f.path(key)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("stat %s: %w", key, err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("stat %s: %w", f.URL(key), notFound(err))
+	}
+	if !fi.Mode().IsRegular() {
+		// A directory is a key prefix, not an object (S3 and GCS behave the same way).
+		return ObjectInfo{}, fmt.Errorf("stat %s: %w", f.URL(key), ErrNotFound)
+	}
+	return ObjectInfo{Key: key, Size: fi.Size()}, nil
+}
+
+// notFound translates the errors that mean "no file under this path" into ErrNotFound. ENOTDIR
+// means a parent element is an object ("a" exists, "a/b" was asked for): b does not exist either.
+func notFound(err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}
+
+// Delete removes the object's file and then the directories it leaves empty, so that deleted
+// prefixes do not pile up as empty directories.
+func (f *FS) Delete(_ context.Context, key string) error {
+	p, err := f.path(key)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		if errors.Is(notFound(err), ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("delete %s: %w", f.URL(key), err)
+	}
+	if fi.IsDir() {
+		return nil // a prefix of other objects, not an object
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete %s: %w", f.URL(key), err)
+	}
+	for dir := filepath.Dir(p); dir != f.root && strings.HasPrefix(dir, f.root); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break // not empty (or gone): stop pruning
+		}
+	}
+	return nil
+}
+
+// List walks the directories under prefix in lexical key order. Directory entries are sorted as
+// "name/" because that is where their keys sort: "a-c" < "a/b" although "a" < "a-c".
+// An error from fn stops the walk and is returned unchanged.
+func (f *FS) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	dirKey := ""
+	if i := strings.LastIndex(prefix, "/"); i >= 0 {
+		dirKey = prefix[:i]
+		if err := ValidateKey(dirKey); err != nil {
+			return fmt.Errorf("list %s: prefix: %w", prefix, err)
+		}
+		dirKey += "/"
+	}
+	l := &lister{ctx: ctx, prefix: prefix, fn: fn}
+	err := l.walk(filepath.Join(f.root, filepath.FromSlash(dirKey)), dirKey)
+	var stop stopError
+	switch {
+	case errors.As(err, &stop):
+		return stop.err
+	case errors.Is(notFound(err), ErrNotFound):
+		return nil // nothing was ever stored under prefix
+	case err != nil:
+		return fmt.Errorf("list %s: %w", f.URL(prefix), err)
+	}
+	return nil
+}
+
+// stopError carries fn's error out of the walk, distinguishable from the walk's own errors.
+type stopError struct{ err error }
+
+func (e stopError) Error() string { return e.err.Error() }
+
+type lister struct {
+	ctx    context.Context
+	prefix string
+	fn     func(ObjectInfo) error
+}
+
+// walk lists dir, whose entries' keys start with dirKey.
+func (l *lister) walk(dir, dirKey string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	type entry struct {
+		de   fs.DirEntry
+		sort string
+	}
+	sorted := make([]entry, 0, len(entries))
+	for _, de := range entries {
+		if strings.HasPrefix(de.Name(), tmpPrefix) {
+			continue
+		}
+		s := de.Name()
+		if de.IsDir() {
+			s += "/"
+		}
+		sorted = append(sorted, entry{de: de, sort: s})
+	}
+	slices.SortFunc(sorted, func(a, b entry) int { return strings.Compare(a.sort, b.sort) })
+	for _, e := range sorted {
+		if err := l.ctx.Err(); err != nil {
+			return err
+		}
+		key := dirKey + e.sort
+		switch {
+		case !strings.HasPrefix(key, l.prefix) && !strings.HasPrefix(l.prefix, key):
+			continue
+		case e.de.IsDir():
+			err := l.walk(filepath.Join(dir, e.de.Name()), key)
+			// A directory emptied and pruned by a concurrent Delete simply has nothing to list.
+			if err != nil && !errors.Is(notFound(err), ErrNotFound) {
+				return err
+			}
+		case e.de.Type().IsRegular() && strings.HasPrefix(key, l.prefix):
+			fi, err := e.de.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // deleted while listing
+			}
+			if err != nil {
+				return err
+			}
+			if err := l.fn(ObjectInfo{Key: key, Size: fi.Size()}); err != nil {
+				return stopError{err}
+			}
+		}
+	}
+	return nil
+}
+
+// URL returns the file:// URL of the object's file, percent-encoded as browsers and curl expect.
+func (f *FS) URL(key string) string {
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(filepath.Join(f.root, filepath.FromSlash(key)))}
+	return u.String()
+}
+
+// Ping checks that the root directory exists.
+func (f *FS) Ping(context.Context) error {
+	fi, err := os.Stat(f.root)
+	if err != nil {
+		return fmt.Errorf("ping %s: %w", f.root, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("ping %s: not a directory", f.root)
+	}
+	return nil
+}

@@ -1,0 +1,204 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+)
+
+// DefaultChunkSize is the GCSConfig.ChunkSize used when none is set.
+const DefaultChunkSize = 16 << 20
+
+// GCSConfig configures a Google Cloud Storage store.
+type GCSConfig struct {
+	// Bucket must exist; the store never creates it.
+	Bucket string
+	// ChunkSize is the resumable upload chunk size in bytes (rounded up to a multiple of 256 KiB
+	// by the client); zero means DefaultChunkSize. Each Put in flight holds one chunk in memory.
+	ChunkSize int
+	// Timeouts bound each call.
+	Timeouts Timeouts
+}
+
+// GCS is a Store on Google Cloud Storage. It authenticates with application default credentials
+// (workload identity, GOOGLE_APPLICATION_CREDENTIALS, ...), or not at all when
+// STORAGE_EMULATOR_HOST names an emulator. An object appears only when its upload is finalized,
+// so a failed Put leaves nothing under the key.
+type GCS struct {
+	client    *storage.Client
+	bucket    *storage.BucketHandle
+	name      string
+	chunkSize int
+	timeouts  Timeouts
+}
+
+var _ Store = (*GCS)(nil)
+
+// NewGCS returns a store on cfg.Bucket. It does not contact the service; use Ping for that.
+// Close releases the client.
+func NewGCS(ctx context.Context, cfg GCSConfig) (*GCS, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("create GCS store: Bucket is empty")
+	}
+	if cfg.ChunkSize < 0 {
+		return nil, fmt.Errorf("create GCS store: ChunkSize %d is negative", cfg.ChunkSize)
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = DefaultChunkSize
+	}
+	var opts []option.ClientOption
+	if os.Getenv("STORAGE_EMULATOR_HOST") != "" {
+		// Emulators take no credentials, and serve reads only on the JSON API: the XML API
+		// addresses buckets by host name, which an emulator on 127.0.0.1:PORT cannot answer.
+		opts = append(opts, option.WithoutAuthentication(), storage.WithJSONReads())
+	}
+	client, err := storage.NewClient(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create GCS store: %w", err)
+	}
+	// Every operation here is idempotent (Put overwrites the whole object, Delete of a missing
+	// object succeeds), so retrying them is safe even without preconditions, which the client's
+	// default policy requires before it retries uploads and deletes.
+	bucket := client.Bucket(cfg.Bucket).Retryer(storage.WithPolicy(storage.RetryAlways))
+	return &GCS{
+		client:    client,
+		bucket:    bucket,
+		name:      cfg.Bucket,
+		chunkSize: cfg.ChunkSize,
+		timeouts:  cfg.Timeouts.withDefaults(),
+	}, nil
+}
+
+// Close releases the client's connections.
+func (g *GCS) Close() error { return g.client.Close() }
+
+// Put streams r through a resumable upload.
+func (g *GCS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) error {
+	if err := ValidateKey(key); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Transfer)
+	defer cancel()
+	w := g.bucket.Object(key).NewWriter(ctx)
+	// Always explicit: a non-zero ChunkSize makes the upload resumable, so a failed chunk is
+	// retried from its buffer instead of failing the whole stream (ChunkSize 0 streams in one
+	// request that cannot be retried), and it caps the memory each Put holds.
+	w.ChunkSize = g.chunkSize
+	w.ContentType = opts.ContentType
+	w.ContentEncoding = opts.ContentEncoding
+	if _, err := io.Copy(w, newSource(ctx, r)); err != nil {
+		// Cancelling before Close is how an upload is abandoned; a plain Close would finalize
+		// the bytes written so far as the object.
+		cancel()
+		_ = w.Close()
+		return fmt.Errorf("put %s: %w", g.URL(key), err)
+	}
+	// Close finalizes the upload: this is where GCS reports most failures.
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("put %s: %w", g.URL(key), err)
+	}
+	return nil
+}
+
+// Get opens the object. The stored bytes are returned as they are: without ReadCompressed, GCS
+// would transparently decompress objects stored with ContentEncoding gzip.
+func (g *GCS) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Transfer)
+	rd, err := g.bucket.Object(key).ReadCompressed(true).NewReader(ctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("get %s: %w", g.URL(key), gcsError(err))
+	}
+	return &cancelReadCloser{ReadCloser: rd, cancel: cancel}, nil
+}
+
+// Stat returns the object's stored size.
+func (g *GCS) Stat(ctx context.Context, key string) (ObjectInfo, error) {
+	if err := ValidateKey(key); err != nil {
+		return ObjectInfo{}, fmt.Errorf("stat %s: %w", key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Call)
+	defer cancel()
+	attrs, err := g.bucket.Object(key).Attrs(ctx)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("stat %s: %w", g.URL(key), gcsError(err))
+	}
+	return ObjectInfo{Key: key, Size: attrs.Size}, nil
+}
+
+// Delete removes the object; a missing object is not an error.
+func (g *GCS) Delete(ctx context.Context, key string) error {
+	if err := ValidateKey(key); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Call)
+	defer cancel()
+	if err := g.bucket.Object(key).Delete(ctx); err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
+		return fmt.Errorf("delete %s: %w", g.URL(key), err)
+	}
+	return nil
+}
+
+// List pages through the bucket; GCS returns names in lexical order.
+// An error from fn stops the listing and is returned unchanged.
+func (g *GCS) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Transfer)
+	defer cancel()
+	q := &storage.Query{Prefix: prefix}
+	// Fetch only what ObjectInfo holds: smaller pages, faster listings.
+	if err := q.SetAttrSelection([]string{"Name", "Size"}); err != nil {
+		return fmt.Errorf("list %s: %w", g.URL(prefix), err)
+	}
+	it := g.bucket.Objects(ctx, q)
+	for {
+		attrs, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list %s: %w", g.URL(prefix), err)
+		}
+		if err := fn(ObjectInfo{Key: attrs.Name, Size: attrs.Size}); err != nil {
+			return err
+		}
+	}
+}
+
+// URL returns gs://bucket/key, unescaped, as gcloud storage and gsutil take it.
+func (g *GCS) URL(key string) string { return "gs://" + g.name + "/" + key }
+
+// Ping checks that the bucket exists and the credentials may list it. It lists at most one object
+// rather than reading the bucket's metadata, because storage.buckets.get is not part of the
+// object roles (roles/storage.objectAdmin) a least-privileged archiver is granted.
+func (g *GCS) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Call)
+	defer cancel()
+	q := &storage.Query{}
+	if err := q.SetAttrSelection([]string{"Name"}); err != nil {
+		return fmt.Errorf("ping gs://%s: %w", g.name, err)
+	}
+	it := g.bucket.Objects(ctx, q)
+	it.PageInfo().MaxSize = 1
+	if _, err := it.Next(); err != nil && !errors.Is(err, iterator.Done) {
+		return fmt.Errorf("ping gs://%s: %w", g.name, err)
+	}
+	return nil
+}
+
+// gcsError adds ErrNotFound to a missing object error. A missing bucket stays as it is: it is a
+// configuration error, not a missing object.
+func gcsError(err error) error {
+	if errors.Is(err, storage.ErrObjectNotExist) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}

@@ -1,0 +1,46 @@
+// Package objstore is the small object storage interface jobvault writes archives through, with
+// backends for S3-compatible stores (minio-go), Google Cloud Storage and a local filesystem.
+package objstore
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// ErrNotFound is returned (wrapped) by Get and Stat when no object exists under the key.
+var ErrNotFound = errors.New("object not found")
+
+// PutOptions describe how an object is stored and served.
+type PutOptions struct {
+	// ContentType is the media type of the stored bytes' content, e.g. "text/plain; charset=utf-8".
+	ContentType string
+	// ContentEncoding is set to "gzip" for gzip-compressed objects, so browsers and tools decompress.
+	ContentEncoding string
+}
+
+// ObjectInfo describes a stored object.
+type ObjectInfo struct {
+	Key  string
+	Size int64 // stored (possibly compressed) size in bytes
+}
+
+// Store is an object store. Every method is safe for concurrent use and idempotent: Put overwrites,
+// Delete of a missing key succeeds. A Put either stores the whole object or leaves no trace under
+// the key (backends upload to a temporary name or use the service's atomic upload).
+type Store interface {
+	// Put streams r into the object key without buffering it whole.
+	Put(ctx context.Context, key string, r io.Reader, opts PutOptions) error
+	// Get opens the object for reading; the caller closes it.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// Stat returns the object's info.
+	Stat(ctx context.Context, key string) (ObjectInfo, error)
+	// Delete removes the object.
+	Delete(ctx context.Context, key string) error
+	// List calls fn for every object whose key starts with prefix, in lexical key order.
+	List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error
+	// URL names the object for people and tools: s3://bucket/key, gs://bucket/key or file:///path.
+	URL(key string) string
+	// Ping checks that the store answers and the bucket exists (readiness).
+	Ping(ctx context.Context) error
+}

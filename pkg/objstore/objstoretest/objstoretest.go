@@ -1,0 +1,504 @@
+// Package objstoretest is the conformance suite every objstore.Store backend passes: the same
+// cases run against the filesystem, MinIO and the GCS emulator, so the backends cannot drift
+// apart (in the manner of thanos-io/objstore's objtesting).
+package objstoretest
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/jobvault/jobvault/pkg/objstore"
+)
+
+// LargeObjectSize is the size of the object the suite streams with unknown length. It spans three
+// parts of S3's minimum part size (5 MiB) and stays far below the 64 MiB beyond which
+// fake-gcs-server's resumable uploads get slow: configure backends under test with
+// PartSize MinPartSize and a ChunkSize of a few MiB to exercise multi-part uploads.
+const LargeObjectSize = 12<<20 + 4321
+
+// Run runs the conformance suite. newStore is called once per subtest and must return an empty
+// store, cleaned up through t.Cleanup. Subtests do not run in parallel, so newStore may call
+// t.Setenv (as the GCS emulator needs).
+func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
+	t.Helper()
+	for _, tc := range []struct {
+		name string
+		test func(t *testing.T, s objstore.Store)
+	}{
+		{"Ping", testPing},
+		{"RoundTrip", testRoundTrip},
+		{"StoredBytesAreNotDecoded", testStoredBytesAreNotDecoded},
+		{"LargeStreamOfUnknownLength", testLargeStream},
+		{"Overwrite", testOverwrite},
+		{"NotFound", testNotFound},
+		{"Delete", testDelete},
+		{"List", testList},
+		{"ListStopsOnError", testListStopsOnError},
+		{"InvalidKeys", testInvalidKeys},
+		{"ConcurrentPuts", testConcurrentPuts},
+		{"ConcurrentOverwrites", testConcurrentOverwrites},
+		{"CancelledPutStoresNothing", testCancelledPut},
+		{"FailedSourceStoresNothing", testFailedSource},
+		{"URL", testURL},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, newStore(t)) })
+	}
+}
+
+func testPing(t *testing.T, s objstore.Store) {
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+}
+
+func testRoundTrip(t *testing.T, s objstore.Store) {
+	allBytes := make([]byte, 256)
+	for i := range allBytes {
+		allBytes[i] = byte(i)
+	}
+	for _, tc := range []struct {
+		name string
+		key  string
+		data []byte
+	}{
+		{"small", "small.txt", []byte("hello, jobvault\n")},
+		{"empty", "empty", []byte{}},
+		{"every byte value", "bin/all-bytes", allBytes},
+		{"nested key", "ns/job/0a1b2c/pods/pod-0/9f8e/main.log.gz", []byte("nested")},
+		{"spaces", "with space/file name.log", []byte("spaces")},
+		{"unicode", "ünïcødé/日本語/ログ 🚀.log", []byte("unicode")},
+		{"punctuation", "p/a+b=c,d;e@f&g$h(i)[j]{k}'l'~m!n#o%20p.log", []byte("punctuation")},
+		{"one MiB", "mib", randomBytes(1, 1<<20)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			put(t, s, tc.key, tc.data)
+			assertContent(t, s, tc.key, tc.data)
+		})
+	}
+}
+
+// testStoredBytesAreNotDecoded guards the archive's byte-exactness: GCS (and HTTP clients with
+// transparent decompression) would hand back decompressed bytes of a gzip-encoded object.
+func testStoredBytesAreNotDecoded(t *testing.T, s objstore.Store) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(bytes.Repeat([]byte("a log line that compresses well\n"), 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const key = "pods/main.log.gz"
+	opts := objstore.PutOptions{ContentType: "text/plain; charset=utf-8", ContentEncoding: "gzip"}
+	if err := s.Put(t.Context(), key, bytes.NewReader(buf.Bytes()), opts); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	assertContent(t, s, key, buf.Bytes())
+}
+
+func testLargeStream(t *testing.T, s objstore.Store) {
+	const key = "large/stream.log"
+	pr, pw := io.Pipe()
+	want := sha256.New()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		// Uneven writes, so no part or chunk boundary lines up with a write.
+		rng := rand.New(rand.NewPCG(1, 2))
+		buf := make([]byte, 100_000)
+		for left := LargeObjectSize; left > 0; {
+			n := min(left, 1+rng.IntN(len(buf)))
+			fill(rng, buf[:n])
+			want.Write(buf[:n])
+			if _, err := pw.Write(buf[:n]); err != nil {
+				return // Put failed and closed the pipe; the test reports its error
+			}
+			left -= n
+		}
+		pw.Close()
+	}()
+	err := s.Put(t.Context(), key, pr, objstore.PutOptions{ContentType: "application/octet-stream"})
+	pr.CloseWithError(errors.New("put returned")) // unblocks the writer if Put stopped early
+	<-written
+	if err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+
+	rc, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	defer rc.Close()
+	got := sha256.New()
+	n, err := io.Copy(got, rc)
+	if err != nil {
+		t.Fatalf("read %s after %d bytes: %v", key, n, err)
+	}
+	if n != LargeObjectSize {
+		t.Errorf("read %d bytes, want %d", n, LargeObjectSize)
+	}
+	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+		t.Errorf("sha256 of read bytes %x, want %x", got.Sum(nil), want.Sum(nil))
+	}
+	assertSize(t, s, key, LargeObjectSize)
+}
+
+func testOverwrite(t *testing.T, s objstore.Store) {
+	const key = "a/overwritten"
+	put(t, s, key, []byte("first version, the longer one"))
+	put(t, s, key, []byte("second"))
+	assertContent(t, s, key, []byte("second"))
+	put(t, s, key, nil)
+	assertContent(t, s, key, nil)
+}
+
+func testNotFound(t *testing.T, s objstore.Store) {
+	put(t, s, "dir/object", []byte("x"))
+	// "dir" is a prefix of an object but no object itself; "dir/object/sub" has an object as
+	// its "parent", which filesystems see as a file used as a directory.
+	for _, key := range []string{"missing", "dir", "dir/missing", "dir/object/sub", "dir/obj"} {
+		t.Run(key, func(t *testing.T) {
+			rc, err := s.Get(t.Context(), key)
+			if err == nil {
+				rc.Close()
+			}
+			if !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("Get(%q) error = %v, want ErrNotFound", key, err)
+			}
+			if _, err := s.Stat(t.Context(), key); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("Stat(%q) error = %v, want ErrNotFound", key, err)
+			}
+		})
+	}
+}
+
+func testDelete(t *testing.T, s objstore.Store) {
+	put(t, s, "d/keep", []byte("keep"))
+	put(t, s, "d/gone/deep", []byte("gone"))
+	for i := range 2 { // the second Delete finds nothing and must succeed all the same
+		if err := s.Delete(t.Context(), "d/gone/deep"); err != nil {
+			t.Fatalf("Delete #%d: %v", i+1, err)
+		}
+	}
+	if _, err := s.Stat(t.Context(), "d/gone/deep"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("Stat after Delete: error = %v, want ErrNotFound", err)
+	}
+	for _, key := range []string{"never-existed", "d", "d/gone"} {
+		if err := s.Delete(t.Context(), key); err != nil {
+			t.Errorf("Delete(%q) of no object: %v", key, err)
+		}
+	}
+	if diff := cmp.Diff([]objstore.ObjectInfo{{Key: "d/keep", Size: 4}}, list(t, s, "")); diff != "" {
+		t.Errorf("List after Delete (-want +got):\n%s", diff)
+	}
+	// The key is usable again after its directory-like prefix emptied.
+	put(t, s, "d/gone/deep", []byte("back"))
+	assertContent(t, s, "d/gone/deep", []byte("back"))
+}
+
+func testList(t *testing.T, s objstore.Store) {
+	// Sorted by byte value: '-' (0x2d) < '.' (0x2e) < '/' (0x2f) < letters < UTF-8 multibyte,
+	// which is how S3 and GCS order keys and how a filesystem walk does not.
+	all := []objstore.ObjectInfo{
+		{Key: "logs/a-c.log", Size: 1},
+		{Key: "logs/a.log", Size: 2},
+		{Key: "logs/a/b.log", Size: 3},
+		{Key: "logs/a/c/d.log", Size: 4},
+		{Key: "logs/b.log", Size: 5},
+		{Key: "logs/ü space.log", Size: 6},
+		{Key: "logsx/e.log", Size: 7},
+		{Key: "other/f.log", Size: 8},
+	}
+	// Stored out of order, so no backend can pass by returning insertion order.
+	for _, i := range []int{4, 0, 7, 2, 5, 1, 6, 3} {
+		put(t, s, all[i].Key, bytes.Repeat([]byte{'x'}, int(all[i].Size)))
+	}
+	for _, tc := range []struct {
+		prefix string
+		want   []objstore.ObjectInfo
+	}{
+		{"", all},
+		{"logs/", all[:6]},
+		{"logs", all[:7]},
+		{"logs/a", all[:4]},
+		{"logs/a/", all[2:4]},
+		{"logs/a/c/d.log", all[3:4]},
+		{"logs/ü", all[5:6]},
+		{"o", all[7:]},
+		{"nothing/", nil},
+		{"logs/b.log/", nil},
+	} {
+		t.Run("prefix="+tc.prefix, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, list(t, s, tc.prefix)); diff != "" {
+				t.Errorf("List(%q) (-want +got):\n%s", tc.prefix, diff)
+			}
+		})
+	}
+}
+
+func testListStopsOnError(t *testing.T, s objstore.Store) {
+	for _, key := range []string{"s/1", "s/2", "s/3"} {
+		put(t, s, key, []byte(key))
+	}
+	errStop := errors.New("enough")
+	var seen []string
+	err := s.List(t.Context(), "s/", func(o objstore.ObjectInfo) error {
+		seen = append(seen, o.Key)
+		if len(seen) == 2 {
+			return errStop
+		}
+		return nil
+	})
+	if !errors.Is(err, errStop) {
+		t.Errorf("List error = %v, want the callback's error", err)
+	}
+	if diff := cmp.Diff([]string{"s/1", "s/2"}, seen); diff != "" {
+		t.Errorf("keys seen (-want +got):\n%s", diff)
+	}
+}
+
+func testInvalidKeys(t *testing.T, s objstore.Store) {
+	for _, key := range []string{
+		"", "/abs", "trailing/", "a//b", ".", "..", "../escape", "a/../../escape", "a/./b",
+		"nul\x00", "line\nfeed", strings.Repeat("k", 1025), "\xff\xfe",
+	} {
+		t.Run(fmt.Sprintf("%q", key), func(t *testing.T) {
+			ctx := t.Context()
+			if err := s.Put(ctx, key, strings.NewReader("x"), objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Errorf("Put error = %v, want ErrInvalidKey", err)
+			}
+			if _, err := s.Get(ctx, key); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Errorf("Get error = %v, want ErrInvalidKey", err)
+			}
+			if _, err := s.Stat(ctx, key); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Errorf("Stat error = %v, want ErrInvalidKey", err)
+			}
+			if err := s.Delete(ctx, key); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Errorf("Delete error = %v, want ErrInvalidKey", err)
+			}
+		})
+	}
+	if got := list(t, s, ""); len(got) != 0 {
+		t.Errorf("List after invalid Puts = %v, want nothing", got)
+	}
+}
+
+func testConcurrentPuts(t *testing.T, s objstore.Store) {
+	const n = 8
+	data := make([][]byte, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		data[i] = randomBytes(uint64(i), 200_000+i)
+		wg.Go(func() {
+			errs[i] = s.Put(t.Context(), fmt.Sprintf("concurrent/%d/obj", i), bytes.NewReader(data[i]), objstore.PutOptions{})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent Puts: %v", err)
+	}
+	for i := range n {
+		assertContent(t, s, fmt.Sprintf("concurrent/%d/obj", i), data[i])
+	}
+}
+
+// testConcurrentOverwrites checks that racing Puts of one key leave one whole version, never a
+// mix or a truncation.
+func testConcurrentOverwrites(t *testing.T, s objstore.Store) {
+	const n, key = 6, "same/key"
+	versions := make([][]byte, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		versions[i] = randomBytes(uint64(100+i), 150_000+i*1000)
+		wg.Go(func() {
+			errs[i] = s.Put(t.Context(), key, bytes.NewReader(versions[i]), objstore.PutOptions{})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent Puts: %v", err)
+	}
+	got := get(t, s, key)
+	if !slices.ContainsFunc(versions, func(v []byte) bool { return bytes.Equal(v, got) }) {
+		t.Errorf("Get after racing Puts returned %d bytes matching none of the versions", len(got))
+	}
+	if got := list(t, s, ""); len(got) != 1 {
+		t.Errorf("List after racing Puts = %v, want the one key", got)
+	}
+}
+
+// testCancelledPut cancels a Put after more than one S3 part has been read, while the source keeps
+// producing data: the Put must fail and leave the key as it was.
+func testCancelledPut(t *testing.T, s objstore.Store) {
+	for _, tc := range []struct {
+		name string
+		old  []byte // stored under the key before the cancelled Put; nil: none
+	}{
+		{"new key", nil},
+		{"existing key", []byte("the old version survives")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "cancelled/" + strings.ReplaceAll(tc.name, " ", "-")
+			if tc.old != nil {
+				put(t, s, key, tc.old)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			pr, pw := io.Pipe()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				chunk := randomBytes(7, 64<<10)
+				for written := 0; ; written += len(chunk) {
+					if written >= 6<<20 {
+						cancel()
+					}
+					if _, err := pw.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+			err := s.Put(ctx, key, pr, objstore.PutOptions{})
+			pr.CloseWithError(errors.New("put returned"))
+			<-done
+			if err == nil {
+				t.Fatal("Put with a cancelled context succeeded")
+			}
+			t.Logf("Put error (expected): %v", err)
+			assertAbsentOr(t, s, key, tc.old)
+		})
+	}
+}
+
+// testFailedSource breaks the source mid-stream, as a log stream does when its node goes away:
+// the Put must fail with the source's error and store nothing. io.ErrUnexpectedEOF is the case
+// minio-go would otherwise take for a normal end of input.
+func testFailedSource(t *testing.T, s objstore.Store) {
+	for _, srcErr := range []error{errors.New("log stream broke"), io.ErrUnexpectedEOF} {
+		t.Run(srcErr.Error(), func(t *testing.T) {
+			key := "failed/" + strings.ReplaceAll(srcErr.Error(), " ", "-")
+			pr, pw := io.Pipe()
+			go func() {
+				chunk := randomBytes(8, 64<<10)
+				for written := 0; written < 6<<20; written += len(chunk) {
+					if _, err := pw.Write(chunk); err != nil {
+						return
+					}
+				}
+				pw.CloseWithError(srcErr)
+			}()
+			err := s.Put(t.Context(), key, pr, objstore.PutOptions{})
+			pr.CloseWithError(errors.New("put returned"))
+			if !errors.Is(err, srcErr) {
+				t.Fatalf("Put error = %v, want the source's error %q", err, srcErr)
+			}
+			assertAbsentOr(t, s, key, nil)
+		})
+	}
+}
+
+func testURL(t *testing.T, s objstore.Store) {
+	const key = "ns/job/pods/main.log.gz"
+	u := s.URL(key)
+	if !strings.Contains(u, "://") || !strings.HasSuffix(u, key) {
+		t.Errorf("URL(%q) = %q, want scheme://.../%s", key, u, key)
+	}
+}
+
+func put(t *testing.T, s objstore.Store, key string, data []byte) {
+	t.Helper()
+	if err := s.Put(t.Context(), key, bytes.NewReader(data), objstore.PutOptions{}); err != nil {
+		t.Fatalf("Put(%q): %v", key, err)
+	}
+}
+
+func get(t *testing.T, s objstore.Store, key string) []byte {
+	t.Helper()
+	rc, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %q: %v", key, err)
+	}
+	return b
+}
+
+func list(t *testing.T, s objstore.Store, prefix string) []objstore.ObjectInfo {
+	t.Helper()
+	var got []objstore.ObjectInfo
+	if err := s.List(t.Context(), prefix, func(o objstore.ObjectInfo) error {
+		got = append(got, o)
+		return nil
+	}); err != nil {
+		t.Fatalf("List(%q): %v", prefix, err)
+	}
+	return got
+}
+
+func assertContent(t *testing.T, s objstore.Store, key string, want []byte) {
+	t.Helper()
+	if got := get(t, s, key); !bytes.Equal(got, want) {
+		t.Errorf("Get(%q) = %d bytes (sha256 %x), want %d bytes (sha256 %x)",
+			key, len(got), sha256.Sum256(got), len(want), sha256.Sum256(want))
+	}
+	assertSize(t, s, key, int64(len(want)))
+}
+
+func assertSize(t *testing.T, s objstore.Store, key string, want int64) {
+	t.Helper()
+	info, err := s.Stat(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Stat(%q): %v", key, err)
+	}
+	if diff := cmp.Diff(objstore.ObjectInfo{Key: key, Size: want}, info); diff != "" {
+		t.Errorf("Stat(%q) (-want +got):\n%s", key, diff)
+	}
+}
+
+// assertAbsentOr checks that key holds old, or no object at all when old is nil, and that no
+// other object appeared.
+func assertAbsentOr(t *testing.T, s objstore.Store, key string, old []byte) {
+	t.Helper()
+	var want []objstore.ObjectInfo
+	if old == nil {
+		if _, err := s.Stat(t.Context(), key); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("Stat(%q) after failed Put: error = %v, want ErrNotFound", key, err)
+		}
+	} else {
+		assertContent(t, s, key, old)
+		want = []objstore.ObjectInfo{{Key: key, Size: int64(len(old))}}
+	}
+	if diff := cmp.Diff(want, list(t, s, "")); diff != "" {
+		t.Errorf("List after failed Put (-want +got):\n%s", diff)
+	}
+}
+
+// randomBytes returns n reproducible pseudo-random bytes: incompressible and distinct per seed.
+func randomBytes(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	fill(rand.New(rand.NewPCG(seed, seed)), b)
+	return b
+}
+
+func fill(rng *rand.Rand, b []byte) {
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+}

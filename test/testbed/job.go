@@ -1,0 +1,110 @@
+package testbed
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	busv1alpha1 "volcano.sh/apis/pkg/apis/bus/v1alpha1"
+)
+
+func clientKey(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+// JobBuilder builds VcJobs for tests. Without Volcano's own admission webhook (not run here) nothing
+// defaults the scheduler, queue or minAvailable, so the builder sets them.
+type JobBuilder struct{ job batchv1alpha1.Job }
+
+// Job starts a VcJob ns/name on the default queue, scheduled by Volcano.
+func Job(ns, name string) *JobBuilder {
+	return &JobBuilder{job: batchv1alpha1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       batchv1alpha1.JobSpec{SchedulerName: "volcano", Queue: "default"},
+	}}
+}
+
+// PodOption changes a task's pod template.
+type PodOption func(*corev1.PodTemplateSpec)
+
+// Task adds a task of replicas pods running the named containers (image "busybox", never pulled).
+func (b *JobBuilder) Task(name string, replicas int32, containers []string, opts ...PodOption) *JobBuilder {
+	tmpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+			// KWOK's pod-complete stage waits 1 s + up to 5 s jitter by default.
+			"pod-complete.stage.kwok.x-k8s.io/delay":        "500ms",
+			"pod-complete.stage.kwok.x-k8s.io/jitter-delay": "0s",
+		}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever},
+	}
+	for _, c := range containers {
+		tmpl.Spec.Containers = append(tmpl.Spec.Containers, corev1.Container{Name: c, Image: "busybox"})
+	}
+	for _, o := range opts {
+		o(&tmpl)
+	}
+	b.job.Spec.Tasks = append(b.job.Spec.Tasks, batchv1alpha1.TaskSpec{Name: name, Replicas: replicas, Template: tmpl})
+	b.job.Spec.MinAvailable += replicas
+	return b
+}
+
+// MaxRetry sets how often Volcano restarts the job.
+func (b *JobBuilder) MaxRetry(n int32) *JobBuilder { b.job.Spec.MaxRetry = n; return b }
+
+// Policy adds a job-level lifecycle policy, e.g. PodFailed → RestartJob.
+func (b *JobBuilder) Policy(event busv1alpha1.Event, action busv1alpha1.Action) *JobBuilder {
+	b.job.Spec.Policies = append(b.job.Spec.Policies, batchv1alpha1.LifecyclePolicy{Event: event, Action: action})
+	return b
+}
+
+// Labels adds labels to the job.
+func (b *JobBuilder) Labels(kv map[string]string) *JobBuilder {
+	if b.job.Labels == nil {
+		b.job.Labels = map[string]string{}
+	}
+	for k, v := range kv {
+		b.job.Labels[k] = v
+	}
+	return b
+}
+
+// Obj returns the job.
+func (b *JobBuilder) Obj() *batchv1alpha1.Job { return b.job.DeepCopy() }
+
+// PodName is the name Volcano gives the index-th pod of a task.
+func PodName(job, task string, index int) string { return fmt.Sprintf("%s-%s-%d", job, task, index) }
+
+// Fails makes KWOK end the task's pods as Failed with exit code 1 (its chaos stage).
+func Fails() PodOption {
+	return func(p *corev1.PodTemplateSpec) {
+		setLabel(p, "pod-container-running-failed.stage.kwok.x-k8s.io", "true")
+		p.Annotations["pod-container-running-failed.stage.kwok.x-k8s.io/delay"] = "500ms"
+		p.Annotations["pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay"] = "0s"
+	}
+}
+
+// RestartsOnce makes KWOK restart every container once before it completes, so previous logs exist.
+func RestartsOnce() PodOption {
+	return func(p *corev1.PodTemplateSpec) { setLabel(p, "restart-once.stage.jobvault.io", "true") }
+}
+
+// RunsFor keeps the task's pods Running for d (a Go duration string) before they complete.
+func RunsFor(d string) PodOption {
+	return func(p *corev1.PodTemplateSpec) { p.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = d }
+}
+
+// InitContainers adds init containers to the task's pods.
+func InitContainers(names ...string) PodOption {
+	return func(p *corev1.PodTemplateSpec) {
+		for _, n := range names {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: n, Image: "busybox"})
+		}
+	}
+}
+
+func setLabel(p *corev1.PodTemplateSpec, k, v string) {
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	p.Labels[k] = v
+}
