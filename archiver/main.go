@@ -42,6 +42,7 @@ type flags struct {
 	dsn                     string
 	migrate                 bool
 	excludeNamespaces       string
+	namespaces              string
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr, probeAddr  string
@@ -60,6 +61,7 @@ func parseFlags() (*flags, error) {
 	fs.IntVar(&f.opts.PodWorkers, "pod-workers", f.opts.PodWorkers, "Pods archived in parallel (bounds concurrent log uploads and their memory).")
 	fs.IntVar(&f.opts.JobWorkers, "job-workers", f.opts.JobWorkers, "Jobs reconciled in parallel.")
 	fs.StringVar(&f.excludeNamespaces, "exclude-namespaces", strings.Join(f.opts.ExcludeNamespaces, ","), "Comma-separated namespaces whose VcJobs are never tracked (keep in line with the webhook's namespaceSelector).")
+	fs.StringVar(&f.namespaces, "namespaces", "", "Comma-separated namespaces to archive; empty for all. Lets several archivers shard a cluster by namespace.")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "Elect a leader so only one replica archives at a time.")
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -68,12 +70,7 @@ func parseFlags() (*flags, error) {
 	f.zap.BindFlags(fs)
 	flag.Parse()
 
-	f.opts.ExcludeNamespaces = nil
-	for _, ns := range strings.Split(f.excludeNamespaces, ",") {
-		if ns = strings.TrimSpace(ns); ns != "" {
-			f.opts.ExcludeNamespaces = append(f.opts.ExcludeNamespaces, ns)
-		}
-	}
+	f.opts.ExcludeNamespaces = splitList(f.excludeNamespaces)
 	f.opts.Layout = archive.Layout{Prefix: f.store.Prefix}
 	var errs []error
 	if f.dsn == "" {
@@ -84,6 +81,16 @@ func parseFlags() (*flags, error) {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return f, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func run() error {
@@ -118,7 +125,7 @@ func run() error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Cache:                   archiver.CacheOptions(),
+		Cache:                   archiver.CacheOptions(splitList(f.namespaces)...),
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:  f.probeAddr,
 		LeaderElection:          f.leaderElect,

@@ -18,10 +18,19 @@ import (
 )
 
 // CacheOptions keep only what the archiver needs in memory: tracked pods only, and no
-// managedFields on anything (they are most of an object's size and never read).
-func CacheOptions() cache.Options {
+// managedFields on anything (they are most of an object's size and never read). With namespaces,
+// only those are watched.
+func CacheOptions(namespaces ...string) cache.Options {
+	var byNS map[string]cache.Config
+	for _, ns := range namespaces {
+		if byNS == nil {
+			byNS = map[string]cache.Config{}
+		}
+		byNS[ns] = cache.Config{}
+	}
 	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
+		DefaultNamespaces: byNS,
+		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{tracking.TrackedLabel: tracking.TrackedValue})},
 		},

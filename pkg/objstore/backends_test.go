@@ -3,6 +3,7 @@ package objstore
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -50,10 +51,19 @@ func TestNewS3RejectsIncompleteConfig(t *testing.T) {
 // hangingServer accepts requests and never answers them, like a service behind a dead link.
 func hangingServer(t *testing.T) *httptest.Server {
 	t.Helper()
+	stop := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		<-r.Context().Done()
+		// The server notices a client hanging up only once the body is consumed.
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
 	}))
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		close(stop)
+		srv.Close()
+	})
 	return srv
 }
 
@@ -100,6 +110,9 @@ func TestTimeoutsBoundEveryCall(t *testing.T) {
 				err := fn(t.Context()) // no deadline of its own: the store's must apply
 				if elapsed := time.Since(start); err == nil || elapsed > 10*time.Second {
 					t.Errorf("%s against a hanging service: error %v after %s, want an error within the timeout", call, err, elapsed)
+				}
+				if testing.Verbose() {
+					t.Logf("%s: %v after %s", call, err, time.Since(start))
 				}
 			})
 		}

@@ -20,7 +20,9 @@ const tmpPrefix = ".objstore-tmp-"
 
 // FS stores objects as files under a root directory; a key "a/b.log" is the file root/a/b.log.
 // It is meant for development, tests and single-node installs. ContentType and ContentEncoding
-// are not stored: a file has no place for them and nothing reads them back.
+// are not stored: a file has no place for them and nothing reads them back. Unlike S3 and GCS, a
+// key cannot be both an object and a prefix of other keys ("a/b" and "a/b/c"); Put reports the
+// conflict as an error. The archive layout never produces one.
 type FS struct {
 	root string // absolute, cleaned
 }

@@ -52,11 +52,14 @@ func NewGCS(ctx context.Context, cfg GCSConfig) (*GCS, error) {
 	if cfg.ChunkSize == 0 {
 		cfg.ChunkSize = DefaultChunkSize
 	}
-	var opts []option.ClientOption
+	// Reads go through the XML API, pinned because the client's default is to switch to JSON:
+	// JSON reads refuse ReadCompressed ("custom Accept-Encoding headers not allowed",
+	// googleapis/google-cloud-go#7786), and without it gzip-encoded objects come back
+	// decompressed, breaking Get's byte-exactness. Emulators must serve XML reads too
+	// (fake-gcs-server: -public-host).
+	opts := []option.ClientOption{storage.WithXMLReads()}
 	if os.Getenv("STORAGE_EMULATOR_HOST") != "" {
-		// Emulators take no credentials, and serve reads only on the JSON API: the XML API
-		// addresses buckets by host name, which an emulator on 127.0.0.1:PORT cannot answer.
-		opts = append(opts, option.WithoutAuthentication(), storage.WithJSONReads())
+		opts = append(opts, option.WithoutAuthentication()) // emulators take no credentials
 	}
 	client, err := storage.NewClient(ctx, opts...)
 	if err != nil {

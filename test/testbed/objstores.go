@@ -22,6 +22,7 @@ type MinIOServer struct {
 	Endpoint             string // host:port
 	AccessKey, SecretKey string
 	Proc                 *Process
+	restart              func() error
 }
 
 // S3 locates a fresh bucket on the testbed's MinIO.
@@ -96,20 +97,32 @@ func startMinIO() (*MinIOServer, error) {
 	}
 	dir := filepath.Join(WorkDir(), "minio")
 	s := &MinIOServer{Endpoint: "127.0.0.1:" + strconv.Itoa(port), AccessKey: "testbed", SecretKey: "testbed-secret-key"}
-	cmd := exec.Command(bin, "server", dir, "--address", s.Endpoint, "--console-address", "127.0.0.1:"+strconv.Itoa(console), "--quiet")
-	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.AccessKey, "MINIO_ROOT_PASSWORD="+s.SecretKey,
-		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
-	p, err := startProcess("minio", cmd)
-	if err != nil {
-		return nil, err
+	s.restart = func() error {
+		cmd := exec.Command(bin, "server", dir, "--address", s.Endpoint, "--console-address", "127.0.0.1:"+strconv.Itoa(console), "--quiet")
+		cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.AccessKey, "MINIO_ROOT_PASSWORD="+s.SecretKey,
+			"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
+		p, err := startProcess("minio", cmd)
+		if err != nil {
+			return err
+		}
+		onStop(p.Stop)
+		s.Proc = p
+		return p.waitFor(60*time.Second, httpOK("http://"+s.Endpoint+"/minio/health/ready"))
 	}
-	onStop(p.Stop)
-	s.Proc = p
-	return s, p.waitFor(60*time.Second, httpOK("http://"+s.Endpoint+"/minio/health/ready"))
+	return s, s.restart()
 }
 
-// RestartMinIO stops and restarts the shared MinIO server on the same address and data (outage tests).
+// Stop stops the shared MinIO server (outage tests); Start brings it back on the same address
+// with the same data.
 func (s *MinIOServer) Stop() { s.Proc.Stop() }
+
+// Start restarts a stopped MinIO server.
+func (s *MinIOServer) Start(t testing.TB) {
+	t.Helper()
+	if err := s.restart(); err != nil {
+		t.Fatal(err)
+	}
+}
 
 func httpOK(url string) func() error {
 	return func() error {

@@ -21,8 +21,20 @@ import (
 
 // PostgresServer is a throwaway Postgres 15 cluster: one initdb per test binary, one database per test.
 type PostgresServer struct {
-	Port int
-	Proc *Process
+	Port    int
+	Proc    *Process
+	restart func() error
+}
+
+// Stop stops the shared Postgres server (outage tests); Start brings it back with the same data.
+func (s *PostgresServer) Stop() { s.Proc.Stop() }
+
+// Start restarts a stopped Postgres server.
+func (s *PostgresServer) Start(t testing.TB) {
+	t.Helper()
+	if err := s.restart(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // AdminDSN is the DSN of the cluster's postgres database.
@@ -147,28 +159,33 @@ func startPostgres() (*PostgresServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(postgres, "-D", data, "-p", strconv.Itoa(port), "-k", sock,
-		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=300")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: attr.Credential}
-	p, err := startProcess("postgres", cmd)
-	if err != nil {
-		return nil, err
-	}
-	onStop(p.Stop)
-	s := &PostgresServer{Port: port, Proc: p}
-	err = p.waitFor(30*time.Second, func() error {
-		db, err := sql.Open("postgres", s.AdminDSN())
+	s := &PostgresServer{Port: port}
+	s.restart = func() error {
+		cmd := exec.Command(postgres, "-D", data, "-p", strconv.Itoa(port), "-k", sock,
+			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+			"-c", "full_page_writes=off", "-c", "max_connections=300")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: attr.Credential}
+		p, err := startProcess("postgres", cmd)
 		if err != nil {
 			return err
 		}
-		defer db.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return db.PingContext(ctx)
-	})
-	if err != nil {
+		onStop(p.Stop)
+		s.Proc = p
+		return p.waitFor(30*time.Second, s.ping)
+	}
+	if err := s.restart(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+func (s *PostgresServer) ping() error {
+	db, err := sql.Open("postgres", s.AdminDSN())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
 }

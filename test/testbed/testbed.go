@@ -23,6 +23,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 //go:embed versions.env
@@ -76,6 +80,13 @@ var (
 // Main runs the tests of a package that uses testbed parts and stops every part at the end. Use it
 // as `func TestMain(m *testing.M) { testbed.Main(m) }`.
 func Main(m *testing.M) {
+	// Programs under test log to their own files; in-process helpers (webhook servers, clients)
+	// stay quiet unless TESTBED_LOG is set.
+	if os.Getenv("TESTBED_LOG") != "" {
+		ctrllog.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		ctrllog.SetLogger(logr.Discard())
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
@@ -162,6 +173,9 @@ type Process struct {
 // startProcess runs bin with args as a child whose stdout and stderr go to WorkDir()/name.log.
 func startProcess(name string, cmd *exec.Cmd) (*Process, error) {
 	logPath := filepath.Join(WorkDir(), name+".log")
+	for i := 2; fileExists(logPath); i++ {
+		logPath = filepath.Join(WorkDir(), fmt.Sprintf("%s-%d.log", name, i))
+	}
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)

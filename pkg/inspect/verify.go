@@ -1,0 +1,470 @@
+package inspect
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/objstore"
+)
+
+// ProblemKind classifies what Verify found wrong.
+type ProblemKind string
+
+const (
+	// ProblemMissing: no object under a key the records name.
+	ProblemMissing ProblemKind = "missing"
+	// ProblemMismatch: the object's content differs from the database's record of it (size,
+	// stored size or sha256), or job.json names another job.
+	ProblemMismatch ProblemKind = "mismatch"
+	// ProblemCorrupt: the object cannot be decoded (not gzip, truncated, not JSON).
+	ProblemCorrupt ProblemKind = "corrupt"
+	// ProblemUnreadable: the store failed to serve the object; it could not be checked.
+	ProblemUnreadable ProblemKind = "unreadable"
+	// ProblemManifest: manifest.json disagrees with the database.
+	ProblemManifest ProblemKind = "manifest"
+	// ProblemLocation: the database records the archive at another location than the store and
+	// prefix given to Verify (often: the wrong --store-prefix or bucket).
+	ProblemLocation ProblemKind = "location"
+	// ProblemRecord: the database lacks a record the archive needs (the job's row).
+	ProblemRecord ProblemKind = "record"
+)
+
+// Problem is one thing wrong with a job's archive.
+type Problem struct {
+	Kind ProblemKind `json:"kind"`
+	// Subject says what is concerned, for people: "job.json", "manifest.json" or a log.
+	Subject string `json:"subject"`
+	// Key is the object concerned, if any.
+	Key    string `json:"key,omitempty"`
+	Detail string `json:"detail"`
+}
+
+func (p Problem) String() string {
+	s := strings.ToUpper(string(p.Kind)) + " " + p.Subject
+	if p.Key != "" {
+		s += " [" + p.Key + "]"
+	}
+	return s + ": " + p.Detail
+}
+
+// Report is the outcome of Verify.
+type Report struct {
+	Job          archive.JobRef  `json:"job"`
+	ArchiveState db.ArchiveState `json:"archiveState"`
+	// Location is where this store and layout put the job's archive.
+	Location string `json:"location"`
+	// Logs counts the log records; Stored those re-read (state stored), Unavailable those recorded
+	// as unavailable (nothing to read: the record says why).
+	Logs        int `json:"logs"`
+	Stored      int `json:"stored"`
+	Unavailable int `json:"unavailable"`
+	// Problems lists everything found wrong, in the order of the records.
+	Problems []Problem `json:"problems"`
+	// Unreferenced lists objects under the job's directory that no record names: not a failure
+	// (the records are authoritative), but worth a look; e.g. an upload whose record a crash lost,
+	// later redone under the same key, leaves none, while a foreign object does.
+	Unreferenced []string `json:"unreferenced"`
+}
+
+// OK reports whether the archive matches its records.
+func (r Report) OK() bool { return len(r.Problems) == 0 }
+
+// WriteText prints the report for people: one line per problem, then a summary.
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	for _, p := range r.Problems {
+		b.WriteString(p.String() + "\n")
+	}
+	for _, k := range r.Unreferenced {
+		fmt.Fprintf(&b, "NOTE unreferenced object [%s]: no record names it\n", k)
+	}
+	if r.ArchiveState == db.ArchivePending {
+		b.WriteString("NOTE the job is not archived yet: job.json and manifest.json are not checked\n")
+	}
+	verdict := "OK"
+	if !r.OK() {
+		verdict = fmt.Sprintf("FAILED: %d problem(s)", len(r.Problems))
+	}
+	fmt.Fprintf(&b, "%s %s/%s (uid %s, %s) at %s: %d log(s), %d stored and re-read, %d unavailable\n",
+		verdict, r.Job.Namespace, r.Job.Name, r.Job.UID, r.ArchiveState, r.Location, r.Logs, r.Stored, r.Unavailable)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// verifyWorkers bounds the objects re-read at once: enough to hide the store's latency, few enough
+// that an audit never competes with the archiver for bandwidth.
+const verifyWorkers = 4
+
+// Verify re-reads every stored object of a job's archive and compares it with the database: each
+// log object is decompressed and its size and sha256 compared with its record (and its stored size
+// with the object's); once the job is archived or released, job.json must name the job and
+// manifest.json must list exactly the recorded pods and logs. layout must be the archiver's (its
+// --store-prefix): it names job.json and manifest.json, and the recorded archive location is
+// checked against it.
+//
+// Verify does not stop at the first problem: every one is in the Report. The error is for failures
+// to verify at all: the database failing, the context ending, or a job the database does not know
+// (matching db.ErrNotFound). A store that fails on one object is a problem of that object.
+func Verify(ctx context.Context, records Records, store objstore.Store, layout archive.Layout, jobUID string) (Report, error) {
+	if jobUID == "" {
+		return Report{}, errors.New("verify: empty job UID")
+	}
+	job, jobErr := records.Job(ctx, jobUID)
+	if jobErr != nil && !errors.Is(jobErr, db.ErrNotFound) {
+		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, jobErr)
+	}
+	pods, err := records.Pods(ctx, jobUID)
+	if err != nil {
+		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+	}
+	if jobErr != nil && len(pods) == 0 {
+		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, jobErr)
+	}
+	logs, err := records.LogObjects(ctx, jobUID)
+	if err != nil {
+		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+	}
+
+	v := &verifier{store: store, layout: layout, podNames: map[string]string{}}
+	for _, p := range pods {
+		v.podNames[p.UID] = p.Name
+	}
+	rep := &Report{Logs: len(logs), Problems: []Problem{}, Unreferenced: []string{}}
+	if jobErr != nil {
+		// Pods are recorded before their job (pods has no foreign key to jobs); without the job's
+		// row its name, and so its directory, job.json and manifest.json, are unknown.
+		rep.Job = archive.JobRef{Namespace: pods[0].Namespace, UID: jobUID}
+		rep.ArchiveState = db.ArchivePending
+		rep.Problems = append(rep.Problems, Problem{Kind: ProblemRecord, Subject: "job",
+			Detail: "the database has pods of the job but no row for the job itself; only the logs are checked"})
+	} else {
+		rep.Job = archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: job.UID}
+		rep.ArchiveState = cmpOr(job.ArchiveState, db.ArchivePending)
+		rep.Location = store.URL(layout.JobDir(rep.Job) + "/")
+		if job.ArchiveLocation != "" && job.ArchiveLocation != rep.Location {
+			rep.Problems = append(rep.Problems, Problem{Kind: ProblemLocation, Subject: "job",
+				Detail: fmt.Sprintf("the database records the archive at %s, this store and prefix put it at %s (wrong --store-prefix or bucket?)",
+					job.ArchiveLocation, rep.Location)})
+		}
+	}
+
+	logProblems, err := v.checkLogs(ctx, logs)
+	if err != nil {
+		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+	}
+	rep.Problems = append(rep.Problems, logProblems...)
+	for _, l := range logs {
+		if l.State == db.LogStored {
+			rep.Stored++
+		} else {
+			rep.Unavailable++
+		}
+	}
+
+	if jobErr == nil && rep.ArchiveState != db.ArchivePending {
+		rep.Problems = append(rep.Problems, v.checkJobObject(ctx, rep.Job)...)
+		rep.Problems = append(rep.Problems, v.checkManifest(ctx, rep.Job, job, pods, logs)...)
+	}
+	if jobErr == nil {
+		unref, problem := v.unreferenced(ctx, rep.Job, logs)
+		rep.Unreferenced = append(rep.Unreferenced, unref...)
+		if problem != nil {
+			rep.Problems = append(rep.Problems, *problem)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+	}
+	return *rep, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+type verifier struct {
+	store    objstore.Store
+	layout   archive.Layout
+	podNames map[string]string
+}
+
+func (v *verifier) logSubject(l db.LogObject) string {
+	return fmt.Sprintf("log of container %s (%s) of pod %s (uid %s)", l.Container, l.Instance, v.podNames[l.PodUID], l.PodUID)
+}
+
+// checkLogs re-reads every stored log, verifyWorkers at a time, and returns the problems in the
+// order of logs.
+func (v *verifier) checkLogs(ctx context.Context, logs []db.LogObject) ([]Problem, error) {
+	results := make([]*Problem, len(logs))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(verifyWorkers, len(logs)) {
+		wg.Go(func() {
+			for i := range work {
+				results[i] = v.checkLog(ctx, logs[i])
+			}
+		})
+	}
+feed:
+	for i, l := range logs {
+		if l.State != db.LogStored {
+			continue
+		}
+		select {
+		case work <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var problems []Problem
+	for _, p := range results {
+		if p != nil {
+			problems = append(problems, *p)
+		}
+	}
+	return problems, nil
+}
+
+// checkLog streams one log object through gunzip and sha256 and compares it with its record.
+func (v *verifier) checkLog(ctx context.Context, l db.LogObject) *Problem {
+	problem := func(kind ProblemKind, format string, args ...any) *Problem {
+		return &Problem{Kind: kind, Subject: v.logSubject(l), Key: l.ObjectKey, Detail: fmt.Sprintf(format, args...)}
+	}
+	rc, err := v.store.Get(ctx, l.ObjectKey)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return problem(ProblemMissing, "no object under the recorded key")
+	case err != nil:
+		return problem(ProblemUnreadable, "%v", err)
+	}
+	defer rc.Close()
+	src := &countingReader{r: rc}
+	zr, err := gzip.NewReader(src)
+	if err != nil {
+		if src.err != nil {
+			return problem(ProblemUnreadable, "%v", src.err)
+		}
+		return problem(ProblemCorrupt, "not a gzip stream: %v", err)
+	}
+	hash := sha256.New()
+	n, err := io.Copy(hash, zr)
+	if err == nil {
+		// The gzip reader stops at the end of the last member; count any bytes after it too.
+		_, err = io.Copy(io.Discard, src)
+	}
+	if err != nil {
+		if src.err != nil {
+			return problem(ProblemUnreadable, "%v", src.err)
+		}
+		return problem(ProblemCorrupt, "decompress after %d bytes: %v", n, err)
+	}
+	var diffs []string
+	if n != l.Bytes {
+		diffs = append(diffs, fmt.Sprintf("uncompressed size is %d bytes, the record says %d", n, l.Bytes))
+	}
+	if sum := hex.EncodeToString(hash.Sum(nil)); sum != l.SHA256 {
+		diffs = append(diffs, fmt.Sprintf("sha256 is %s, the record says %s", sum, l.SHA256))
+	}
+	if src.n != l.StoredBytes {
+		diffs = append(diffs, fmt.Sprintf("stored size is %d bytes, the record says %d", src.n, l.StoredBytes))
+	}
+	if len(diffs) > 0 {
+		return problem(ProblemMismatch, "%s", strings.Join(diffs, "; "))
+	}
+	return nil
+}
+
+// countingReader counts the bytes read and keeps the underlying reader's error, so that a failing
+// store is told apart from a corrupt object.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF {
+		c.err = err
+	}
+	return n, err
+}
+
+// getJSON reads the JSON object under key into v, or returns the problem.
+func (v *verifier) getJSON(ctx context.Context, subject, key string, into any) *Problem {
+	rc, err := v.store.Get(ctx, key)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return &Problem{Kind: ProblemMissing, Subject: subject, Key: key, Detail: "no object, although the job is archived"}
+	case err != nil:
+		return &Problem{Kind: ProblemUnreadable, Subject: subject, Key: key, Detail: err.Error()}
+	}
+	defer rc.Close()
+	src := &countingReader{r: rc}
+	if err := json.NewDecoder(src).Decode(into); err != nil {
+		if src.err != nil {
+			return &Problem{Kind: ProblemUnreadable, Subject: subject, Key: key, Detail: src.err.Error()}
+		}
+		return &Problem{Kind: ProblemCorrupt, Subject: subject, Key: key, Detail: "not JSON: " + err.Error()}
+	}
+	return nil
+}
+
+// checkJobObject checks that job.json exists and is the final object of this job.
+func (v *verifier) checkJobObject(ctx context.Context, ref archive.JobRef) []Problem {
+	key := v.layout.JobObject(ref)
+	var obj struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Namespace string `json:"namespace"`
+			Name      string `json:"name"`
+			UID       string `json:"uid"`
+		} `json:"metadata"`
+	}
+	if p := v.getJSON(ctx, "job.json", key, &obj); p != nil {
+		return []Problem{*p}
+	}
+	got := archive.JobRef{Namespace: obj.Metadata.Namespace, Name: obj.Metadata.Name, UID: obj.Metadata.UID}
+	if got != ref || obj.Kind != "Job" {
+		return []Problem{{Kind: ProblemMismatch, Subject: "job.json", Key: key,
+			Detail: fmt.Sprintf("holds %s %s/%s (uid %s), not the job %s/%s (uid %s)",
+				orDash(obj.Kind), got.Namespace, got.Name, got.UID, ref.Namespace, ref.Name, ref.UID)}}
+	}
+	return nil
+}
+
+// checkManifest compares manifest.json with the records it was built from. Only what cannot change
+// after the job is archived is compared: the job's identity and release reason, each pod's name,
+// task and release reason, and every log entry in full. Not the phases, nodes or times: pod rows
+// are still updated while the pods terminate, and a job an operator released keeps running.
+func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job db.Job, pods []db.Pod, logs []db.LogObject) []Problem {
+	key := v.layout.Manifest(ref)
+	var got archive.Manifest
+	if p := v.getJSON(ctx, "manifest.json", key, &got); p != nil {
+		return []Problem{*p}
+	}
+	var problems []Problem
+	add := func(format string, args ...any) {
+		problems = append(problems, Problem{Kind: ProblemManifest, Subject: "manifest.json", Key: key, Detail: fmt.Sprintf(format, args...)})
+	}
+	want := archive.BuildManifest(ref, job, pods, logs, v.layout.JobObject(ref), got.ArchivedAt)
+	if got.Version != want.Version {
+		add("format version %d, this tool reads version %d", got.Version, want.Version)
+	}
+	if got.Job != want.Job {
+		add("names job %s/%s (uid %s), not %s/%s (uid %s)", got.Job.Namespace, got.Job.Name, got.Job.UID, ref.Namespace, ref.Name, ref.UID)
+	}
+	if got.JobObject != want.JobObject {
+		add("jobObject is %q, expected %q", got.JobObject, want.JobObject)
+	}
+	if got.ReleaseReason != want.ReleaseReason {
+		add("release reason is %q, the database says %q", got.ReleaseReason, want.ReleaseReason)
+	}
+
+	gotPods := map[string]archive.PodEntry{}
+	for _, p := range got.Pods {
+		gotPods[p.UID] = p
+	}
+	wantPods := map[string]bool{}
+	for _, wp := range want.Pods {
+		wantPods[wp.UID] = true
+		gp, ok := gotPods[wp.UID]
+		if !ok {
+			add("pod %s (uid %s) is recorded in the database but not listed", wp.Name, wp.UID)
+			continue
+		}
+		if gp.Name != wp.Name || gp.Task != wp.Task || gp.ReleaseReason != wp.ReleaseReason {
+			add("pod uid %s is listed as name %q, task %q, release reason %q; the database says %q, %q, %q",
+				wp.UID, gp.Name, gp.Task, gp.ReleaseReason, wp.Name, wp.Task, wp.ReleaseReason)
+		}
+		gotLogs := map[string]archive.LogEntry{}
+		for _, l := range gp.Logs {
+			gotLogs[l.Container+"/"+l.Instance] = l
+		}
+		for _, wl := range wp.Logs {
+			id := wl.Container + "/" + wl.Instance
+			gl, ok := gotLogs[id]
+			if !ok {
+				add("log of container %s (%s) of pod %s is recorded in the database but not listed", wl.Container, wl.Instance, wp.Name)
+				continue
+			}
+			delete(gotLogs, id)
+			if d := diffLogEntry(gl, wl); d != "" {
+				add("log of container %s (%s) of pod %s differs from the database: %s", wl.Container, wl.Instance, wp.Name, d)
+			}
+		}
+		for _, gl := range gp.Logs {
+			if _, extra := gotLogs[gl.Container+"/"+gl.Instance]; extra {
+				add("log of container %s (%s) of pod %s is listed but not recorded in the database", gl.Container, gl.Instance, wp.Name)
+			}
+		}
+	}
+	for _, gp := range got.Pods {
+		if !wantPods[gp.UID] {
+			add("pod %s (uid %s) is listed but not recorded in the database", gp.Name, gp.UID)
+		}
+	}
+	return problems
+}
+
+// diffLogEntry describes how a manifest's log entry differs from the database's, "" if it does not.
+func diffLogEntry(got, want archive.LogEntry) string {
+	var diffs []string
+	field := func(name string, g, w any) {
+		if g != w {
+			diffs = append(diffs, fmt.Sprintf("%s %v (database: %v)", name, g, w))
+		}
+	}
+	field("type", got.Type, want.Type)
+	field("state", got.State, want.State)
+	field("key", got.Key, want.Key)
+	field("bytes", got.Bytes, want.Bytes)
+	field("storedBytes", got.StoredBytes, want.StoredBytes)
+	field("sha256", got.SHA256, want.SHA256)
+	field("reason", got.Reason, want.Reason)
+	return strings.Join(diffs, ", ")
+}
+
+// unreferenced lists the objects under the job's directory that no record names.
+func (v *verifier) unreferenced(ctx context.Context, ref archive.JobRef, logs []db.LogObject) ([]string, *Problem) {
+	known := map[string]bool{v.layout.JobObject(ref): true, v.layout.Manifest(ref): true}
+	for _, l := range logs {
+		if l.ObjectKey != "" {
+			known[l.ObjectKey] = true
+		}
+	}
+	var keys []string
+	dir := v.layout.JobDir(ref) + "/"
+	err := v.store.List(ctx, dir, func(o objstore.ObjectInfo) error {
+		if !known[o.Key] {
+			keys = append(keys, o.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return keys, &Problem{Kind: ProblemUnreadable, Subject: "job directory", Key: dir, Detail: "list: " + err.Error()}
+	}
+	return keys, nil
+}

@@ -1,0 +1,74 @@
+package testbed
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildMu sync.Mutex
+	built   = map[string]string{}
+)
+
+// moduleRoot is the jobvault module's root directory (two levels above this file).
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// GoBuild builds one of jobvault's own programs (e.g. "./archiver") once per test binary and
+// returns the path of the binary, so tests run the real program with its real flags.
+func GoBuild(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	out := filepath.Join(WorkDir(), "programs", filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = moduleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("testbed: go build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
+
+// Start runs a program as a testbed process (log in WorkDir()/name.log) that the test stops when
+// it ends; callers may Stop or Kill it earlier.
+func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
+	t.Helper()
+	p, err := startProcess(name, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	onStop(p.Stop)
+	return p
+}
+
+// WaitReady polls url until it answers 200, failing the test with the process log otherwise.
+func (p *Process) WaitReady(t testing.TB, url string, timeout time.Duration) {
+	t.Helper()
+	if err := p.waitFor(timeout, httpOK(url)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FreePort returns a free TCP port on 127.0.0.1.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	p, err := freePort()
+	if err != nil {
+		t.Fatal(fmt.Errorf("testbed: free port: %w", err))
+	}
+	return p
+}
