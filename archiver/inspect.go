@@ -46,7 +46,8 @@ Commands:
             archiver logs verify --job-uid UID
 
 The database comes from --db-dsn (default $JOBVAULT_DB_DSN; the password from PGPASSWORD or
-PGPASSFILE) and the store from the same --store-* flags as the archiver's, --store-prefix included.
+PGPASSFILE) and the store from the same --store-* flags as the archiver's, --store-prefix included
+(ls takes them too, and ignores them).
 Exit status: 0 success, 1 failure or problems found, 2 usage error.
 Run 'archiver logs COMMAND -h' for a command's flags.
 `
@@ -71,8 +72,8 @@ type inspectCmd struct {
 	key, pod, container, instance   string
 }
 
-// newInspectCmd registers the flags command name takes: the job selectors and the database for
-// all, the store for cat and verify, the log selectors for cat, the output format for ls and verify.
+// newInspectCmd registers the flags command name takes: the job selectors, the database and the
+// store for all, the log selectors for cat, the output format for ls and verify.
 func newInspectCmd(name string, stderr io.Writer) *inspectCmd {
 	c := &inspectCmd{name: name, fs: flag.NewFlagSet("archiver logs "+name, flag.ContinueOnError)}
 	fs := c.fs
@@ -83,9 +84,9 @@ func newInspectCmd(name string, stderr io.Writer) *inspectCmd {
 	fs.StringVar(&c.namespace, "namespace", "", "Namespace of the job, with --job.")
 	fs.StringVar(&c.job, "job", "", "Name of the job, with --namespace.")
 	fs.StringVar(&c.cluster, "cluster-name", "", "Cluster of the job, with --namespace and --job, when several clusters share the database.")
-	if name == "cat" || name == "verify" {
-		c.store.BindFlags(fs)
-	}
+	// Every command takes the store flags, so that one set of flags (or a shell alias) serves all;
+	// ls does not read the store and ignores them.
+	c.store.BindFlags(fs)
 	if name == "cat" {
 		fs.StringVar(&c.key, "key", "", "Object key of the log (as `archiver logs ls` prints it); no database needed.")
 		fs.StringVar(&c.pod, "pod", "", "Pod name or UID, with --container.")

@@ -228,8 +228,9 @@ func (b *Bundle) CABundle() string { return base64.StdEncoding.EncodeToString(b.
 
 // WriteDir writes tls.crt, tls.key and ca.crt into dir (created 0700 if missing), each file
 // atomically (temporary file, then rename), so that a server watching the directory never reads
-// a half-written file. The key is written before the certificate: a watcher that reloads on the
-// certificate's change sees the matching key.
+// a half-written file. The key is written before the certificate, so the last change a watcher
+// sees leaves a matching pair; in between it may read the new key with the old certificate, reject
+// the pair (controller-runtime's certwatcher logs it) and keep serving the old one.
 func (b *Bundle) WriteDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create certificate directory: %w", err)

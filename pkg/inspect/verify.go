@@ -50,6 +50,7 @@ type Problem struct {
 	Detail string `json:"detail"`
 }
 
+// String formats the problem as one line: KIND subject [key]: detail.
 func (p Problem) String() string {
 	s := strings.ToUpper(string(p.Kind)) + " " + p.Subject
 	if p.Key != "" {
@@ -305,7 +306,7 @@ type countingReader struct {
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		c.err = err
 	}
 	return n, err

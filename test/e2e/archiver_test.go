@@ -23,7 +23,7 @@ import (
 
 // podLogs prepares distinct logs for every container of every pod Volcano will create for the
 // tasks (name → replicas) and returns what each must read back as: pod → container → bytes.
-func podLogs(t *testing.T, env *testbed.Env, ns, job string, tasks map[string]int, containers []string, withPrevious bool) map[string]map[string]testbed.ContainerLogs {
+func podLogs(t testing.TB, env *testbed.Env, ns, job string, tasks map[string]int, containers []string, withPrevious bool) map[string]map[string]testbed.ContainerLogs {
 	t.Helper()
 	all := map[string]map[string]testbed.ContainerLogs{}
 	for task, n := range tasks {
@@ -53,7 +53,7 @@ func sampleChunks(tag string) []testbed.Chunk {
 }
 
 // createAs creates the job as the given user, so the webhook records that submitter.
-func createAs(t *testing.T, env *testbed.Env, user string, job *batchv1alpha1.Job) {
+func createAs(t testing.TB, env *testbed.Env, user string, job *batchv1alpha1.Job) {
 	t.Helper()
 	c, err := client.New(env.UserConfig(t, user, "team-a"), client.Options{Scheme: env.Scheme})
 	if err != nil {
@@ -147,7 +147,7 @@ func checkTransitions(t *testing.T, s *stack, job *batchv1alpha1.Job) {
 	}
 }
 
-func getJob(t *testing.T, env *testbed.Env, job *batchv1alpha1.Job) *batchv1alpha1.Job {
+func getJob(t testing.TB, env *testbed.Env, job *batchv1alpha1.Job) *batchv1alpha1.Job {
 	t.Helper()
 	var j batchv1alpha1.Job
 	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(job), &j); err != nil {
@@ -156,7 +156,7 @@ func getJob(t *testing.T, env *testbed.Env, job *batchv1alpha1.Job) *batchv1alph
 	return &j
 }
 
-func waitPhase(t *testing.T, env *testbed.Env, job *batchv1alpha1.Job, phase batchv1alpha1.JobPhase, timeout time.Duration) *batchv1alpha1.Job {
+func waitPhase(t testing.TB, env *testbed.Env, job *batchv1alpha1.Job, phase batchv1alpha1.JobPhase, timeout time.Duration) *batchv1alpha1.Job {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

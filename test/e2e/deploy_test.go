@@ -413,6 +413,9 @@ func checkArchiverDeployment(t *testing.T, dir string, objs []*unstructured.Unst
 	if c == nil {
 		return
 	}
+	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "archiver" {
+		t.Errorf("archiver command %q: want the archiver program (the image holds both)", c.Command)
+	}
 	wantBackend := map[string]string{"overlays/s3": "s3", "overlays/gcs": "gcs"}[dir]
 	if wantBackend == "" {
 		wantBackend = "fs"
@@ -497,16 +500,16 @@ func TestDeployArchiverFlags(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), bin, append(slices.Clone(c.Args), "-help")...)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
-				t.Errorf("archiver %s -help: %v\n%s", strings.Join(c.Args, " "), err, firstLines(string(out), 2))
+				t.Errorf("archiver %s -help: %v\n%s", strings.Join(c.Args, " "), err, flagError(string(out)))
 			}
 		})
 	}
 }
 
-// firstLines keeps the flag package's error, which comes before the usage text.
-func firstLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[:min(n, len(lines))], "\n")
+// flagError keeps the flag package's error, the first line, before the usage text.
+func flagError(out string) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	return first
 }
 
 // TestDeployArchiverRBAC installs the archiver's ServiceAccount and RBAC from config/default for

@@ -39,7 +39,7 @@ var webhookOnce sync.Once
 // registerWebhook serves jobvault's admission webhook in this process on 127.0.0.1 and registers it
 // cluster-wide with the MutatingWebhookConfiguration of config/webhook, its clientConfig pointed at
 // that address. Once per test binary: the registration is cluster-wide.
-func registerWebhook(t *testing.T, env *testbed.Env) {
+func registerWebhook(t testing.TB, env *testbed.Env) {
 	t.Helper()
 	var err error
 	webhookOnce.Do(func() { err = startWebhook(env) })
@@ -117,7 +117,7 @@ type stack struct {
 
 // newStack registers the webhook, makes a namespace, a database and a store of the given backend
 // (s3 = MinIO, gcs = the GCS emulator, fs = a directory) and starts the archiver binary for them.
-func newStack(t *testing.T, backend string, flags ...string) *stack {
+func newStack(t testing.TB, backend string, flags ...string) *stack {
 	t.Helper()
 	env := testbed.Cluster(t)
 	registerWebhook(t, env)
@@ -156,7 +156,7 @@ func newStack(t *testing.T, backend string, flags ...string) *stack {
 }
 
 // start runs the archiver binary; stop or kill it with s.proc.
-func (s *stack) start(t *testing.T) {
+func (s *stack) start(t testing.TB) {
 	t.Helper()
 	bin := testbed.GoBuild(t, "./archiver")
 	s.probe = testbed.FreePort(t)
@@ -170,7 +170,7 @@ func (s *stack) start(t *testing.T) {
 }
 
 // waitArchived waits until the job's finalizer is released and returns the job as last seen.
-func (s *stack) waitArchived(t *testing.T, job *batchv1alpha1.Job, timeout time.Duration) *batchv1alpha1.Job {
+func (s *stack) waitArchived(t testing.TB, job *batchv1alpha1.Job, timeout time.Duration) *batchv1alpha1.Job {
 	t.Helper()
 	var j batchv1alpha1.Job
 	deadline := time.Now().Add(timeout)
@@ -191,7 +191,7 @@ func (s *stack) waitArchived(t *testing.T, job *batchv1alpha1.Job, timeout time.
 }
 
 // readLog reads an archived log object back, decompressed, with its sha256.
-func (s *stack) readLog(t *testing.T, key string) ([]byte, string) {
+func (s *stack) readLog(t testing.TB, key string) ([]byte, string) {
 	t.Helper()
 	rc, err := s.store.Get(t.Context(), key)
 	if err != nil {
@@ -211,7 +211,7 @@ func (s *stack) readLog(t *testing.T, key string) ([]byte, string) {
 }
 
 // checkLog asserts that the log object row is stored and its object holds exactly want.
-func (s *stack) checkLog(t *testing.T, row db.LogObject, want []byte) {
+func (s *stack) checkLog(t testing.TB, row db.LogObject, want []byte) {
 	t.Helper()
 	if row.State != db.LogStored {
 		t.Errorf("log %s: state %s (%s), want stored", row, row.State, row.Reason)

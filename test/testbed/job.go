@@ -31,9 +31,10 @@ type PodOption func(*corev1.PodTemplateSpec)
 func (b *JobBuilder) Task(name string, replicas int32, containers []string, opts ...PodOption) *JobBuilder {
 	tmpl := corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-			// KWOK's pod-complete stage waits 1 s + up to 5 s jitter by default.
+			// KWOK's pod-complete stage waits between delay and jitter-delay (by default 1 s and
+			// 5 s); equal values make the pod's run time deterministic.
 			"pod-complete.stage.kwok.x-k8s.io/delay":        "500ms",
-			"pod-complete.stage.kwok.x-k8s.io/jitter-delay": "0s",
+			"pod-complete.stage.kwok.x-k8s.io/jitter-delay": "500ms",
 		}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever},
 	}
@@ -79,7 +80,7 @@ func Fails() PodOption {
 	return func(p *corev1.PodTemplateSpec) {
 		setLabel(p, "pod-container-running-failed.stage.kwok.x-k8s.io", "true")
 		p.Annotations["pod-container-running-failed.stage.kwok.x-k8s.io/delay"] = "500ms"
-		p.Annotations["pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay"] = "0s"
+		p.Annotations["pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay"] = "500ms"
 	}
 }
 
@@ -90,7 +91,10 @@ func RestartsOnce() PodOption {
 
 // RunsFor keeps the task's pods Running for d (a Go duration string) before they complete.
 func RunsFor(d string) PodOption {
-	return func(p *corev1.PodTemplateSpec) { p.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = d }
+	return func(p *corev1.PodTemplateSpec) {
+		p.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = d
+		p.Annotations["pod-complete.stage.kwok.x-k8s.io/jitter-delay"] = d
+	}
 }
 
 // InitContainers adds init containers to the task's pods.

@@ -114,3 +114,21 @@ func (e *Env) SetPodLogs(t testing.TB, ns, pod string, containers map[string]Con
 		t.Fatalf("testbed: create KWOK logs of %s/%s: %v", ns, pod, err)
 	}
 }
+
+// SetPodLogFiles makes KWOK serve existing CRI-format files (container → path) as the current logs
+// of pod ns/name; for logs too large to hold in memory (benchmarks).
+func (e *Env) SetPodLogFiles(t testing.TB, ns, pod string, files map[string]string) {
+	t.Helper()
+	var logs []any
+	for name, p := range files {
+		logs = append(logs, map[string]any{"containers": []any{name}, "follow": false, "logsFile": p})
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(logsGVR)
+	u.SetNamespace(ns)
+	u.SetName(pod)
+	u.Object["spec"] = map[string]any{"logs": logs}
+	if err := e.Client.Create(context.Background(), u); err != nil {
+		t.Fatalf("testbed: create KWOK logs of %s/%s: %v", ns, pod, err)
+	}
+}
