@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,7 +58,7 @@ func Scheme() *runtime.Scheme {
 }
 
 // Cluster returns the shared control plane, starting it on first use.
-func Cluster(t testing.TB) *Env {
+func Cluster(t T) *Env {
 	t.Helper()
 	e, err := clusterOnce.get(startCluster)
 	if err != nil {
@@ -103,8 +102,21 @@ func controlPlaneBinaries(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for name, src := range map[string]string{"kube-apiserver": apiserver, "etcd": etcd, "kubectl": kubectl} {
-		if err := os.Symlink(src, filepath.Join(dir, name)); err != nil {
+	if err := os.Symlink(kubectl, filepath.Join(dir, "kubectl")); err != nil {
+		return err
+	}
+	// envtest starts these itself, without a parent-death signal: a test binary killed by its
+	// -timeout panic or SIGKILL would leave them running. setpriv (util-linux) execs them with one.
+	setpriv, _ := exec.LookPath("setpriv")
+	for name, src := range map[string]string{"kube-apiserver": apiserver, "etcd": etcd} {
+		if setpriv == "" {
+			if err := os.Symlink(src, filepath.Join(dir, name)); err != nil {
+				return err
+			}
+			continue
+		}
+		script := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL -- %s \"$@\"\n", setpriv, src)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
 			return err
 		}
 	}
@@ -296,7 +308,7 @@ func (e *Env) startVolcano() error {
 
 // UserConfig returns a client config authenticated as user with groups (by client certificate),
 // bound to cluster-admin by RBAC so that only the identity differs from the admin's.
-func (e *Env) UserConfig(t testing.TB, user string, groups ...string) *rest.Config {
+func (e *Env) UserConfig(t T, user string, groups ...string) *rest.Config {
 	t.Helper()
 	u, err := e.env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
 	if err != nil {
@@ -314,7 +326,7 @@ func (e *Env) UserConfig(t testing.TB, user string, groups ...string) *rest.Conf
 }
 
 // Namespace creates a fresh namespace for the test and deletes it when the test ends.
-func (e *Env) Namespace(t testing.TB) string {
+func (e *Env) Namespace(t T) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: sanitize(t.Name(), 40) + "-"}}
 	if err := e.Client.Create(context.Background(), ns); err != nil {

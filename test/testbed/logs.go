@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -72,7 +71,7 @@ var logsGVR = schema.GroupVersionKind{Group: "kwok.x-k8s.io", Version: "v1alpha1
 
 // SetPodLogs makes KWOK serve the given logs for the containers of pod ns/name. It may be called
 // before the pod exists (Volcano names pods <job>-<task>-<index>); calling it again replaces them.
-func (e *Env) SetPodLogs(t testing.TB, ns, pod string, containers map[string]ContainerLogs) {
+func (e *Env) SetPodLogs(t T, ns, pod string, containers map[string]ContainerLogs) {
 	t.Helper()
 	dir := filepath.Join(e.logsDir, ns, pod)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -117,7 +116,7 @@ func (e *Env) SetPodLogs(t testing.TB, ns, pod string, containers map[string]Con
 
 // SetPodLogFiles makes KWOK serve existing CRI-format files (container → path) as the current logs
 // of pod ns/name; for logs too large to hold in memory (benchmarks).
-func (e *Env) SetPodLogFiles(t testing.TB, ns, pod string, files map[string]string) {
+func (e *Env) SetPodLogFiles(t T, ns, pod string, files map[string]string) {
 	t.Helper()
 	var logs []any
 	for name, p := range files {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -46,12 +45,12 @@ var (
 	bucketCount atomic.Int64
 )
 
-func bucketName(t testing.TB) string {
+func bucketName(t T) string {
 	return fmt.Sprintf("b%d-%s", bucketCount.Add(1), sanitize(t.Name(), 40))
 }
 
 // MinIOInstance returns the shared MinIO server, starting it on first use.
-func MinIOInstance(t testing.TB) *MinIOServer {
+func MinIOInstance(t T) *MinIOServer {
 	t.Helper()
 	s, err := minioOnce.get(startMinIO)
 	if err != nil {
@@ -61,7 +60,7 @@ func MinIOInstance(t testing.TB) *MinIOServer {
 }
 
 // MinIO returns a new, empty bucket on the shared MinIO server.
-func MinIO(t testing.TB) S3 {
+func MinIO(t T) S3 {
 	t.Helper()
 	s := MinIOInstance(t)
 	c, err := s.Client()
@@ -117,7 +116,7 @@ func startMinIO() (*MinIOServer, error) {
 func (s *MinIOServer) Stop() { s.Proc.Stop() }
 
 // Start restarts a stopped MinIO server.
-func (s *MinIOServer) Start(t testing.TB) {
+func (s *MinIOServer) Start(t T) {
 	t.Helper()
 	if err := s.restart(); err != nil {
 		t.Fatal(err)
@@ -140,7 +139,7 @@ func httpOK(url string) func() error {
 }
 
 // GCS returns a new, empty bucket on the shared GCS emulator.
-func GCS(t testing.TB) GCSServer {
+func GCS(t T) GCSServer {
 	t.Helper()
 	s, err := gcsOnce.get(startGCS)
 	if err != nil {

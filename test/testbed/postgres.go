@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-	"testing"
 	"time"
 
 	_ "github.com/lib/pq" // the driver jobvault itself uses
@@ -30,7 +29,7 @@ type PostgresServer struct {
 func (s *PostgresServer) Stop() { s.Proc.Stop() }
 
 // Start restarts a stopped Postgres server.
-func (s *PostgresServer) Start(t testing.TB) {
+func (s *PostgresServer) Start(t T) {
 	t.Helper()
 	if err := s.restart(); err != nil {
 		t.Fatal(err)
@@ -51,7 +50,7 @@ var (
 )
 
 // PostgresCluster returns the shared Postgres server, starting it on first use.
-func PostgresCluster(t testing.TB) *PostgresServer {
+func PostgresCluster(t T) *PostgresServer {
 	t.Helper()
 	s, err := pgOnce.get(startPostgres)
 	if err != nil {
@@ -61,7 +60,7 @@ func PostgresCluster(t testing.TB) *PostgresServer {
 }
 
 // Postgres returns the DSN of a new, empty database for this test, dropped when the test ends.
-func Postgres(t testing.TB) string {
+func Postgres(t T) string {
 	t.Helper()
 	s := PostgresCluster(t)
 	name := fmt.Sprintf("t%d_%s", dbCount.Add(1), sanitize(t.Name(), 40))

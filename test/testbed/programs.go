@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -24,7 +23,7 @@ func moduleRoot() string {
 
 // GoBuild builds one of jobvault's own programs (e.g. "./archiver") once per test binary and
 // returns the path of the binary, so tests run the real program with its real flags.
-func GoBuild(t testing.TB, pkg string) string {
+func GoBuild(t T, pkg string) string {
 	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
@@ -44,7 +43,7 @@ func GoBuild(t testing.TB, pkg string) string {
 
 // Start runs a program as a testbed process (log in WorkDir()/name.log) that the test stops when
 // it ends; callers may Stop or Kill it earlier.
-func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
+func Start(t T, name string, cmd *exec.Cmd) *Process {
 	t.Helper()
 	p, err := startProcess(name, cmd)
 	if err != nil {
@@ -56,7 +55,7 @@ func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
 }
 
 // WaitReady polls url until it answers 200, failing the test with the process log otherwise.
-func (p *Process) WaitReady(t testing.TB, url string, timeout time.Duration) {
+func (p *Process) WaitReady(t T, url string, timeout time.Duration) {
 	t.Helper()
 	if err := p.waitFor(timeout, httpOK(url)); err != nil {
 		t.Fatal(err)
@@ -64,7 +63,7 @@ func (p *Process) WaitReady(t testing.TB, url string, timeout time.Duration) {
 }
 
 // FreePort returns a free TCP port on 127.0.0.1.
-func FreePort(t testing.TB) int {
+func FreePort(t T) int {
 	t.Helper()
 	p, err := freePort()
 	if err != nil {

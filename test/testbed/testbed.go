@@ -100,8 +100,14 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// StopAll stops every started part, newest first. Safe to call more than once.
+// stopMu serialises StopAll: a second caller (the signal handler racing the end of the run) waits
+// until the first has stopped everything, instead of exiting under it.
+var stopMu sync.Mutex
+
+// StopAll stops every started part, newest first. Safe to call more than once, concurrently.
 func StopAll() {
+	stopMu.Lock()
+	defer stopMu.Unlock()
 	mu.Lock()
 	s := stoppers
 	stoppers = nil
@@ -264,4 +270,14 @@ func (p *Process) waitFor(timeout time.Duration, ready func() error) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return p.failure(fmt.Errorf("not ready after %s: %v", timeout, err))
+}
+
+// T is the part of testing.TB the testbed uses, so that programs other than tests (the demo) can
+// drive it too.
+type T interface {
+	Helper()
+	Name() string
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
 }
