@@ -38,9 +38,16 @@ test-unit: ## Quick unit-only run for local iteration (no testbed parts; not wha
 bench: testbed ## Run the benchmarks (print figures and ratios)
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./test/...
 
+# DEMO_ARGS: --store=s3 archives to a local MinIO instead of .demo/archive; --exit stops after the summary.
+DEMO_ARGS ?=
+
 .PHONY: demo
-demo: ## Start a local stack, run sample jobs and print what was archived
-	@echo "make demo: not yet (issue 5)"
+demo: testbed ## Start a local stack, run sample jobs, print what was archived; Ctrl-C stops it
+	$(GO) run ./test/demo $(DEMO_ARGS)
+
+.PHONY: demo-down
+demo-down: ## Stop a running demo (and every process it started)
+	@if [ -f .demo/demo.pid ]; then kill "$$(cat .demo/demo.pid)" && echo "demo stopped"; else echo "no demo running"; fi
 
 .PHONY: fmt
 fmt: ## Format the code

@@ -66,7 +66,7 @@ func BenchmarkArchiveLargeLog(b *testing.B) {
 		size, _ = strconv.ParseInt(v, 10, 64)
 	}
 	for range b.N {
-		s := newStack(b, objstore.BackendS3)
+		s := newRig(b, objstore.BackendS3)
 		job := testbed.Job(s.ns, "big").Task("worker", 1, []string{"main"}, testbed.RunsFor("3s")).Obj()
 		pod := testbed.PodName(job.Name, "worker", 0)
 		path := filepath.Join(b.TempDir(), "big.log")
@@ -92,7 +92,7 @@ func BenchmarkArchiveLargeLog(b *testing.B) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		archived := time.Since(t0)
-		rss := peakRSS(b, s.proc.PID())
+		rss := peakRSS(b, s.Proc.PID())
 		if row.SHA256 != sum || row.Bytes != n {
 			b.Fatalf("archived %d bytes sha256 %s, want %d bytes %s", row.Bytes, row.SHA256, n, sum)
 		}
@@ -107,7 +107,7 @@ func BenchmarkArchiveLargeLog(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bucket := argValue(s.args, "--store-s3-bucket=")
+		bucket := argValue(s.Args, "--store-s3-bucket=")
 		t1 := time.Now()
 		rc, err := cs.CoreV1().Pods(s.ns).GetLogs(pod, &corev1.PodLogOptions{Container: "main"}).Stream(b.Context())
 		if err != nil {
@@ -156,7 +156,7 @@ func peakRSS(b testing.TB, pid int) int64 {
 func BenchmarkReleaseLatency(b *testing.B) {
 	const jobs = 200
 	for range b.N {
-		s := newStack(b, objstore.BackendS3)
+		s := newRig(b, objstore.BackendS3)
 		for i := range jobs {
 			job := testbed.Job(s.ns, fmt.Sprintf("small-%03d", i)).Task("t", 1, []string{"main"}, testbed.RunsFor("15s")).Obj()
 			s.env.SetPodLogs(b, s.ns, testbed.PodName(job.Name, "t", 0), map[string]testbed.ContainerLogs{"main": {Current: sampleChunks(job.Name)}})
@@ -168,7 +168,7 @@ func BenchmarkReleaseLatency(b *testing.B) {
 		deadline := time.Now().Add(10 * time.Minute)
 		for len(released) < jobs {
 			if time.Now().After(deadline) {
-				b.Fatalf("%d of %d jobs released after 10 minutes; archiver log %s", len(released), jobs, s.proc.LogPath)
+				b.Fatalf("%d of %d jobs released after 10 minutes; archiver log %s", len(released), jobs, s.Proc.LogPath)
 			}
 			var list batchv1alpha1.JobList
 			if err := s.env.Client.List(b.Context(), &list, client.InNamespace(s.ns)); err != nil {

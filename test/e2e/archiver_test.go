@@ -66,7 +66,7 @@ func createAs(t testing.TB, env *testbed.Env, user string, job *batchv1alpha1.Jo
 
 // checkJobArchive asserts the whole record of an archived job: the row, every transition of
 // Volcano's conditions once, every pod's logs byte-exact, job.json and manifest.json.
-func checkJobArchive(t *testing.T, s *stack, job *batchv1alpha1.Job, want map[string]map[string]testbed.ContainerLogs) []db.LogObject {
+func checkJobArchive(t *testing.T, s *rig, job *batchv1alpha1.Job, want map[string]map[string]testbed.ContainerLogs) []db.LogObject {
 	t.Helper()
 	ctx := t.Context()
 	row, err := s.records.Job(ctx, string(job.UID))
@@ -126,7 +126,7 @@ func checkJobArchive(t *testing.T, s *stack, job *batchv1alpha1.Job, want map[st
 }
 
 // checkTransitions asserts that every phase change Volcano recorded is in the database once.
-func checkTransitions(t *testing.T, s *stack, job *batchv1alpha1.Job) {
+func checkTransitions(t *testing.T, s *rig, job *batchv1alpha1.Job) {
 	t.Helper()
 	ts, err := s.records.Transitions(t.Context(), string(job.UID))
 	if err != nil {
@@ -175,7 +175,7 @@ func waitPhase(t testing.TB, env *testbed.Env, job *batchv1alpha1.Job, phase bat
 func TestArchiveCompletedJob(t *testing.T) {
 	for _, backend := range []string{objstore.BackendS3, objstore.BackendGCS, objstore.BackendFS} {
 		t.Run(backend, func(t *testing.T) {
-			s := newStack(t, backend)
+			s := newRig(t, backend)
 			job := testbed.Job(s.ns, "two-tasks").Task("ps", 1, []string{"main"}).Task("worker", 2, []string{"main"}).Obj()
 			want := podLogs(t, s.env, s.ns, job.Name, map[string]int{"ps": 1, "worker": 2}, []string{"main"}, false)
 			createAs(t, s.env, "alice", job)
@@ -217,7 +217,7 @@ func waitGone(t *testing.T, env *testbed.Env, obj client.Object, timeout time.Du
 // Case 2: a job whose pods fail is restarted by its policy; every attempt's pods are archived
 // under distinct keys.
 func TestArchiveRestartedJob(t *testing.T) {
-	s := newStack(t, objstore.BackendS3)
+	s := newRig(t, objstore.BackendS3)
 	job := testbed.Job(s.ns, "restarts").Task("worker", 1, []string{"main"}, testbed.Fails()).
 		Policy(busv1alpha1.PodFailedEvent, busv1alpha1.RestartJobAction).MaxRetry(2).Obj()
 	want := podLogs(t, s.env, s.ns, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
@@ -241,7 +241,7 @@ func TestArchiveRestartedJob(t *testing.T) {
 func TestArchiveDeletedRunningJob(t *testing.T) {
 	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
 		t.Run(string(policy), func(t *testing.T) {
-			s := newStack(t, objstore.BackendS3)
+			s := newRig(t, objstore.BackendS3)
 			job := testbed.Job(s.ns, "deleted").Task("worker", 2, []string{"main"}, testbed.RunsFor("1h")).Obj()
 			want := podLogs(t, s.env, s.ns, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
 			createAs(t, s.env, "carol", job)
@@ -325,7 +325,7 @@ func waitNoPods(t *testing.T, env *testbed.Env, ns string, timeout time.Duration
 
 // Case 4: init containers, several containers, and a restart whose previous log is captured.
 func TestArchiveMultiContainerRestart(t *testing.T) {
-	s := newStack(t, objstore.BackendS3)
+	s := newRig(t, objstore.BackendS3)
 	job := testbed.Job(s.ns, "multi").Task("main", 1, []string{"app", "sidecar"}, testbed.InitContainers("init"), testbed.RestartsOnce()).Obj()
 	pod := testbed.PodName(job.Name, "main", 0)
 	want := map[string]map[string]testbed.ContainerLogs{pod: {
@@ -351,8 +351,8 @@ func TestArchiveMultiContainerRestart(t *testing.T) {
 // Case 5: the archiver is down for the job's whole life; started afterwards it records everything,
 // every transition included.
 func TestArchiverDownForWholeJob(t *testing.T) {
-	s := newStack(t, objstore.BackendS3)
-	s.proc.Stop()
+	s := newRig(t, objstore.BackendS3)
+	s.Proc.Stop()
 	job := testbed.Job(s.ns, "unattended").Task("worker", 2, []string{"main"}).Obj()
 	want := podLogs(t, s.env, s.ns, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
 	createAs(t, s.env, "erin", job)
@@ -360,7 +360,7 @@ func TestArchiverDownForWholeJob(t *testing.T) {
 	if len(j.Finalizers) == 0 {
 		t.Fatalf("job completed without the webhook's finalizer")
 	}
-	s.start(t)
+	s.Start(t)
 	j = s.waitArchived(t, j, 2*time.Minute)
 	checkJobArchive(t, s, j, want)
 }
@@ -368,7 +368,7 @@ func TestArchiverDownForWholeJob(t *testing.T) {
 // Case 9: a pod whose logs can never be read is released after the deadline and recorded as
 // unavailable, with an Event.
 func TestUnreadableLogsReleasedAfterDeadline(t *testing.T) {
-	s := newStack(t, objstore.BackendS3, "--log-deadline=3s")
+	s := newRig(t, objstore.BackendS3, "--log-deadline=3s")
 	job := testbed.Job(s.ns, "nologs").Task("worker", 1, []string{"main"}).Obj() // no logs prepared: KWOK cannot serve any
 	createAs(t, s.env, "frank", job)
 	j := s.waitArchived(t, job, 2*time.Minute)
@@ -394,7 +394,7 @@ func TestUnreadableLogsReleasedAfterDeadline(t *testing.T) {
 
 // The escape hatch: an operator releases a job stuck on unreadable logs at once.
 func TestOperatorReleasesJob(t *testing.T) {
-	s := newStack(t, objstore.BackendS3, "--log-deadline=1h")
+	s := newRig(t, objstore.BackendS3, "--log-deadline=1h")
 	job := testbed.Job(s.ns, "stuck").Task("worker", 1, []string{"main"}).Obj()
 	createAs(t, s.env, "gina", job)
 	j := waitPhase(t, s.env, job, batchv1alpha1.Completed, 2*time.Minute)

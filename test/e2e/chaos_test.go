@@ -36,7 +36,7 @@ func TestBackendOutages(t *testing.T) {
 	for _, name := range []string{"minio", "postgres"} {
 		o := outages[name]
 		t.Run(name, func(t *testing.T) {
-			s := newStack(t, objstore.BackendS3)
+			s := newRig(t, objstore.BackendS3)
 			job := testbed.Job(s.ns, "outage").Task("worker", 2, []string{"main"}).Obj()
 			want := podLogs(t, s.env, s.ns, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
 			o.stop(t)
@@ -61,7 +61,7 @@ func TestBackendOutages(t *testing.T) {
 }
 
 // assertHeld checks that the job and its pods still hold their finalizers.
-func assertHeld(t *testing.T, s *stack, job *batchv1alpha1.Job) {
+func assertHeld(t *testing.T, s *rig, job *batchv1alpha1.Job) {
 	t.Helper()
 	j := getJob(t, s.env, job)
 	if !controllerutil.ContainsFinalizer(j, tracking.JobFinalizer) {
@@ -81,7 +81,7 @@ func assertHeld(t *testing.T, s *stack, job *batchv1alpha1.Job) {
 // Case 7: the archiver is killed (SIGKILL) in the middle of an upload and restarted: the archive
 // completes, without duplicate rows and without objects under other keys.
 func TestArchiverKilledMidUpload(t *testing.T) {
-	s := newStack(t, objstore.BackendS3)
+	s := newRig(t, objstore.BackendS3)
 	job := testbed.Job(s.ns, "killed").Task("worker", 1, []string{"main"}).Obj()
 	pod := testbed.PodName(job.Name, "worker", 0)
 	// Large enough that the upload takes seconds (16 MiB parts: many of them).
@@ -95,7 +95,7 @@ func TestArchiverKilledMidUpload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket := argValue(s.args, "--store-s3-bucket=")
+	bucket := argValue(s.Args, "--store-s3-bucket=")
 	createAs(t, s.env, "ivan", job)
 
 	// Kill the archiver as soon as a multipart upload is in flight.
@@ -105,15 +105,15 @@ func TestArchiverKilledMidUpload(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no upload seen in flight; archiver log: %s", s.proc.LogPath)
+			t.Fatalf("no upload seen in flight; archiver log: %s", s.Proc.LogPath)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.proc.Kill()
+	s.Proc.Kill()
 	if j := getJob(t, s.env, job); !controllerutil.ContainsFinalizer(j, tracking.JobFinalizer) {
 		t.Fatalf("job released although its upload was killed")
 	}
-	s.start(t)
+	s.Start(t)
 	j := s.waitArchived(t, job, 3*time.Minute)
 	logs := checkJobArchive(t, s, j, want)
 	if len(logs) != 1 {
@@ -157,7 +157,7 @@ func argValue(args []string, prefix string) string {
 	return ""
 }
 
-func jobPods(t *testing.T, s *stack, job *batchv1alpha1.Job) []corev1.Pod {
+func jobPods(t *testing.T, s *rig, job *batchv1alpha1.Job) []corev1.Pod {
 	t.Helper()
 	var pods corev1.PodList
 	if err := s.env.Client.List(t.Context(), &pods, client.InNamespace(job.Namespace)); err != nil {

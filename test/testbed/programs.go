@@ -15,8 +15,8 @@ var (
 	built   = map[string]string{}
 )
 
-// moduleRoot is the jobvault module's root directory (two levels above this file).
-func moduleRoot() string {
+// ModuleRoot is the jobvault module's root directory (two levels above this file).
+func ModuleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
@@ -32,7 +32,7 @@ func GoBuild(t T, pkg string) string {
 	}
 	out := filepath.Join(WorkDir(), "programs", filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = moduleRoot()
+	cmd.Dir = ModuleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("testbed: go build %s: %v\n%s", pkg, err, b)
@@ -69,5 +69,17 @@ func FreePort(t T) int {
 	if err != nil {
 		t.Fatal(fmt.Errorf("testbed: free port: %w", err))
 	}
+	return p
+}
+
+// StartShared runs a program that outlives the test that started it (shared by the whole run); it
+// stops with every other part at the end of the run.
+func StartShared(t T, name string, cmd *exec.Cmd) *Process {
+	t.Helper()
+	p, err := startProcess(name, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onStop(p.Stop)
 	return p
 }

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	busv1alpha1 "volcano.sh/apis/pkg/apis/bus/v1alpha1"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/stack"
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+type options struct {
+	Backend string
+	FSRoot  string
+	// Explore prints how to look around the running stack.
+	Explore bool
+}
+
+// jobSummary is one line of the summary, as read back from the database.
+type jobSummary struct {
+	Name, UID, Phase, Submitter, Location string
+	Retries                               int32
+	Pods, Logs                            int
+	Keys                                  []string
+}
+
+// sample is one of the demo's jobs and what happens to it.
+type sample struct {
+	job *batchv1alpha1.Job
+	// deleteWhenRunning deletes the job once it runs, as a user cancelling it would.
+	deleteWhenRunning bool
+}
+
+func samples(ns string) []sample {
+	return []sample{
+		{job: testbed.Job(ns, "train-ok").Task("ps", 1, []string{"main"}).Task("worker", 2, []string{"main"}).Obj()},
+		{job: testbed.Job(ns, "flaky").Task("worker", 1, []string{"main"}, testbed.Fails()).
+			Policy(busv1alpha1.PodFailedEvent, busv1alpha1.RestartJobAction).MaxRetry(2).Obj()},
+		{job: testbed.Job(ns, "cancelled").Task("worker", 2, []string{"main"}, testbed.RunsFor("1h")).Obj(), deleteWhenRunning: true},
+		{job: testbed.Job(ns, "multi").Task("main", 1, []string{"app", "sidecar"}, testbed.InitContainers("fetch"), testbed.RestartsOnce()).Obj()},
+	}
+}
+
+func step(w io.Writer, start time.Time, format string, args ...any) {
+	fmt.Fprintf(w, "[demo %5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// result is what the demo did, for its test to check against the database and the store.
+type result struct {
+	Jobs     []jobSummary
+	DSN      string
+	Archiver *stack.Archiver
+}
+
+// run starts the stack, runs the sample jobs through it and prints the summary.
+func run(t testbed.T, w io.Writer, o options) (*result, error) {
+	start := time.Now()
+	step(w, start, "starting kube-apiserver, etcd, Volcano and KWOK (binaries from %s/bin; first build: `make testbed`)", testbed.CacheDir())
+	env := testbed.Cluster(t)
+	step(w, start, "starting Postgres")
+	dsn := testbed.Postgres(t)
+	step(w, start, "building and starting the webhook (TLS, registered by config/webhook's MutatingWebhookConfiguration)")
+	stack.Webhook(t, env)
+	ns := "demo"
+	if err := env.Client.Create(context.Background(), namespace(ns)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	step(w, start, "building and starting the archiver (store: %s)", o.Backend)
+	a := stack.NewArchiver(t, env, dsn, stack.Options{Backend: o.Backend, FSRoot: o.FSRoot})
+	a.Start(t)
+
+	ctx := context.Background()
+	user, err := client.New(env.UserConfig(t, "alice@example.com", "data-science"), client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	jobs := samples(ns)
+	for _, s := range jobs {
+		for _, task := range s.job.Spec.Tasks {
+			for i := range int(task.Replicas) {
+				pod := testbed.PodName(s.job.Name, task.Name, i)
+				logs := map[string]testbed.ContainerLogs{}
+				for _, c := range append(task.Template.Spec.InitContainers, task.Template.Spec.Containers...) {
+					logs[c.Name] = testbed.ContainerLogs{
+						Current:  []testbed.Chunk{{Stream: "stdout", Data: []byte(fmt.Sprintf("%s/%s: step 1 of 2 ✓\n%s/%s: done\n", pod, c.Name, pod, c.Name))}, {Stream: "stderr", Data: []byte("a warning on stderr\n")}},
+						Previous: []testbed.Chunk{{Stream: "stderr", Data: []byte(pod + "/" + c.Name + ": first run crashed\n")}},
+					}
+				}
+				env.SetPodLogs(t, ns, pod, logs)
+			}
+		}
+		if err := user.Create(ctx, s.job); err != nil {
+			return nil, fmt.Errorf("submit %s: %w", s.job.Name, err)
+		}
+		step(w, start, "submitted job %s/%s as alice@example.com", ns, s.job.Name)
+	}
+	for _, s := range jobs {
+		if err := waitFor(s, env.Client, w, start); err != nil {
+			return nil, err
+		}
+	}
+	records, err := db.Open(ctx, dsn, db.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer records.Close()
+	var out []jobSummary
+	for _, s := range jobs {
+		js, err := summarise(ctx, records, s.job)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, js)
+	}
+	step(w, start, "done: every job archived")
+	printSummary(w, out)
+	if err := printAudit(ctx, w, dsn); err != nil {
+		return nil, err
+	}
+	if o.Explore {
+		fmt.Fprintf(w, "\nExplore:\n  export KUBECONFIG=%s; kubectl get vcjobs -n %s -o yaml\n  psql '%s' -c 'SELECT * FROM audit_submissions'\n",
+			env.KubeconfigPath, ns, dsn)
+		if o.Backend != "s3" {
+			fmt.Fprintf(w, "  find %s -type f   # the archive, browsable after the demo stops\n", o.FSRoot)
+		}
+		fmt.Fprintf(w, "  JOBVAULT_DB_DSN='%s' go run ./archiver logs verify --job-uid %s %s\n", dsn, out[0].UID, strings.Join(a.Args[:2], " "))
+	}
+	return &result{Jobs: out, DSN: dsn, Archiver: a}, nil
+}
+
+func waitFor(s sample, c client.Client, w io.Writer, start time.Time) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	deleted := false
+	for time.Now().Before(deadline) {
+		var j batchv1alpha1.Job
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(s.job), &j)
+		if apierrors.IsNotFound(err) {
+			step(w, start, "job %s deleted; its record and logs were archived first", s.job.Name)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		s.job.UID = j.UID
+		if s.deleteWhenRunning && !deleted && j.Status.State.Phase == batchv1alpha1.Running {
+			if err := c.Delete(context.Background(), &j); err != nil {
+				return err
+			}
+			deleted = true
+			step(w, start, "job %s is running: deleting it, as a user cancelling it would", s.job.Name)
+		}
+		if j.Annotations[tracking.ArchivedAtAnnotation] != "" && len(j.Finalizers) == 0 && !s.deleteWhenRunning {
+			step(w, start, "job %s ended %s and was archived to %s", s.job.Name, j.Status.State.Phase, j.Annotations[tracking.ArchiveLocationAnnotation])
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("job %s not archived within 3 minutes", s.job.Name)
+}
+
+func summarise(ctx context.Context, records *db.DB, job *batchv1alpha1.Job) (jobSummary, error) {
+	row, err := records.Job(ctx, string(job.UID))
+	if err != nil {
+		return jobSummary{}, fmt.Errorf("record of job %s: %w", job.Name, err)
+	}
+	pods, err := records.Pods(ctx, row.UID)
+	if err != nil {
+		return jobSummary{}, err
+	}
+	logs, err := records.LogObjects(ctx, row.UID)
+	if err != nil {
+		return jobSummary{}, err
+	}
+	js := jobSummary{Name: row.Name, UID: row.UID, Phase: row.Phase, Submitter: row.Submitter, Location: row.ArchiveLocation,
+		Retries: row.RetryCount, Pods: len(pods), Logs: len(logs)}
+	for _, l := range logs {
+		if l.State == db.LogStored {
+			js.Keys = append(js.Keys, l.ObjectKey)
+		}
+	}
+	return js, nil
+}
+
+func printSummary(w io.Writer, jobs []jobSummary) {
+	fmt.Fprintln(w, "\nArchived jobs:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tOUTCOME\tRETRIES\tSUBMITTER\tPODS\tLOGS\tARCHIVE")
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", j.Name, j.Phase, j.Retries, j.Submitter, j.Pods, j.Logs, j.Location)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nLog objects (gzip; uncompressed size and sha256 in the database):")
+	for _, j := range jobs {
+		for _, k := range j.Keys {
+			fmt.Fprintf(w, "  %s\n", k)
+		}
+	}
+}
+
+// auditQuery is the compliance question the demo answers from the database alone.
+const auditQuery = `SELECT name, coalesce(submitter, '?'), array_to_string(submitter_groups, ','), phase, admitted_at
+  FROM audit_submissions WHERE namespace = 'demo' ORDER BY created_at, name`
+
+func printAudit(ctx context.Context, w io.Writer, dsn string) error {
+	conn, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rows, err := conn.QueryContext(ctx, auditQuery)
+	if err != nil {
+		return fmt.Errorf("audit query: %w", err)
+	}
+	defer rows.Close()
+	fmt.Fprintf(w, "\nAudit query: %s\n", auditQuery)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME\tSUBMITTER\tGROUPS\tPHASE\tADMITTED")
+	for rows.Next() {
+		var name, submitter, groups, phase string
+		var admitted sql.NullTime
+		if err := rows.Scan(&name, &submitter, &groups, &phase, &admitted); err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", name, submitter, groups, phase, admitted.Time.UTC().Format(time.RFC3339))
+	}
+	tw.Flush()
+	return rows.Err()
+}
+
+func namespace(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}

@@ -1,0 +1,176 @@
+// Package stack runs jobvault's own programs on the testbed, wired as in a cluster: the webhook
+// binary serving TLS and registered by config/webhook's MutatingWebhookConfiguration, and the
+// archiver binary with its own database and object store. The end-to-end suites and the demo
+// share it.
+package stack
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/yaml"
+
+	"github.com/jobvault/jobvault/certs/certgen"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+// WebhookConfigName is the name under which the stack registers the webhook.
+const WebhookConfigName = "jobvault-testbed"
+
+var (
+	webhookMu   sync.Mutex
+	webhookProc *testbed.Process
+)
+
+// Webhook runs the webhook binary on 127.0.0.1 with a freshly minted CA and serving certificate and
+// registers it cluster-wide with config/webhook's MutatingWebhookConfiguration, its clientConfig
+// pointed at that address. Once per process: the registration is cluster-wide.
+func Webhook(t testbed.T, env *testbed.Env) *testbed.Process {
+	t.Helper()
+	webhookMu.Lock()
+	defer webhookMu.Unlock()
+	if webhookProc != nil {
+		return webhookProc
+	}
+	dir, err := os.MkdirTemp(testbed.WorkDir(), "webhook-certs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := certgen.Generate(certgen.Options{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bundle.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	port, probe := testbed.FreePort(t), testbed.FreePort(t)
+	cmd := exec.Command(testbed.GoBuild(t, "./webhook"), "--cert-dir="+dir, "--bind-address=127.0.0.1",
+		"--port="+strconv.Itoa(port), "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe))
+	p := testbed.StartShared(t, "webhook", cmd)
+	p.WaitReady(t, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", time.Minute)
+
+	cfg, err := WebhookConfiguration("https://127.0.0.1:"+strconv.Itoa(port), bundle.CACert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(context.Background(), cfg); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("register webhook: %v", err)
+	}
+	webhookProc = p
+	return p
+}
+
+// WebhookConfiguration reads config/webhook's MutatingWebhookConfiguration and points both of its
+// webhooks at baseURL (plus each one's path), trusting caBundle.
+func WebhookConfiguration(baseURL string, caBundle []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	raw, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), "config", "webhook", "mutatingwebhookconfiguration.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("parse config/webhook's MutatingWebhookConfiguration: %w", err)
+	}
+	cfg.Name = WebhookConfigName
+	for i := range cfg.Webhooks {
+		w := &cfg.Webhooks[i]
+		url := baseURL + *w.ClientConfig.Service.Path
+		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
+	}
+	return &cfg, nil
+}
+
+// Archiver is one archiver process with its database and object store.
+type Archiver struct {
+	Env         *testbed.Env
+	DSN         string
+	StoreConfig objstore.Config
+	// Args are the archiver's flags beyond the kubeconfig and probes; Environ its extra environment.
+	Args, Environ []string
+	Proc          *testbed.Process
+	// Kubeconfig is the identity the archiver runs as (the admin's unless set before Start).
+	Kubeconfig string
+}
+
+// Options choose the archiver's store and scope.
+type Options struct {
+	// Backend is objstore.BackendFS (default), BackendS3 (the testbed's MinIO) or BackendGCS (the emulator).
+	Backend string
+	// FSRoot is the fs backend's directory.
+	FSRoot string
+	// Namespaces limits the archiver to these namespaces (so parallel stacks do not compete).
+	Namespaces []string
+	// Flags are extra archiver flags.
+	Flags []string
+}
+
+// NewArchiver prepares (but does not start) an archiver writing to dsn and the chosen store under
+// the prefix "archive".
+func NewArchiver(t testbed.T, env *testbed.Env, dsn string, o Options) *Archiver {
+	t.Helper()
+	a := &Archiver{Env: env, DSN: dsn, Kubeconfig: env.KubeconfigPath}
+	cfg := objstore.Config{Backend: o.Backend, Prefix: "archive"}
+	switch o.Backend {
+	case objstore.BackendS3:
+		m := testbed.MinIO(t)
+		cfg.S3 = objstore.S3Config{Endpoint: m.Endpoint, Bucket: m.Bucket, AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true}
+		a.Args = []string{"--store-backend=s3", "--store-s3-endpoint=" + m.Endpoint, "--store-s3-bucket=" + m.Bucket,
+			"--store-s3-tls=false", "--store-s3-path-style"}
+		a.Environ = []string{"AWS_ACCESS_KEY_ID=" + m.AccessKey, "AWS_SECRET_ACCESS_KEY=" + m.SecretKey}
+	case objstore.BackendGCS:
+		g := testbed.GCS(t)
+		cfg.GCS = objstore.GCSConfig{Bucket: g.Bucket}
+		a.Args = []string{"--store-backend=gcs", "--store-gcs-bucket=" + g.Bucket}
+		a.Environ = []string{"STORAGE_EMULATOR_HOST=" + g.Host}
+	default:
+		cfg.Backend, cfg.FSRoot = objstore.BackendFS, o.FSRoot
+		a.Args = []string{"--store-backend=fs", "--store-fs-root=" + o.FSRoot}
+	}
+	a.StoreConfig = cfg
+	a.Args = append(a.Args, "--store-prefix=archive", "--db-dsn="+dsn, "--leader-elect=false")
+	if len(o.Namespaces) > 0 {
+		a.Args = append(a.Args, "--namespaces="+strings.Join(o.Namespaces, ","))
+	}
+	a.Args = append(a.Args, o.Flags...)
+	return a
+}
+
+// Start runs the archiver binary and waits until it is ready (both backends answer).
+func (a *Archiver) Start(t testbed.T) {
+	t.Helper()
+	probe := testbed.FreePort(t)
+	args := append([]string{"--kubeconfig=" + a.Kubeconfig, "--metrics-bind-address=127.0.0.1:" + strconv.Itoa(testbed.FreePort(t)),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe)}, a.Args...)
+	cmd := exec.Command(testbed.GoBuild(t, "./archiver"), args...)
+	cmd.Env = append(os.Environ(), a.Environ...)
+	a.Proc = testbed.Start(t, "archiver", cmd)
+	a.Proc.WaitReady(t, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", time.Minute)
+}
+
+// Store opens the archiver's store for reading back what it wrote.
+func (a *Archiver) Store(t testbed.T) objstore.Store {
+	t.Helper()
+	if a.StoreConfig.Backend == objstore.BackendGCS {
+		for _, e := range a.Environ {
+			if v, ok := strings.CutPrefix(e, "STORAGE_EMULATOR_HOST="); ok {
+				os.Setenv("STORAGE_EMULATOR_HOST", v)
+			}
+		}
+	}
+	s, err := objstore.New(context.Background(), a.StoreConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
