@@ -2,9 +2,11 @@ package testbed
 
 import (
 	"context"
+	"crypto/tls"
 	"embed"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +39,7 @@ type Env struct {
 	Scheme         *runtime.Scheme
 	KubeconfigPath string // cluster-admin kubeconfig file, for kubectl and the Volcano/KWOK processes
 
-	Scheduler, Controller, KWOK *Process
+	Scheduler, Controller, KWOK, ControllerManager *Process
 
 	env     *envtest.Environment
 	logsDir string
@@ -173,6 +175,9 @@ func startCluster() (*Env, error) {
 	if err := os.WriteFile(env.KubeconfigPath, kubeconfig, 0o600); err != nil {
 		return nil, err
 	}
+	if err := env.startControllerManager(); err != nil {
+		return nil, err
+	}
 	if err := env.startKWOK(); err != nil {
 		return nil, err
 	}
@@ -188,6 +193,42 @@ func logFile(name string) (*os.File, *os.File) {
 		return nil, nil
 	}
 	return f, f
+}
+
+// startControllerManager runs kube-controller-manager with the controllers a cluster's deletions
+// depend on: the garbage collector (background and foreground cascades, as real users delete
+// jobs) and the namespace controller (test namespaces really go away).
+func (e *Env) startControllerManager() error {
+	bin, err := Binary("kube-controller-manager", "KUBE_VERSION")
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	p, err := startProcess("kube-controller-manager", exec.Command(bin, "--kubeconfig", e.KubeconfigPath,
+		"--authentication-kubeconfig", e.KubeconfigPath, "--authorization-kubeconfig", e.KubeconfigPath,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--controllers=garbagecollector,namespace", "--concurrent-gc-syncs=5", "-v=1"))
+	if err != nil {
+		return err
+	}
+	onStop(p.Stop)
+	e.ControllerManager = p
+	return p.waitFor(60*time.Second, func() error {
+		// /healthz needs no authorization by default.
+		c := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed serving cert of a local test process
+		resp, err := c.Get("https://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthz: %s", resp.Status)
+		}
+		return nil
+	})
 }
 
 // Nodes are the names of the fake nodes KWOK manages.

@@ -45,6 +45,7 @@ kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
  -X k8s.io/component-base/version.gitMinor=$(echo "$kubever" | cut -d. -f2)"
 
 build kube-apiserver "$KUBE_VERSION" "$here/kube" k8s.io/kubernetes/cmd/kube-apiserver -ldflags "$kube_ldflags"
+build kube-controller-manager "$KUBE_VERSION" "$here/kube" k8s.io/kubernetes/cmd/kube-controller-manager -ldflags "$kube_ldflags"
 build etcd "$ETCD_VERSION" "$here/kube" go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 build vc-controller-manager "$VOLCANO_VERSION" "$here/volcano" volcano.sh/volcano/cmd/controller-manager -ldflags "-s -w"
 build vc-scheduler "$VOLCANO_VERSION" "$here/volcano" volcano.sh/volcano/cmd/scheduler -ldflags "-s -w"
