@@ -22,21 +22,21 @@ import (
 type ProblemKind string
 
 const (
-	// ProblemMissing: no object under a key the records name.
+	// ProblemMissing means there is no object under a key the records name.
 	ProblemMissing ProblemKind = "missing"
-	// ProblemMismatch: the object's content differs from the database's record of it (size,
+	// ProblemMismatch means the object's content differs from the database's record of it (size,
 	// stored size or sha256), or job.json names another job.
 	ProblemMismatch ProblemKind = "mismatch"
-	// ProblemCorrupt: the object cannot be decoded (not gzip, truncated, not JSON).
+	// ProblemCorrupt means the object cannot be decoded (not gzip, truncated, not JSON).
 	ProblemCorrupt ProblemKind = "corrupt"
-	// ProblemUnreadable: the store failed to serve the object; it could not be checked.
+	// ProblemUnreadable means the store failed to serve the object, which could not be checked.
 	ProblemUnreadable ProblemKind = "unreadable"
-	// ProblemManifest: manifest.json disagrees with the database.
+	// ProblemManifest means manifest.json disagrees with the database.
 	ProblemManifest ProblemKind = "manifest"
-	// ProblemLocation: the database records the archive at another location than the store and
+	// ProblemLocation means the database records the archive at another location than the store and
 	// prefix given to Verify (often: the wrong --store-prefix or bucket).
 	ProblemLocation ProblemKind = "location"
-	// ProblemRecord: the database lacks a record the archive needs (the job's row).
+	// ProblemRecord means the database lacks a record the archive needs (the job's row).
 	ProblemRecord ProblemKind = "record"
 )
 

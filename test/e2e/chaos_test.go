@@ -165,4 +165,3 @@ func jobPods(t *testing.T, s *rig, job *batchv1alpha1.Job) []corev1.Pod {
 	}
 	return pods.Items
 }
-

@@ -356,9 +356,16 @@ func TestInspectVerify(t *testing.T) {
 		name: "same content recompressed: only the stored size differs",
 		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
 			var out bytes.Buffer
-			zw, _ := gzip.NewWriterLevel(&out, gzip.NoCompression)
-			zw.Write(a.content[masterMain(a)])
-			zw.Close()
+			zw, err := gzip.NewWriterLevel(&out, gzip.NoCompression)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := zw.Write(a.content[masterMain(a)]); err != nil {
+				t.Fatal(err)
+			}
+			if err := zw.Close(); err != nil {
+				t.Fatal(err)
+			}
 			inspPut(t, store, masterMain(a), out.Bytes())
 		},
 		want: func(a *inspArchive) []inspProblem { return []inspProblem{{inspect.ProblemMismatch, masterMain(a)}} },
