@@ -78,6 +78,17 @@ verify: manifests ## Regenerate and fail if anything changed
 	$(GO) mod tidy
 	git diff --exit-code
 
+# OVERLAY: the kustomize directory to deploy (config/default, config/overlays/s3, config/overlays/gcs).
+OVERLAY ?= config/overlays/s3
+
+.PHONY: deploy
+deploy: ## Deploy jobvault to the current kubectl context (OVERLAY=config/overlays/s3)
+	kubectl apply --server-side -k $(OVERLAY)
+
+.PHONY: undeploy
+undeploy: ## Remove jobvault from the current kubectl context (see README: Upgrade and uninstall)
+	kubectl delete --ignore-not-found -k $(OVERLAY)
+
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine)
 	docker build -t $(IMG) .

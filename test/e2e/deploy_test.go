@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -196,9 +197,9 @@ func ensureDeployNamespace(t *testing.T, env *testbed.Env) {
 	t.Cleanup(func() { deleteNamespace(t, env, deployNamespace) })
 }
 
-// deleteNamespace deletes an (empty) namespace completely. The testbed runs no namespace
-// controller, so the namespace would stay Terminating, and a later test could not create it again;
-// the controller's last step, the finalize call, is made here.
+// deleteNamespace deletes an (empty) namespace and waits until it is gone, so that a later test
+// can create it again. Should no namespace controller finish the deletion, the finalize call it
+// would make is made here: nothing is left in the namespace to clean up.
 func deleteNamespace(t *testing.T, env *testbed.Env, name string) {
 	ctx := context.Background() // t.Context() is already done during cleanup
 	cs, err := kubernetes.NewForConfig(env.Config)
@@ -210,18 +211,22 @@ func deleteNamespace(t *testing.T, env *testbed.Env, name string) {
 		t.Errorf("delete namespace %s: %v", name, err)
 		return
 	}
-	ns, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return
+	for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(200 * time.Millisecond) {
+		ns, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if err != nil || time.Since(start) < 5*time.Second || len(ns.Spec.Finalizers) == 0 {
+			continue
+		}
+		ns.Spec.Finalizers = nil
+		if _, err := cs.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil &&
+			!apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			t.Errorf("finalize namespace %s: %v", name, err)
+			return
+		}
 	}
-	if err != nil {
-		t.Errorf("get namespace %s: %v", name, err)
-		return
-	}
-	ns.Spec.Finalizers = nil
-	if _, err := cs.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{}); client.IgnoreNotFound(err) != nil {
-		t.Errorf("finalize namespace %s: %v", name, err)
-	}
+	t.Errorf("namespace %s still exists a minute after its deletion", name)
 }
 
 // TestDeployManifests renders every kustomization under config/ and dry-runs its objects against

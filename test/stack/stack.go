@@ -17,7 +17,10 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/jobvault/jobvault/certs/certgen"
@@ -55,7 +58,7 @@ func Webhook(t testbed.T, env *testbed.Env) *testbed.Process {
 		t.Fatal(err)
 	}
 	port, probe := testbed.FreePort(t), testbed.FreePort(t)
-	cmd := exec.Command(testbed.GoBuild(t, "./webhook"), "--cert-dir="+dir, "--bind-address=127.0.0.1",
+	cmd := exec.Command(testbed.GoBuild(t, "./webhook"), "--kubeconfig="+env.KubeconfigPath, "--cert-dir="+dir, "--bind-address=127.0.0.1",
 		"--port="+strconv.Itoa(port), "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe))
 	p := testbed.StartShared(t, "webhook", cmd)
 	p.WaitReady(t, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", time.Minute)
@@ -91,6 +94,45 @@ func WebhookConfiguration(baseURL string, caBundle []byte) (*admissionregistrati
 	return &cfg, nil
 }
 
+// ArchiverUser is the identity the stack's archivers run as, with config/archiver's ClusterRole.
+const ArchiverUser = "system:serviceaccount:jobvault-system:jobvault-archiver"
+
+var (
+	identityMu         sync.Mutex
+	archiverKubeconfig string
+)
+
+// ArchiverIdentity binds config/archiver's ClusterRole, as the deployment does, to ArchiverUser
+// and returns a kubeconfig for that user: archivers run with exactly the RBAC they ship with.
+func ArchiverIdentity(t testbed.T, env *testbed.Env) string {
+	t.Helper()
+	identityMu.Lock()
+	defer identityMu.Unlock()
+	if archiverKubeconfig != "" {
+		return archiverKubeconfig
+	}
+	raw, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), "config", "archiver", "clusterrole.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(raw, &role); err != nil {
+		t.Fatalf("parse config/archiver's ClusterRole: %v", err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name + "-testbed"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: ArchiverUser}},
+	}
+	for _, obj := range []client.Object{&role, binding} {
+		if err := env.Client.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("apply %s: %v", obj.GetName(), err)
+		}
+	}
+	archiverKubeconfig = env.UserKubeconfig(t, ArchiverUser, "system:serviceaccounts", "system:serviceaccounts:jobvault-system")
+	return archiverKubeconfig
+}
+
 // Archiver is one archiver process with its database and object store.
 type Archiver struct {
 	Env         *testbed.Env
@@ -99,7 +141,7 @@ type Archiver struct {
 	// Args are the archiver's flags beyond the kubeconfig and probes; Environ its extra environment.
 	Args, Environ []string
 	Proc          *testbed.Process
-	// Kubeconfig is the identity the archiver runs as (the admin's unless set before Start).
+	// Kubeconfig is the identity the archiver runs as: ArchiverIdentity's.
 	Kubeconfig string
 }
 
@@ -119,7 +161,7 @@ type Options struct {
 // the prefix "archive".
 func NewArchiver(t testbed.T, env *testbed.Env, dsn string, o Options) *Archiver {
 	t.Helper()
-	a := &Archiver{Env: env, DSN: dsn, Kubeconfig: env.KubeconfigPath}
+	a := &Archiver{Env: env, DSN: dsn, Kubeconfig: ArchiverIdentity(t, env)}
 	cfg := objstore.Config{Backend: o.Backend, Prefix: "archive"}
 	switch o.Backend {
 	case objstore.BackendS3:

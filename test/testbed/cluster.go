@@ -366,6 +366,25 @@ func (e *Env) UserConfig(t T, user string, groups ...string) *rest.Config {
 	return u.Config()
 }
 
+// UserKubeconfig writes a kubeconfig authenticating as user with groups (by client certificate)
+// and returns its path. Unlike UserConfig it grants nothing: bind the roles the user needs.
+func (e *Env) UserKubeconfig(t T, user string, groups ...string) string {
+	t.Helper()
+	u, err := e.env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+	if err != nil {
+		t.Fatalf("testbed: add user %s: %v", user, err)
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		t.Fatalf("testbed: kubeconfig of %s: %v", user, err)
+	}
+	p := filepath.Join(WorkDir(), "kubeconfig-"+sanitize(user, 40))
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // Namespace creates a fresh namespace for the test and deletes it when the test ends.
 func (e *Env) Namespace(t T) string {
 	t.Helper()
