@@ -83,17 +83,25 @@ func finalizable(job *batchv1alpha1.Job) bool {
 }
 
 // track is the backstop for jobs admitted while the webhook was unavailable: it adds what the
-// webhook would have (but the submitter, which only the admission request knew).
+// webhook would have (but the submitter, which only the admission request knew). The finalizer and
+// label go in a metadata-only patch, which always succeeds; the task templates' label is a spec
+// change that Volcano's own validating webhook refuses on running jobs, so it is a separate,
+// best-effort patch (pods created after it are tracked; the job's record is complete either way).
 func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error {
 	if job.Annotations[tracking.ArchivedAtAnnotation] != "" {
 		return nil
 	}
 	patch := client.MergeFrom(job.DeepCopy())
 	controllerutil.AddFinalizer(job, tracking.JobFinalizer)
-	if job.Labels == nil {
-		job.Labels = map[string]string{}
+	metav1.SetMetaDataLabel(&job.ObjectMeta, tracking.TrackedLabel, tracking.TrackedValue)
+	if err := r.Client.Patch(ctx, job, patch); err != nil {
+		return fmt.Errorf("track job %s: %w", klog.KObj(job), client.IgnoreNotFound(err))
 	}
-	job.Labels[tracking.TrackedLabel] = tracking.TrackedValue
+	backstops.Inc()
+	r.Recorder.Event(job, corev1.EventTypeWarning, "Backstopped", "Job was admitted without jobvault's finalizer (webhook unavailable?); added it, submitter unknown")
+	ctrl.LoggerFrom(ctx).Info("Added missing job finalizer", "Job", klog.KObj(job))
+
+	patch = client.MergeFrom(job.DeepCopy())
 	for i := range job.Spec.Tasks {
 		if job.Spec.Tasks[i].Template.Labels == nil {
 			job.Spec.Tasks[i].Template.Labels = map[string]string{}
@@ -101,11 +109,8 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 		job.Spec.Tasks[i].Template.Labels[tracking.TrackedLabel] = tracking.TrackedValue
 	}
 	if err := r.Client.Patch(ctx, job, patch); err != nil {
-		return fmt.Errorf("track job %s: %w", klog.KObj(job), client.IgnoreNotFound(err))
+		ctrl.LoggerFrom(ctx).Info("Could not label the job's pod templates; pods it creates later are not tracked", "Job", klog.KObj(job), "error", err.Error())
 	}
-	backstops.Inc()
-	r.Recorder.Event(job, corev1.EventTypeWarning, "Backstopped", "Job was admitted without jobvault's finalizer (webhook unavailable?); added it, submitter unknown")
-	ctrl.LoggerFrom(ctx).Info("Added missing job finalizer", "Job", klog.KObj(job))
 	return nil
 }
 

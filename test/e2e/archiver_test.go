@@ -413,3 +413,37 @@ func TestOperatorReleasesJob(t *testing.T) {
 		t.Errorf("job row %s %q (%v), want released with the operator's reason", row.ArchiveState, row.ReleaseReason, err)
 	}
 }
+
+// The backstop: a job that lacks the finalizer and label (admitted while the webhook was down,
+// which fails open for VcJobs) gets them from the archiver and is archived as usual.
+func TestBackstopsMissingFinalizer(t *testing.T) {
+	s := newRig(t, objstore.BackendFS)
+	job := testbed.Job(s.ns, "unstamped").Task("worker", 1, []string{"main"}, testbed.RunsFor("5s")).Obj()
+	want := podLogs(t, s.env, s.ns, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
+	s.Proc.Stop() // so the archiver cannot re-add them before the patch below lands
+	createAs(t, s.env, "kim", job)
+	j := getJob(t, s.env, job)
+	patch := client.MergeFrom(j.DeepCopy())
+	j.Finalizers = nil
+	delete(j.Labels, tracking.TrackedLabel)
+	if err := s.env.Client.Patch(t.Context(), j, patch); err != nil {
+		t.Fatal(err)
+	}
+	s.Start(t)
+	j = s.waitArchived(t, j, 2*time.Minute)
+	if !tracking.IsTracked(j.Labels) {
+		t.Errorf("job labels %v: tracking label not restored", j.Labels)
+	}
+	checkJobArchive(t, s, j, want)
+	var events corev1.EventList
+	if err := s.env.Client.List(t.Context(), &events, client.InNamespace(s.ns)); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range events.Items {
+		found = found || e.Reason == "Backstopped"
+	}
+	if !found {
+		t.Errorf("no Backstopped event")
+	}
+}
