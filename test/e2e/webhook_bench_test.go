@@ -47,6 +47,7 @@ func whQuantile(sorted []time.Duration, q float64) time.Duration {
 // server registers: AdmissionReview decode, mutation, patch, encode; TLS and network excluded),
 // reporting reviews/s and p50/p99 latency.
 func BenchmarkHandler(b *testing.B) {
+	admission.TuneGC() // as the webhook binary runs
 	srv := webhook.NewServer(webhook.Options{})
 	if err := admission.Register(srv, clock.RealClock{}); err != nil {
 		b.Fatal(err)
@@ -155,6 +156,7 @@ func whServerLatency(b *testing.B, path string) (float64, uint64) {
 // (-run='^$'): another suite's cluster-wide webhook registration would blur the baseline, so it
 // skips if one is present.
 func BenchmarkCreateVcJob(b *testing.B) {
+	admission.TuneGC() // the webhook server runs in this process, as the webhook binary would
 	env := testbed.Cluster(b)
 	ctx := context.Background()
 	var mwcs admissionregistrationv1.MutatingWebhookConfigurationList
