@@ -379,17 +379,7 @@ func TestUnreadableLogsReleasedAfterDeadline(t *testing.T) {
 	if logs[0].State != db.LogUnavailable || !strings.Contains(logs[0].Reason, "deadline") {
 		t.Errorf("log %s: %s (%s), want unavailable after the deadline", logs[0], logs[0].State, logs[0].Reason)
 	}
-	var events corev1.EventList
-	if err := s.env.Client.List(t.Context(), &events, client.InNamespace(s.ns)); err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, e := range events.Items {
-		found = found || e.Reason == "LogUnavailable"
-	}
-	if !found {
-		t.Errorf("no LogUnavailable event in %s", s.ns)
-	}
+	s.expectEvent(t, "LogUnavailable")
 }
 
 // The escape hatch: an operator releases a job stuck on unreadable logs at once.
@@ -435,15 +425,20 @@ func TestBackstopsMissingFinalizer(t *testing.T) {
 		t.Errorf("job labels %v: tracking label not restored", j.Labels)
 	}
 	checkJobArchive(t, s, j, want)
+	s.expectEvent(t, "Backstopped")
+}
+
+// expectEvent asserts that an Event with the reason was recorded in the rig's namespace.
+func (s *rig) expectEvent(t testing.TB, reason string) {
+	t.Helper()
 	var events corev1.EventList
 	if err := s.env.Client.List(t.Context(), &events, client.InNamespace(s.ns)); err != nil {
 		t.Fatal(err)
 	}
-	found := false
 	for _, e := range events.Items {
-		found = found || e.Reason == "Backstopped"
+		if e.Reason == reason {
+			return
+		}
 	}
-	if !found {
-		t.Errorf("no Backstopped event")
-	}
+	t.Errorf("no %s event in %s", reason, s.ns)
 }
