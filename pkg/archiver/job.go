@@ -153,7 +153,7 @@ func jobRow(job *batchv1alpha1.Job, cluster string) (db.Job, error) {
 	if t, err := time.Parse(time.RFC3339, job.Annotations[tracking.AdmittedAtAnnotation]); err == nil {
 		row.AdmittedAt = &t
 	}
-	if tracking.IsTerminal(job.Status.State.Phase) && job.Status.State.LastTransitionTime.Time != (time.Time{}) {
+	if tracking.IsTerminal(job.Status.State.Phase) && !job.Status.State.LastTransitionTime.IsZero() {
 		t := job.Status.State.LastTransitionTime.Time
 		row.FinishedAt = &t
 	}

@@ -52,12 +52,13 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if waiting {
+		// Some log could not be read yet and its deadline has not passed: try again (also for a
+		// running pod's previous instance, which no later event may bring back).
+		return ctrl.Result{RequeueAfter: r.retryAfter()}, nil
+	}
 	if !podFinished(pod) {
 		return ctrl.Result{}, nil
-	}
-	if waiting {
-		// Some log could not be read yet and its deadline has not passed: try again.
-		return ctrl.Result{RequeueAfter: r.retryAfter()}, nil
 	}
 	return ctrl.Result{}, r.release(ctx, pod)
 }
