@@ -62,7 +62,7 @@ func Scheme() *runtime.Scheme {
 // Cluster returns the shared control plane, starting it on first use.
 func Cluster(t T) *Env {
 	t.Helper()
-	e, err := clusterOnce.get(startCluster)
+	e, err := clusterOnce.get("control plane (kube-apiserver, etcd, kube-controller-manager, KWOK, Volcano)", startCluster)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func bucketName(t T) string {
 // MinIOInstance returns the shared MinIO server, starting it on first use.
 func MinIOInstance(t T) *MinIOServer {
 	t.Helper()
-	s, err := minioOnce.get(startMinIO)
+	s, err := minioOnce.get("MinIO", startMinIO)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func httpOK(url string) func() error {
 // GCS returns a new, empty bucket on the shared GCS emulator.
 func GCS(t T) GCSServer {
 	t.Helper()
-	s, err := gcsOnce.get(startGCS)
+	s, err := gcsOnce.get("GCS emulator", startGCS)
 	if err != nil {
 		t.Fatal(err)
 	}

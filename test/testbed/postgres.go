@@ -52,7 +52,7 @@ var (
 // PostgresCluster returns the shared Postgres server, starting it on first use.
 func PostgresCluster(t T) *PostgresServer {
 	t.Helper()
-	s, err := pgOnce.get(startPostgres)
+	s, err := pgOnce.get("Postgres", startPostgres)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,6 +96,11 @@ func Main(m *testing.M) {
 		os.Exit(130)
 	}()
 	code := m.Run()
+	if code != 0 && WorkDirIfCreated() != "" {
+		// Keep every part's log for the failure messages that point at them.
+		os.Setenv("TESTBED_KEEP", "1")
+		fmt.Fprintf(os.Stderr, "testbed: run failed; logs of every part kept in %s\n", WorkDirIfCreated())
+	}
 	StopAll()
 	os.Exit(code)
 }
@@ -128,6 +133,13 @@ func onStop(f func()) {
 	stoppers = append(stoppers, f)
 }
 
+// WorkDirIfCreated is WorkDir if some part has created it, else "".
+func WorkDirIfCreated() string {
+	mu.Lock()
+	defer mu.Unlock()
+	return workDir
+}
+
 // WorkDir is the per-run directory holding every part's data and log files. Set TESTBED_KEEP=1 to
 // keep it after the run.
 func WorkDir() string {
@@ -152,8 +164,15 @@ type once[T any] struct {
 	err error
 }
 
-func (o *once[T]) get(start func() (T, error)) (T, error) {
-	o.o.Do(func() { o.v, o.err = start() })
+func (o *once[T]) get(name string, start func() (T, error)) (T, error) {
+	o.o.Do(func() {
+		t0 := time.Now()
+		o.v, o.err = start()
+		if o.err == nil {
+			// Progress for the slow parts; shown by `go test -v` and with any failure.
+			fmt.Fprintf(os.Stderr, "testbed: %s ready in %.1fs (logs in %s)\n", name, time.Since(t0).Seconds(), WorkDir())
+		}
+	})
 	return o.v, o.err
 }
 
