@@ -33,9 +33,11 @@ type options struct {
 // jobSummary is one line of the summary, as read back from the database.
 type jobSummary struct {
 	Name, UID, Phase, Submitter, Location string
-	Retries                               int32
-	Pods, Logs                            int
-	Keys                                  []string
+	// Deleted is set for a job deleted before it ended.
+	Deleted    bool
+	Retries    int32
+	Pods, Logs int
+	Keys       []string
 }
 
 // sample is one of the demo's jobs and what happens to it.
@@ -124,6 +126,7 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
+		js.Deleted = s.deleteWhenRunning
 		out = append(out, js)
 	}
 	step(w, start, "done: every job archived")
@@ -200,7 +203,11 @@ func printSummary(w io.Writer, jobs []jobSummary) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tOUTCOME\tRETRIES\tSUBMITTER\tPODS\tLOGS\tARCHIVE")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", j.Name, j.Phase, j.Retries, j.Submitter, j.Pods, j.Logs, j.Location)
+		outcome := j.Phase
+		if j.Deleted {
+			outcome = "deleted while " + j.Phase
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", j.Name, outcome, j.Retries, j.Submitter, j.Pods, j.Logs, j.Location)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nLog objects (gzip; uncompressed size and sha256 in the database):")

@@ -42,7 +42,8 @@ func main() {
 		r.Fatal(err)
 	}
 	r.Cleanup(func() { os.Remove(pidFile) })
-	root, err := filepath.Abs(filepath.Join(*dir, "archive"))
+	// The archiver writes under the prefix "archive", so the archive is <dir>/archive/<namespace>/<job>/….
+	root, err := filepath.Abs(*dir)
 	if err != nil {
 		r.Fatal(err)
 	}
