@@ -305,7 +305,9 @@ func whRelease(tb testing.TB, env *testbed.Env, ns string) {
 		return client.IgnoreNotFound(env.Client.Patch(ctx, obj, patch))
 	}
 	quiet := 0
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	// Minutes, not seconds: a benchmark leaves thousands of jobs, patched and deleted at the
+	// client's rate limit.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		held := 0
 		var jobs batchv1alpha1.JobList
 		if err := env.Client.List(ctx, &jobs, client.InNamespace(ns)); err != nil {
