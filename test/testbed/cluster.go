@@ -216,19 +216,9 @@ func (e *Env) startControllerManager() error {
 	}
 	onStop(p.Stop)
 	e.ControllerManager = p
-	return p.waitFor(60*time.Second, func() error {
-		// /healthz needs no authorization by default.
-		c := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed serving cert of a local test process
-		resp, err := c.Get("https://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("healthz: %s", resp.Status)
-		}
-		return nil
-	})
+	// /healthz needs no authorization by default; the serving certificate is self-signed.
+	insecure := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a local test process
+	return p.waitFor(60*time.Second, getOK(insecure, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz"))
 }
 
 // Nodes are the names of the fake nodes KWOK manages.

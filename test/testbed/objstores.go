@@ -123,9 +123,14 @@ func (s *MinIOServer) Start(t T) {
 	}
 }
 
+// httpOK is a readiness check: url answers 200.
 func httpOK(url string) func() error {
+	return getOK(&http.Client{Timeout: time.Second}, url)
+}
+
+// getOK is a readiness check: c's GET of url answers 200.
+func getOK(c *http.Client, url string) func() error {
 	return func() error {
-		c := http.Client{Timeout: time.Second}
 		resp, err := c.Get(url)
 		if err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -207,5 +206,4 @@ func TestEncodeCRIRoundTripsThroughKubeletFormat(t *testing.T) {
 	if len(lines) != 2 || !strings.HasSuffix(lines[0], " stdout F a") || !strings.HasSuffix(lines[1], " stdout P b") {
 		t.Fatalf("unexpected encoding:\n%s", out)
 	}
-	_ = fmt.Sprint()
 }
