@@ -39,11 +39,7 @@ func main() {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Metrics:                metricsserver.Options{BindAddress: opts.metricsAddress},
 		HealthProbeBindAddress: opts.healthProbeAddress,
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host:    opts.bindAddress,
-			Port:    opts.port,
-			CertDir: opts.certDir,
-		}),
+		WebhookServer:          webhook.NewServer(admission.ServerOptions(opts.bindAddress, opts.port, opts.certDir, opts.enableHTTP2)),
 	})
 	if err != nil {
 		log.Error(err, "Failed to create the manager")
@@ -61,7 +57,7 @@ func main() {
 		log.Error(err, "Failed to add the readiness check")
 		os.Exit(1)
 	}
-	log.Info("Starting webhook", "port", opts.port, "certDir", opts.certDir)
+	log.Info("Starting webhook", "port", opts.port, "certDir", opts.certDir, "http2", opts.enableHTTP2)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "Webhook stopped")
 		os.Exit(1)

@@ -24,13 +24,14 @@ type target struct {
 	kind     schema.GroupVersionKind
 }
 
-// mutateFunc changes obj, the decoded request object, in place. Any error it returns means the
-// object is not what the API server would send and is reported to the caller as a bad request.
-type mutateFunc func(ctx context.Context, req cradmission.Request, obj map[string]any) error
+// mutateFunc changes obj, the decoded request object, through p, which records each change as a
+// JSON patch operation. Any error it returns means the object is not what the API server would
+// send and is reported to the caller as a bad request.
+type mutateFunc func(ctx context.Context, req cradmission.Request, p *patch, obj node) error
 
 // serve runs one admission request through the checks shared by every mutator, then mutate, and
-// answers with the patch from the raw request object to the mutated one. It never panics on bad
-// input and never changes an object it could not fully understand.
+// answers with the patch it recorded. It never panics on bad input and never changes an object it
+// could not fully understand.
 func serve(ctx context.Context, t target, req cradmission.Request, mutate mutateFunc) cradmission.Response {
 	start := time.Now()
 	log := ctrl.LoggerFrom(ctx).WithValues(t.name, klog.KRef(req.Namespace, req.Name))
@@ -53,27 +54,17 @@ func admit(ctx context.Context, log logr.Logger, t target, req cradmission.Reque
 		log.Info("Denied admission request", "reason", err.Error())
 		return denied(err), resultDenied
 	}
-	if err := mutate(ctx, req, obj); err != nil {
+	var p patch
+	if err := mutate(ctx, req, &p, root(obj)); err != nil {
 		log.Info("Denied admission request", "reason", err.Error())
 		return denied(err), resultDenied
 	}
-	mutated, err := json.Marshal(obj)
-	if err != nil {
-		err = fmt.Errorf("encode mutated %s: %w", t.name, err)
-		log.Error(err, "Failed to admit")
-		return cradmission.Errored(http.StatusInternalServerError, err), resultError
-	}
-	resp := cradmission.PatchResponseFromRaw(req.Object.Raw, mutated)
-	if !resp.Allowed {
-		log.Error(nil, "Failed to compute patch", "message", resp.Result.Message)
-		return resp, resultError
-	}
-	if len(resp.Patches) == 0 {
+	if len(p.ops) == 0 {
 		log.V(2).Info("Admitted unchanged")
-		return resp, resultUnchanged
+		return cradmission.Allowed(""), resultUnchanged
 	}
-	log.V(1).Info("Admitted with patch", "operations", len(resp.Patches))
-	return resp, resultMutated
+	log.V(1).Info("Admitted with patch", "operations", len(p.ops))
+	return cradmission.Patched("", p.ops...), resultMutated
 }
 
 // check rejects a request for another resource or kind: only a misconfigured webhook or a direct
@@ -90,8 +81,8 @@ func (t target) check(req cradmission.Request) error {
 	return nil
 }
 
-// decode parses the raw object as untyped JSON with the standard library, the same way the patch
-// is later computed, so that numbers and strings compare equal on both sides of the diff.
+// decode parses the raw object as untyped JSON: only metadata is changed, so nothing else needs a
+// type, and fields newer than our API types are never at risk.
 func decode(raw []byte, want schema.GroupVersionKind) (map[string]any, error) {
 	if len(raw) == 0 {
 		return nil, fmt.Errorf("request.object is empty, want a %s", describeGVK(want))

@@ -51,28 +51,28 @@ func (m *JobMutator) Handle(ctx context.Context, req cradmission.Request) cradmi
 	return serve(ctx, jobTarget, req, m.mutate)
 }
 
-func (m *JobMutator) mutate(ctx context.Context, req cradmission.Request, job map[string]any) error {
+func (m *JobMutator) mutate(ctx context.Context, req cradmission.Request, p *patch, job node) error {
 	user := req.UserInfo
 	if user.Username == "" {
 		return errors.New("request.userInfo.username is empty: the submitter of a VcJob must be known")
 	}
-	meta, err := object(job, "metadata", "metadata")
+	meta, err := p.object(job, "metadata", "metadata")
 	if err != nil {
 		return err
 	}
-	if gn, ok := meta["generateName"].(string); ok && gn != "" {
+	if gn, ok := meta.m["generateName"].(string); ok && gn != "" {
 		ctrl.LoggerFrom(ctx).V(3).Info("Admitting VcJob with generateName", "generateName", gn)
 	}
-	if err := addFinalizer(meta, tracking.JobFinalizer); err != nil {
+	if err := p.addFinalizer(meta, tracking.JobFinalizer); err != nil {
 		return err
 	}
-	labels, err := stringMap(meta, "labels", "metadata.labels")
+	labels, err := p.stringMap(meta, "labels", "metadata.labels")
 	if err != nil {
 		return err
 	}
-	labels[tracking.TrackedLabel] = tracking.TrackedValue
+	p.setString(labels, tracking.TrackedLabel, tracking.TrackedValue)
 
-	annotations, err := stringMap(meta, "annotations", "metadata.annotations")
+	annotations, err := p.stringMap(meta, "annotations", "metadata.annotations")
 	if err != nil {
 		return err
 	}
@@ -86,12 +86,12 @@ func (m *JobMutator) mutate(ctx context.Context, req cradmission.Request, job ma
 	}
 	// Always from userInfo: on CREATE a value in the object is the user's claim, not a fact. A
 	// reinvocation carries the same userInfo, so this is a no-op then.
-	annotations[tracking.SubmitterAnnotation] = user.Username
-	annotations[tracking.SubmitterGroupsAnnotation] = string(groupsJSON)
-	existing, _ := lookupString(annotations, tracking.AdmittedAtAnnotation)
-	annotations[tracking.AdmittedAtAnnotation] = admittedAt(existing, m.clock.Now())
+	p.setString(annotations, tracking.SubmitterAnnotation, user.Username)
+	p.setString(annotations, tracking.SubmitterGroupsAnnotation, string(groupsJSON))
+	existing, _ := annotations.m[tracking.AdmittedAtAnnotation].(string)
+	p.setString(annotations, tracking.AdmittedAtAnnotation, admittedAt(existing, m.clock.Now()))
 
-	return labelTemplates(job)
+	return labelTemplates(p, job)
 }
 
 // admittedAt keeps an admitted-at stamp that our earlier pass of the same request could have
@@ -109,8 +109,8 @@ func admittedAt(existing string, now time.Time) string {
 // labelTemplates puts the tracking label on spec.tasks[*].template.metadata.labels so that every
 // pod Volcano creates from the job carries it. A job without spec or tasks is left for Volcano's
 // validation to reject.
-func labelTemplates(job map[string]any) error {
-	specValue, ok := job["spec"]
+func labelTemplates(p *patch, job node) error {
+	specValue, ok := job.m["spec"]
 	if !ok || specValue == nil {
 		return nil
 	}
@@ -132,19 +132,19 @@ func labelTemplates(job map[string]any) error {
 			return fmt.Errorf("spec.tasks[%d] is %s, want an object", i, jsonType(taskValue))
 		}
 		path := fmt.Sprintf("spec.tasks[%d].template", i)
-		template, err := object(task, "template", path)
+		template, err := p.object(node{m: task, ptr: fmt.Sprintf("/spec/tasks/%d", i)}, "template", path)
 		if err != nil {
 			return err
 		}
-		meta, err := object(template, "metadata", path+".metadata")
+		meta, err := p.object(template, "metadata", path+".metadata")
 		if err != nil {
 			return err
 		}
-		labels, err := stringMap(meta, "labels", path+".metadata.labels")
+		labels, err := p.stringMap(meta, "labels", path+".metadata.labels")
 		if err != nil {
 			return err
 		}
-		labels[tracking.TrackedLabel] = tracking.TrackedValue
+		p.setString(labels, tracking.TrackedLabel, tracking.TrackedValue)
 	}
 	return nil
 }

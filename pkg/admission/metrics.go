@@ -12,13 +12,12 @@ const (
 	resultMutated   = "mutated"   // allowed with a patch
 	resultUnchanged = "unchanged" // allowed as is
 	resultDenied    = "denied"    // bad request: malformed, wrong kind or resource
-	resultError     = "error"     // our failure
 )
 
 var (
 	admissionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "jobvault_webhook_admissions_total",
-		Help: "Admission requests answered by the jobvault webhook, by kind (VcJob, Pod) and result (mutated, unchanged, denied, error).",
+		Help: "Admission requests answered by the jobvault webhook, by kind (VcJob, Pod) and result (mutated, unchanged, denied).",
 	}, []string{"kind", "result"})
 	admissionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "jobvault_webhook_admission_duration_seconds",
@@ -31,7 +30,7 @@ func init() {
 	metrics.Registry.MustRegister(admissionsTotal, admissionDuration)
 	// Start every series at zero so that rate() and absent-alerts work before the first event.
 	for _, kind := range []string{jobTarget.name, podTarget.name} {
-		for _, result := range []string{resultMutated, resultUnchanged, resultDenied, resultError} {
+		for _, result := range []string{resultMutated, resultUnchanged, resultDenied} {
 			admissionsTotal.WithLabelValues(kind, result)
 		}
 		admissionDuration.WithLabelValues(kind)

@@ -1,56 +1,98 @@
 package admission
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"gomodules.xyz/jsonpatch/v2"
 )
 
 // Helpers over untyped JSON (map[string]any as decoded by encoding/json). Each checks the type of
 // what it touches the way a typed decode would, so an object that would not decode is rejected
 // instead of half-mutated, and each leaves everything it does not touch as it was.
+//
+// The helpers that change the object also record the JSON patch operation that makes the same
+// change to the request's raw object. Recording instead of diffing a re-encoded copy (what
+// controller-runtime's PatchResponseFromRaw does) means the object is decoded once and never
+// encoded, and the patch holds only what changed: a VcJob review's p50 went from 0.28 ms to
+// 0.14 ms and its allocations from 916 to 327 (BenchmarkHandler), time the API server waits on
+// every create.
 
-// object returns parent[key] as a JSON object, creating it when it is absent or null. path is the
-// dotted path of key, for errors.
-func object(parent map[string]any, key, path string) (map[string]any, error) {
-	v, ok := parent[key]
+// node is a JSON object inside the request object.
+type node struct {
+	m map[string]any
+	// ptr is the object's JSON pointer in the request object ("" for the root).
+	ptr string
+	// added is set when the object was absent or null in the request: the operation that adds it
+	// carries everything put into it later, so nothing inside it is recorded on its own.
+	added bool
+}
+
+// patch records the operations that turn the request object into the mutated one.
+type patch struct {
+	ops []jsonpatch.JsonPatchOperation
+}
+
+// root is the request object itself.
+func root(obj map[string]any) node { return node{m: obj} }
+
+// pointerEscaper escapes a key for a JSON pointer (RFC 6901): label keys contain "/".
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// put sets n.m[key] = v and records it, unless n was added whole by an earlier operation. "add"
+// replaces an existing member, so it serves for new and changed keys alike.
+func (p *patch) put(n node, key string, v any) {
+	n.m[key] = v
+	if !n.added {
+		p.ops = append(p.ops, jsonpatch.NewOperation("add", n.ptr+"/"+pointerEscaper.Replace(key), v))
+	}
+}
+
+// object returns n.m[key] as a JSON object, adding an empty one when it is absent or null. path is
+// the dotted path of key, for errors.
+func (p *patch) object(n node, key, path string) (node, error) {
+	if child, ok, err := lookupObject(n, key, path); err != nil || ok {
+		return child, err
+	}
+	child := node{m: map[string]any{}, ptr: n.ptr + "/" + pointerEscaper.Replace(key), added: true}
+	p.put(n, key, child.m)
+	return child, nil
+}
+
+// lookupObject returns n.m[key] as a JSON object and true, or false when it is absent or null;
+// unlike object it never adds anything.
+func lookupObject(n node, key, path string) (node, bool, error) {
+	v, ok := n.m[key]
 	if !ok || v == nil {
-		m := map[string]any{}
-		parent[key] = m
-		return m, nil
+		return node{}, false, nil
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("%s is %s, want an object", path, jsonType(v))
+		return node{}, false, fmt.Errorf("%s is %s, want an object", path, jsonType(v))
 	}
-	return m, nil
+	return node{m: m, ptr: n.ptr + "/" + pointerEscaper.Replace(key), added: n.added}, true, nil
 }
 
-// lookupObject returns parent[key] as a JSON object, or nil when it is absent or null; unlike
-// object it never adds anything.
-func lookupObject(parent map[string]any, key, path string) (map[string]any, error) {
-	if v, ok := parent[key]; !ok || v == nil {
-		return nil, nil
-	}
-	return object(parent, key, path)
-}
-
-// stringMap returns parent[key] as a JSON object of strings (labels, annotations), creating it when
-// it is absent or null.
-func stringMap(parent map[string]any, key, path string) (map[string]any, error) {
-	m, err := object(parent, key, path)
+// stringMap returns n.m[key] as a JSON object of strings (labels, annotations), adding it when it
+// is absent or null.
+func (p *patch) stringMap(n node, key, path string) (node, error) {
+	m, err := p.object(n, key, path)
 	if err != nil {
-		return nil, err
+		return node{}, err
 	}
-	return m, checkStrings(m, path)
+	return m, checkStrings(m.m, path)
 }
 
-// lookupStringMap is stringMap without creating: nil when absent or null.
-func lookupStringMap(parent map[string]any, key, path string) (map[string]any, error) {
-	m, err := lookupObject(parent, key, path)
-	if err != nil || m == nil {
-		return nil, err
+// lookupStringMap is stringMap without adding: false when absent or null.
+func lookupStringMap(n node, key, path string) (node, bool, error) {
+	m, ok, err := lookupObject(n, key, path)
+	if err != nil || !ok {
+		return node{}, false, err
 	}
-	return m, checkStrings(m, path)
+	return m, true, checkStrings(m.m, path)
 }
 
 func checkStrings(m map[string]any, path string) error {
@@ -62,18 +104,25 @@ func checkStrings(m map[string]any, path string) error {
 	return nil
 }
 
-// lookupString returns the string value of a label or annotation map from stringMap.
-func lookupString(m map[string]any, key string) (string, bool) {
-	s, ok := m[key].(string)
-	return s, ok
+// setString sets key to value in a map from stringMap, recording nothing when it already holds it.
+func (p *patch) setString(n node, key, value string) {
+	if !utf8.ValidString(value) {
+		// Compare as the API server will store it, or a second pass would see a change: JSON
+		// carries invalid bytes as U+FFFD (a username is the only value from outside).
+		b, _ := json.Marshal(value) // a string always encodes
+		_ = json.Unmarshal(b, &value)
+	}
+	if s, ok := n.m[key].(string); !ok || s != value {
+		p.put(n, key, value)
+	}
 }
 
 // addFinalizer appends f to meta.finalizers unless it is there already, keeping every other
 // finalizer and their order.
-func addFinalizer(meta map[string]any, f string) error {
-	v, ok := meta["finalizers"]
+func (p *patch) addFinalizer(meta node, f string) error {
+	v, ok := meta.m["finalizers"]
 	if !ok || v == nil {
-		meta["finalizers"] = []any{f}
+		p.put(meta, "finalizers", []any{f})
 		return nil
 	}
 	list, ok := v.([]any)
@@ -88,7 +137,10 @@ func addFinalizer(meta map[string]any, f string) error {
 	if slices.Contains(list, any(f)) {
 		return nil
 	}
-	meta["finalizers"] = append(list, f)
+	meta.m["finalizers"] = append(list, f)
+	if !meta.added {
+		p.ops = append(p.ops, jsonpatch.NewOperation("add", meta.ptr+"/finalizers/-", f))
+	}
 	return nil
 }
 

@@ -30,19 +30,19 @@ func (m *PodMutator) Handle(ctx context.Context, req cradmission.Request) cradmi
 	return serve(ctx, podTarget, req, m.mutate)
 }
 
-func (m *PodMutator) mutate(_ context.Context, _ cradmission.Request, pod map[string]any) error {
+func (m *PodMutator) mutate(_ context.Context, _ cradmission.Request, p *patch, pod node) error {
 	// Read before writing anything: an untracked pod must come back byte for byte.
-	meta, err := lookupObject(pod, "metadata", "metadata")
-	if err != nil || meta == nil {
+	meta, ok, err := lookupObject(pod, "metadata", "metadata")
+	if err != nil || !ok {
 		return err
 	}
-	labels, err := lookupStringMap(meta, "labels", "metadata.labels")
+	labels, _, err := lookupStringMap(meta, "labels", "metadata.labels")
 	if err != nil {
 		return err
 	}
-	if v, _ := lookupString(labels, tracking.TrackedLabel); v != tracking.TrackedValue {
+	if v, _ := labels.m[tracking.TrackedLabel].(string); v != tracking.TrackedValue {
 		// Reached only if the objectSelector is missing or changed; not ours to track.
 		return nil
 	}
-	return addFinalizer(meta, tracking.PodFinalizer)
+	return p.addFinalizer(meta, tracking.PodFinalizer)
 }

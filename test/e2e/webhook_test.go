@@ -29,7 +29,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -63,6 +62,7 @@ type whServer struct {
 	addr    string // 127.0.0.1:port
 	certDir string
 	ca      *certgen.CA
+	server  webhook.Server // serves admission.Register's paths; a test may add its own
 }
 
 // whStart serves the webhook until the test ends.
@@ -87,7 +87,7 @@ func whStart(tb testing.TB, env *testbed.Env) *whServer {
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		WebhookServer:          webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: s.certDir}),
+		WebhookServer:          webhook.NewServer(admission.ServerOptions("127.0.0.1", port, s.certDir, false)),
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -95,6 +95,7 @@ func whStart(tb testing.TB, env *testbed.Env) *whServer {
 	if err := admission.SetupWithManager(mgr); err != nil {
 		tb.Fatal(err)
 	}
+	s.server = mgr.GetWebhookServer()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -737,13 +738,5 @@ func TestWebhookCertRotation(t *testing.T) {
 	}
 	if ok.Load() < 20 {
 		t.Errorf("only %d admissions during rotation: the stream did not exercise it", ok.Load())
-	}
-}
-
-// whBigRequests keeps a task's pods from ever being enqueued, so that a benchmark's VcJobs create no
-// pods and Volcano's work does not depend on the webhook.
-func whBigRequests(p *corev1.PodTemplateSpec) {
-	for i := range p.Spec.Containers {
-		p.Spec.Containers[i].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")}
 	}
 }
