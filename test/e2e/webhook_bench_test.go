@@ -176,7 +176,8 @@ const whFloorPath = "/e2e-noop"
 //
 // The load is open-loop at -create-rate, as Kubernetes' own API latency SLOs are measured
 // (clusterloader2 creates at a fixed QPS): each create starts on schedule whether or not the
-// previous one has returned, so a slow create is not hidden by delaying the next.
+// previous one has returned, so a slow create is not hidden by delaying the next. The flag goes
+// after the package: go test -run '^$' -bench CreateVcJob -benchtime 1000x ./test/e2e -create-rate=10
 func BenchmarkCreateVcJob(b *testing.B) {
 	admission.TuneGC() // the webhook server runs in this process, as the webhook binary would
 	env := testbed.Cluster(b)
