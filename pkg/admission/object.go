@@ -42,12 +42,15 @@ func root(obj map[string]any) node { return node{m: obj} }
 // pointerEscaper escapes a key for a JSON pointer (RFC 6901): label keys contain "/".
 var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
+// pointer is the JSON pointer of n.m[key].
+func (n node) pointer(key string) string { return n.ptr + "/" + pointerEscaper.Replace(key) }
+
 // put sets n.m[key] = v and records it, unless n was added whole by an earlier operation. "add"
 // replaces an existing member, so it serves for new and changed keys alike.
 func (p *patch) put(n node, key string, v any) {
 	n.m[key] = v
 	if !n.added {
-		p.ops = append(p.ops, jsonpatch.NewOperation("add", n.ptr+"/"+pointerEscaper.Replace(key), v))
+		p.ops = append(p.ops, jsonpatch.NewOperation("add", n.pointer(key), v))
 	}
 }
 
@@ -57,7 +60,7 @@ func (p *patch) object(n node, key, path string) (node, error) {
 	if child, ok, err := lookupObject(n, key, path); err != nil || ok {
 		return child, err
 	}
-	child := node{m: map[string]any{}, ptr: n.ptr + "/" + pointerEscaper.Replace(key), added: true}
+	child := node{m: map[string]any{}, ptr: n.pointer(key), added: true}
 	p.put(n, key, child.m)
 	return child, nil
 }
@@ -73,7 +76,7 @@ func lookupObject(n node, key, path string) (node, bool, error) {
 	if !ok {
 		return node{}, false, fmt.Errorf("%s is %s, want an object", path, jsonType(v))
 	}
-	return node{m: m, ptr: n.ptr + "/" + pointerEscaper.Replace(key), added: n.added}, true, nil
+	return node{m: m, ptr: n.pointer(key), added: n.added}, true, nil
 }
 
 // stringMap returns n.m[key] as a JSON object of strings (labels, annotations), adding it when it
@@ -139,7 +142,7 @@ func (p *patch) addFinalizer(meta node, f string) error {
 	}
 	meta.m["finalizers"] = append(list, f)
 	if !meta.added {
-		p.ops = append(p.ops, jsonpatch.NewOperation("add", meta.ptr+"/finalizers/-", f))
+		p.ops = append(p.ops, jsonpatch.NewOperation("add", meta.pointer("finalizers")+"/-", f))
 	}
 	return nil
 }
