@@ -267,15 +267,8 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	// once, so that none benefits from another's warm-up or load.
 	order := [4][4]int{{0, 1, 3, 2}, {1, 2, 0, 3}, {2, 3, 1, 0}, {3, 0, 2, 1}}
 	interval := time.Duration(float64(time.Second) / *whCreateRate)
-	calls := func() (sums, counts []float64) {
-		for _, a := range arms {
-			sum, count := whAPIServerCallLatency(b, env, a.hook)
-			sums, counts = append(sums, sum), append(counts, count)
-		}
-		return sums, counts
-	}
 	serverSum, serverCount := whServerLatency(b, admission.JobPath)
-	callSums, callCounts := calls()
+	callsBefore := whAPIServerCallLatency(b, env)
 	cpu0 := whCPUTimes(b)
 	b.ResetTimer()
 	start := time.Now()
@@ -295,10 +288,10 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	ms := func(sec float64) float64 { return sec * 1000 }
 	// The webhook calls as the API server timed them (request encoding, the HTTPS round trip, the
 	// patch applied) and, within ours, the time our handler spent.
-	sums, counts := calls()
-	for n, a := range arms {
-		if counts[n] > callCounts[n] {
-			b.ReportMetric(ms((sums[n]-callSums[n])/(counts[n]-callCounts[n])), "call-mean-ms-"+a.name)
+	calls := whAPIServerCallLatency(b, env)
+	for _, a := range arms {
+		if after, before := calls[a.hook], callsBefore[a.hook]; a.hook != "" && after.count > before.count {
+			b.ReportMetric(ms((after.sum-before.sum)/(after.count-before.count)), "call-mean-ms-"+a.name)
 		}
 	}
 	if sum, count := whServerLatency(b, admission.JobPath); count > serverCount {
@@ -338,13 +331,13 @@ func whIsJobHook(w *admissionregistrationv1.MutatingWebhook) bool {
 // that load, not the webhook, decided the latency.
 const whAbsentQueue = "jobvault-bench-absent"
 
-// whAPIServerCallLatency reads the sum (seconds) and count of the API server's histogram of calls
-// to the webhook named hook (apiserver_admission_webhook_admission_duration_seconds); zero for "".
-func whAPIServerCallLatency(b *testing.B, env *testbed.Env, hook string) (sum, count float64) {
+// whHistogram is the sum (seconds) and count of a latency histogram.
+type whHistogram struct{ sum, count float64 }
+
+// whAPIServerCallLatency reads the API server's histogram of calls to each mutating webhook on
+// CREATE (apiserver_admission_webhook_admission_duration_seconds), by webhook name.
+func whAPIServerCallLatency(b *testing.B, env *testbed.Env) map[string]whHistogram {
 	b.Helper()
-	if hook == "" {
-		return 0, 0
-	}
 	const name = "apiserver_admission_webhook_admission_duration_seconds"
 	raw, err := kubernetes.NewForConfigOrDie(env.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
@@ -362,17 +355,20 @@ func whAPIServerCallLatency(b *testing.B, env *testbed.Env, hook string) (sum, c
 	if err != nil {
 		b.Fatalf("parse the API server's %s: %v", name, err)
 	}
+	byHook := map[string]whHistogram{}
 	for _, m := range families[name].GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["name"] == hook && labels["operation"] == "CREATE" {
-			sum += m.GetHistogram().GetSampleSum()
-			count += float64(m.GetHistogram().GetSampleCount())
+		if labels["operation"] == "CREATE" {
+			h := byHook[labels["name"]]
+			h.sum += m.GetHistogram().GetSampleSum()
+			h.count += float64(m.GetHistogram().GetSampleCount())
+			byHook[labels["name"]] = h
 		}
 	}
-	return sum, count
+	return byHook
 }
 
 // whCPUTimes reads the machine's CPU time counters.
