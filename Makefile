@@ -43,8 +43,13 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 # DEMO_ARGS: --store=s3 archives to a local MinIO instead of .demo/archive; --exit stops after the summary.
 DEMO_ARGS ?=
 
+# The demo needs the control plane and KWOK, and MinIO only with --store=s3; never the GCS emulator.
+DEMO_BINARIES := kube-apiserver kube-controller-manager etcd vc-controller-manager vc-scheduler kwok \
+	$(if $(findstring --store=s3,$(DEMO_ARGS)),minio)
+
 .PHONY: demo
-demo: testbed ## Start a local stack, run sample jobs, print what was archived; Ctrl-C stops it
+demo: ## Start a local stack, run sample jobs, print what was archived; Ctrl-C stops it
+	test/tools/build.sh $(DEMO_BINARIES)
 	$(GO) run ./test/demo $(DEMO_ARGS)
 
 .PHONY: demo-down

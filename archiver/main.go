@@ -10,8 +10,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
-	"time"
+	"syscall"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -23,15 +24,18 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
-	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "logs" {
-		os.Exit(runInspect(os.Args[2:]))
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := cli.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "archiver:", err)
@@ -42,8 +46,7 @@ func main() {
 type flags struct {
 	opts                    archiver.Options
 	store                   objstore.Config
-	dsn                     string
-	migrate                 bool
+	db                      db.Config
 	excludeNamespaces       string
 	namespaces              string
 	leaderElect             bool
@@ -56,9 +59,8 @@ func parseFlags() (*flags, error) {
 	f := &flags{opts: archiver.DefaultOptions()}
 	fs := flag.CommandLine
 	fs.StringVar(&f.opts.Cluster, "cluster-name", "", "Name of this cluster in the records, for databases shared by several clusters.")
-	fs.StringVar(&f.dsn, "db-dsn", os.Getenv("JOBVAULT_DB_DSN"), "Postgres connection string (URL or key=value), without password: lib/pq reads PGPASSWORD or PGPASSFILE. Default $JOBVAULT_DB_DSN.")
-	fs.BoolVar(&f.migrate, "db-migrate", true, "Apply pending database migrations at start-up (under an advisory lock, safe with several replicas).")
-	fs.DurationVar(&f.opts.DBTimeout, "db-timeout", f.opts.DBTimeout, "Timeout of each database call.")
+	f.db.BindFlags(fs)
+	fs.BoolVar(&f.db.Migrate, "db-migrate", true, "Apply pending database migrations at start-up (under an advisory lock, safe with several replicas).")
 	fs.DurationVar(&f.opts.LogDeadline, "log-deadline", f.opts.LogDeadline, "How long a container log that cannot be read is retried, from the container's end or the pod's deletion, before it is recorded as unavailable and the finalizer released.")
 	fs.DurationVar(&f.opts.LogTimeout, "log-timeout", f.opts.LogTimeout, "Timeout of the upload of one container log.")
 	fs.IntVar(&f.opts.PodWorkers, "pod-workers", f.opts.PodWorkers, "Pods archived in parallel (bounds concurrent log uploads and their memory).")
@@ -70,17 +72,12 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	f.store.BindFlags(fs)
+	f.opts.Layout.BindFlags(fs)
 	f.zap.BindFlags(fs)
 	flag.Parse()
 
 	f.opts.ExcludeNamespaces = splitList(f.excludeNamespaces)
-	f.opts.Layout = archive.Layout{Prefix: f.store.Prefix}
-	var errs []error
-	if f.dsn == "" {
-		errs = append(errs, errors.New("--db-dsn (or $JOBVAULT_DB_DSN) is required"))
-	}
-	errs = append(errs, f.opts.Validate(), f.store.Validate())
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(f.db.Validate(), f.opts.Validate(), f.store.Validate()); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return f, nil
@@ -113,7 +110,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
-	records, err := db.Open(ctx, f.dsn, db.Options{Migrate: f.migrate})
+	records, err := db.Open(ctx, f.db.DSN, f.db.Options)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
@@ -149,14 +146,14 @@ func run() error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	// Ready only when both backends answer: a replica that cannot write must not take the lease.
+	// Ready only when both backends answer, so that a rollout waits for a replica that can write
+	// and a monitor sees one that cannot. Leader election does not look at readiness: a replica
+	// whose backends are down may still hold the lease, and then retries until they are back.
 	if err := mgr.AddReadyzCheck("backends", func(req *http.Request) error {
-		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
-		defer cancel()
-		return errors.Join(records.Ping(ctx), store.Ping(ctx))
+		return errors.Join(records.Ping(req.Context()), store.Ping(req.Context()))
 	}); err != nil {
 		return err
 	}
-	log.Info("Starting archiver", "store", store.URL(f.store.Prefix), "logDeadline", f.opts.LogDeadline)
+	log.Info("Starting archiver", "store", store.URL(f.opts.Layout.Prefix), "logDeadline", f.opts.LogDeadline)
 	return mgr.Start(ctx)
 }

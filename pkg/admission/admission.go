@@ -31,9 +31,8 @@ const (
 
 // GCPercent is the garbage-collection target the webhook runs with (unless GOGC is set). Its live
 // heap is a few MiB, so collecting four times less often than Go's default costs little memory and
-// trims the admission latency tail: measured p99 of a VcJob review 0.44 ms at the default, 0.27 ms
-// at 400 (BenchmarkHandler, 2 cores; 4.2 ms and 0.6 ms before the handler recorded its patch
-// instead of diffing a re-encoded copy).
+// trims the admission latency tail, which garbage-collection pauses make on a small node (the
+// README's performance section has the figures and the benchmark that measures them).
 const GCPercent = 400
 
 // TuneGC applies GCPercent unless the operator chose GOGC.
@@ -47,8 +46,7 @@ func TuneGC() {
 // on host:port. Unless enableHTTP2, the server offers only HTTP/1.1, as kubebuilder scaffolds: the
 // API server keeps a pool of HTTP/1.1 connections to a webhook, so HTTP/2 buys nothing here, and
 // it brings the stream-reset attacks (CVE-2023-44487, CVE-2023-39325) and more goroutine handoffs
-// per request (a TLS round trip between two idle processes on 2 cores: p50 0.52 ms over HTTP/1.1,
-// 0.63 ms over HTTP/2).
+// per request, which make each round trip slower.
 func ServerOptions(host string, port int, certDir string, enableHTTP2 bool) webhook.Options {
 	o := webhook.Options{Host: host, Port: port, CertDir: certDir}
 	if !enableHTTP2 {

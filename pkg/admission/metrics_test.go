@@ -20,7 +20,7 @@ func counterValue(t *testing.T, kind, result string) float64 {
 func histogramCount(t *testing.T, kind string) uint64 {
 	t.Helper()
 	var m dto.Metric
-	if err := admissionDuration.WithLabelValues(kind).(interface{ Write(*dto.Metric) error }).Write(&m); err != nil {
+	if err := admissionDurationSeconds.WithLabelValues(kind).(interface{ Write(*dto.Metric) error }).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()

@@ -9,8 +9,8 @@ import (
 	"io"
 	"testing"
 
-	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 func TestLayout(t *testing.T) {
@@ -19,12 +19,30 @@ func TestLayout(t *testing.T) {
 	for got, want := range map[string]string{
 		l.JobObject(j): "prod/ns/train/u1/job.json",
 		l.Manifest(j):  "prod/ns/train/u1/manifest.json",
-		l.PodLog(j, "train-w-0", "p1", "main", db.InstanceCurrent):        "prod/ns/train/u1/pods/train-w-0/p1/main.log.gz",
-		l.PodLog(j, "train-w-0", "p1", "main", db.PreviousInstance(2)):    "prod/ns/train/u1/pods/train-w-0/p1/main.previous-2.log.gz",
-		Layout{}.PodLog(j, "train-w-0", "p2", "main", db.InstanceCurrent): "ns/train/u1/pods/train-w-0/p2/main.log.gz",
+		l.PodLog(j, "train-w-0", "p1", "main", record.InstanceCurrent):        "prod/ns/train/u1/pods/train-w-0/p1/main.log.gz",
+		l.PodLog(j, "train-w-0", "p1", "main", record.PreviousInstance(2)):    "prod/ns/train/u1/pods/train-w-0/p1/main.previous-2.log.gz",
+		Layout{}.PodLog(j, "train-w-0", "p2", "main", record.InstanceCurrent): "ns/train/u1/pods/train-w-0/p2/main.log.gz",
 	} {
 		if got != want {
 			t.Errorf("key %q, want %q", got, want)
+		}
+	}
+}
+
+func TestLayoutOf(t *testing.T) {
+	j := JobRef{Namespace: "ns", Name: "train", UID: "u1"}
+	for _, prefix := range []string{"", "prod", "prod/eu-1", "a/ns/train/u1"} {
+		l := Layout{Prefix: prefix}
+		for _, dir := range []string{l.JobDir(j), JobDirOfLog(l.PodLog(j, "train-w-0", "p1", "main", record.PreviousInstance(1)))} {
+			got, ok := LayoutOf(j, dir)
+			if !ok || got != l {
+				t.Errorf("LayoutOf(%q) = %+v, %v; want %+v", dir, got, ok, l)
+			}
+		}
+	}
+	for _, dir := range []string{"", "ns/train", "prod/ns/train/u2", "prod/other/train/u1", "xns/train/u1"} {
+		if got, ok := LayoutOf(j, dir); ok {
+			t.Errorf("LayoutOf(%q) = %+v, true; want false: not the job's directory", dir, got)
 		}
 	}
 }

@@ -3,7 +3,7 @@ package archive
 import (
 	"time"
 
-	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // ManifestVersion is the version of the manifest.json format.
@@ -49,7 +49,7 @@ type LogEntry struct {
 }
 
 // BuildManifest assembles a manifest from the database records of a job's pods and logs.
-func BuildManifest(j JobRef, job db.Job, pods []db.Pod, logs []db.LogObject, jobObjectKey string, at time.Time) Manifest {
+func BuildManifest(j JobRef, job record.Job, pods []record.Pod, logs []record.LogObject, jobObjectKey string, at time.Time) Manifest {
 	m := Manifest{Version: ManifestVersion, Job: j, Submitter: job.Submitter, SubmitterGroups: job.SubmitterGroups,
 		Phase: job.Phase, ArchivedAt: at.UTC(), ReleaseReason: job.ReleaseReason, JobObject: jobObjectKey, Pods: []PodEntry{}}
 	byPod := map[string][]LogEntry{}

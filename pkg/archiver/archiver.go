@@ -12,28 +12,28 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
+	kuberecord "k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // Records is what the archiver needs of the database (implemented by *db.DB). Every method is an
 // idempotent upsert or a read.
 type Records interface {
-	UpsertJob(ctx context.Context, j db.Job) error
-	RecordTransitions(ctx context.Context, jobUID string, ts []db.Transition) (int, error)
-	UpsertPod(ctx context.Context, p db.Pod) error
-	PutLogObject(ctx context.Context, l db.LogObject) error
-	PodLogObjects(ctx context.Context, podUID string) ([]db.LogObject, error)
-	LogObjects(ctx context.Context, jobUID string) ([]db.LogObject, error)
+	UpsertJob(ctx context.Context, j record.Job) error
+	RecordTransitions(ctx context.Context, jobUID string, ts []record.Transition) (int, error)
+	UpsertPod(ctx context.Context, p record.Pod) error
+	PutLogObject(ctx context.Context, l record.LogObject) error
+	PodLogObjects(ctx context.Context, podUID string) ([]record.LogObject, error)
+	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
 	MarkPodArchived(ctx context.Context, podUID string, at time.Time, releaseReason string) error
 	MarkJobArchived(ctx context.Context, jobUID, location string, at time.Time, releaseReason string) error
-	Job(ctx context.Context, uid string) (db.Job, error)
-	Pods(ctx context.Context, jobUID string) ([]db.Pod, error)
+	Job(ctx context.Context, uid string) (record.Job, error)
+	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
 }
 
 // LogSource opens the log of a container through the API server's pods/log.
@@ -58,8 +58,6 @@ type Options struct {
 	LogDeadline time.Duration
 	// LogTimeout bounds the upload of one container log.
 	LogTimeout time.Duration
-	// DBTimeout bounds every database call.
-	DBTimeout time.Duration
 	// PodWorkers and JobWorkers are the reconcilers' parallelism (PodWorkers bounds concurrent uploads).
 	PodWorkers, JobWorkers int
 	// ExcludeNamespaces are never tracked (the webhook's namespaceSelector excludes the same).
@@ -70,8 +68,8 @@ type Options struct {
 
 // DefaultOptions are the defaults of the archiver's flags.
 func DefaultOptions() Options {
-	return Options{LogDeadline: 24 * time.Hour, LogTimeout: 30 * time.Minute, DBTimeout: 30 * time.Second,
-		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}, Layout: archive.Layout{Prefix: "jobvault"}}
+	return Options{LogDeadline: 24 * time.Hour, LogTimeout: 30 * time.Minute,
+		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}}
 }
 
 // Validate lists every problem with the options at once.
@@ -83,9 +81,7 @@ func (o Options) Validate() error {
 	if o.LogTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("log timeout must be positive, got %s", o.LogTimeout))
 	}
-	if o.DBTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("database timeout must be positive, got %s", o.DBTimeout))
-	}
+	errs = append(errs, o.Layout.Validate())
 	if o.PodWorkers < 1 || o.JobWorkers < 1 {
 		errs = append(errs, fmt.Errorf("pod and job workers must be at least 1, got %d and %d", o.PodWorkers, o.JobWorkers))
 	}
@@ -98,7 +94,7 @@ type Deps struct {
 	Records  Records
 	Store    objstore.Store
 	Logs     LogSource
-	Recorder record.EventRecorder
+	Recorder kuberecord.EventRecorder
 	Clock    clock.PassiveClock
 }
 
@@ -111,9 +107,4 @@ func (d Deps) validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// dbCtx bounds one database call.
-func (o Options) dbCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, o.DBTimeout)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,8 +17,8 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
@@ -95,9 +96,12 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 	controllerutil.AddFinalizer(job, tracking.JobFinalizer)
 	metav1.SetMetaDataLabel(&job.ObjectMeta, tracking.TrackedLabel, tracking.TrackedValue)
 	if err := r.Client.Patch(ctx, job, patch); err != nil {
-		return fmt.Errorf("track job %s: %w", klog.KObj(job), client.IgnoreNotFound(err))
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile: nothing left to track
+		}
+		return fmt.Errorf("track job %s: %w", klog.KObj(job), err)
 	}
-	backstops.Inc()
+	jobsBackstoppedTotal.Inc()
 	r.Recorder.Event(job, corev1.EventTypeWarning, "Backstopped", "Job was admitted without jobvault's finalizer (webhook unavailable?); added it, submitter unknown")
 	ctrl.LoggerFrom(ctx).Info("Added missing job finalizer", "Job", klog.KObj(job))
 
@@ -121,29 +125,27 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 	if err != nil {
 		return err
 	}
-	dctx, cancel := r.dbCtx(ctx)
-	defer cancel()
-	if err := r.Records.UpsertJob(dctx, row); err != nil {
+	if err := r.Records.UpsertJob(ctx, row); err != nil {
 		return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
 	}
-	n, err := r.Records.RecordTransitions(dctx, string(job.UID), transitions(job, r.Clock.Now()))
+	n, err := r.Records.RecordTransitions(ctx, string(job.UID), transitions(job, r.Clock.Now()))
 	if err != nil {
 		return fmt.Errorf("record transitions of job %s: %w", klog.KObj(job), err)
 	}
-	transitionsRecorded.Add(float64(n))
+	transitionsRecordedTotal.Add(float64(n))
 	return nil
 }
 
-func jobRow(job *batchv1alpha1.Job, cluster string) (db.Job, error) {
+func jobRow(job *batchv1alpha1.Job, cluster string) (record.Job, error) {
 	spec, err := json.Marshal(job.Spec)
 	if err != nil {
-		return db.Job{}, err
+		return record.Job{}, err
 	}
 	status, err := json.Marshal(job.Status)
 	if err != nil {
-		return db.Job{}, err
+		return record.Job{}, err
 	}
-	row := db.Job{UID: string(job.UID), Cluster: cluster, Namespace: job.Namespace, Name: job.Name, Queue: job.Spec.Queue,
+	row := record.Job{UID: string(job.UID), Cluster: cluster, Namespace: job.Namespace, Name: job.Name, Queue: job.Spec.Queue,
 		Submitter: job.Annotations[tracking.SubmitterAnnotation], CreatedAt: job.CreationTimestamp.Time,
 		Phase: string(job.Status.State.Phase), RetryCount: job.Status.RetryCount, Labels: job.Labels,
 		Annotations: job.Annotations, Spec: spec, Status: status}
@@ -160,18 +162,18 @@ func jobRow(job *batchv1alpha1.Job, cluster string) (db.Job, error) {
 	return row, nil
 }
 
-func transitions(job *batchv1alpha1.Job, now time.Time) []db.Transition {
-	var ts []db.Transition
+func transitions(job *batchv1alpha1.Job, now time.Time) []record.Transition {
+	var ts []record.Transition
 	for _, c := range job.Status.Conditions {
 		if c.LastTransitionTime == nil || c.Status == "" {
 			continue
 		}
-		ts = append(ts, db.Transition{Phase: string(c.Status), Time: c.LastTransitionTime.Time, ObservedAt: now, Source: db.SourceCondition})
+		ts = append(ts, record.Transition{Phase: string(c.Status), Time: c.LastTransitionTime.Time, ObservedAt: now, Source: record.SourceCondition})
 	}
 	s := job.Status.State
 	if s.Phase != "" && !s.LastTransitionTime.IsZero() {
-		ts = append(ts, db.Transition{Phase: string(s.Phase), Time: s.LastTransitionTime.Time, Reason: s.Reason, Message: s.Message,
-			ResourceVersion: job.ResourceVersion, ObservedAt: now, Source: db.SourceObserved})
+		ts = append(ts, record.Transition{Phase: string(s.Phase), Time: s.LastTransitionTime.Time, Reason: s.Reason, Message: s.Message,
+			ResourceVersion: job.ResourceVersion, ObservedAt: now, Source: record.SourceObserved})
 	}
 	return ts
 }
@@ -197,8 +199,8 @@ func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job)
 			// An operator released the job: release its pods the same way.
 			patch := client.MergeFrom(p.DeepCopy())
 			metav1.SetMetaDataAnnotation(&p.ObjectMeta, tracking.ReleaseAnnotation, job.Annotations[tracking.ReleaseAnnotation])
-			if err := r.Client.Patch(ctx, p, patch); err != nil {
-				return nil, fmt.Errorf("release pod %s of released job: %w", klog.KObj(p), client.IgnoreNotFound(err))
+			if err := r.Client.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
+				return nil, fmt.Errorf("release pod %s of released job: %w", klog.KObj(p), err)
 			}
 		case job.DeletionTimestamp != nil && p.DeletionTimestamp == nil && !podEnded(p):
 			if err := r.Client.Delete(ctx, p, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
@@ -223,17 +225,15 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	if err := r.putJSON(ctx, r.Layout.JobObject(ref), obj); err != nil {
 		return fmt.Errorf("store final object of job %s: %w", klog.KObj(job), err)
 	}
-	dctx, cancel := r.dbCtx(ctx)
-	defer cancel()
-	row, err := r.Records.Job(dctx, string(job.UID))
+	row, err := r.Records.Job(ctx, string(job.UID))
 	if err != nil {
 		return fmt.Errorf("read record of job %s: %w", klog.KObj(job), err)
 	}
-	pods, err := r.Records.Pods(dctx, string(job.UID))
+	pods, err := r.Records.Pods(ctx, string(job.UID))
 	if err != nil {
 		return fmt.Errorf("read pod records of job %s: %w", klog.KObj(job), err)
 	}
-	logs, err := r.Records.LogObjects(dctx, string(job.UID))
+	logs, err := r.Records.LogObjects(ctx, string(job.UID))
 	if err != nil {
 		return fmt.Errorf("read log records of job %s: %w", klog.KObj(job), err)
 	}
@@ -242,7 +242,7 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 		return fmt.Errorf("store manifest of job %s: %w", klog.KObj(job), err)
 	}
 	location := r.Store.URL(r.Layout.JobDir(ref) + "/")
-	if err := r.Records.MarkJobArchived(dctx, string(job.UID), location, now, reason); err != nil {
+	if err := r.Records.MarkJobArchived(ctx, string(job.UID), location, now, reason); err != nil {
 		return fmt.Errorf("mark job %s archived: %w", klog.KObj(job), err)
 	}
 
@@ -251,15 +251,18 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchiveLocationAnnotation, location)
 	controllerutil.RemoveFinalizer(job, tracking.JobFinalizer)
 	if err := r.Client.Patch(ctx, job, patch); err != nil {
-		return fmt.Errorf("release job %s: %w", klog.KObj(job), client.IgnoreNotFound(err))
+		if apierrors.IsNotFound(err) {
+			return nil // its finalizer was removed by someone else and the job is gone
+		}
+		return fmt.Errorf("release job %s: %w", klog.KObj(job), err)
 	}
 
-	jobsArchived.Inc()
+	jobsArchivedTotal.Inc()
 	if since := job.Status.State.LastTransitionTime.Time; tracking.IsTerminal(job.Status.State.Phase) && !since.IsZero() {
-		releaseLatency.Observe(now.Sub(since).Seconds())
+		releaseLatencySeconds.Observe(now.Sub(since).Seconds())
 	}
 	if reason != "" {
-		releases.WithLabelValues("job", "operator").Inc()
+		releasesIncompleteTotal.WithLabelValues("job", "operator").Inc()
 		r.Recorder.Event(job, corev1.EventTypeWarning, "Released", reason)
 	} else {
 		r.Recorder.Eventf(job, corev1.EventTypeNormal, "Archived", "Archived to %s", location)

@@ -5,36 +5,39 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// Metrics on controller-runtime's registry, labelled only by bounded values. Queue depth, work
-// duration and retries per controller come from controller-runtime's own workqueue metrics.
+// Metrics on controller-runtime's registry, labelled only by bounded values. Every name is
+// jobvault_archiver_<noun>_<verb or unit>, and each Go variable is named after its series. Queue
+// depth, work duration and retries per controller come from controller-runtime's own workqueue
+// metrics.
 var (
-	jobsArchived = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "jobvault_archived_jobs_total", Help: "VcJobs whose archive was completed and finalizer released.",
+	jobsArchivedTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "jobvault_archiver_jobs_archived_total", Help: "VcJobs whose archive was completed and finalizer released.",
 	})
-	podsArchived = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "jobvault_archived_pods_total", Help: "Pods whose logs were archived and finalizer released.",
+	podsArchivedTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "jobvault_archiver_pods_archived_total", Help: "Pods whose logs were archived and finalizer released.",
 	})
-	bytesArchived = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "jobvault_archived_log_bytes_total", Help: "Uncompressed bytes of container logs stored.",
+	logBytesArchivedTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "jobvault_archiver_log_bytes_archived_total", Help: "Uncompressed bytes of container logs stored.",
 	})
-	transitionsRecorded = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "jobvault_recorded_transitions_total", Help: "Job phase transitions newly recorded.",
+	transitionsRecordedTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "jobvault_archiver_transitions_recorded_total", Help: "Job phase transitions newly recorded.",
 	})
-	failures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "jobvault_archive_failures_total", Help: "Failed archive attempts by reason (store, database, log-unreadable).",
+	archiveFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jobvault_archiver_archive_failures_total", Help: "Failed archive attempts by reason (store, database, log-unreadable).",
 	}, []string{"reason"})
-	releases = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "jobvault_incomplete_releases_total", Help: "Finalizers released without a complete archive, by kind (job, pod) and cause (deadline, operator).",
+	releasesIncompleteTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jobvault_archiver_releases_incomplete_total", Help: "Finalizers released without a complete archive, by kind (job, pod) and cause (deadline, operator).",
 	}, []string{"kind", "cause"})
-	backstops = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "jobvault_backstopped_jobs_total", Help: "VcJobs the webhook missed, given their finalizer by the archiver.",
+	jobsBackstoppedTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "jobvault_archiver_jobs_backstopped_total", Help: "VcJobs the webhook missed, given their finalizer by the archiver.",
 	})
-	releaseLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "jobvault_release_latency_seconds", Help: "Time from a job's terminal phase to the release of its finalizer.",
+	releaseLatencySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "jobvault_archiver_release_latency_seconds", Help: "Time from a job's terminal phase to the release of its finalizer.",
 		Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(jobsArchived, podsArchived, bytesArchived, transitionsRecorded, failures, releases, backstops, releaseLatency)
+	metrics.Registry.MustRegister(jobsArchivedTotal, podsArchivedTotal, logBytesArchivedTotal, transitionsRecordedTotal,
+		archiveFailuresTotal, releasesIncompleteTotal, jobsBackstoppedTotal, releaseLatencySeconds)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -13,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
@@ -99,7 +100,7 @@ func ownerJob(pod *corev1.Pod) (archive.JobRef, bool) {
 }
 
 func (r *PodReconciler) recordPod(ctx context.Context, pod *corev1.Pod, job archive.JobRef) error {
-	row := db.Pod{UID: string(pod.UID), JobUID: job.UID, Namespace: pod.Namespace, Name: pod.Name,
+	row := record.Pod{UID: string(pod.UID), JobUID: job.UID, Namespace: pod.Namespace, Name: pod.Name,
 		Task: pod.Labels[volcanoTaskLabel], Node: pod.Spec.NodeName, Phase: string(pod.Status.Phase),
 		CreatedAt: pod.CreationTimestamp.Time, DeletedBeforeTerminal: pod.DeletionTimestamp != nil && !podEnded(pod)}
 	if pod.Status.StartTime != nil {
@@ -108,9 +109,7 @@ func (r *PodReconciler) recordPod(ctx context.Context, pod *corev1.Pod, job arch
 	if podEnded(pod) {
 		row.FinishedAt = lastFinish(pod)
 	}
-	dctx, cancel := r.dbCtx(ctx)
-	defer cancel()
-	if err := r.Records.UpsertPod(dctx, row); err != nil {
+	if err := r.Records.UpsertPod(ctx, row); err != nil {
 		return fmt.Errorf("record pod %s: %w", klog.KObj(pod), err)
 	}
 	return nil
@@ -120,7 +119,10 @@ func (r *PodReconciler) addPodFinalizer(ctx context.Context, pod *corev1.Pod) er
 	patch := client.MergeFrom(pod.DeepCopy())
 	controllerutil.AddFinalizer(pod, tracking.PodFinalizer)
 	if err := r.Client.Patch(ctx, pod, patch); err != nil {
-		return fmt.Errorf("add finalizer to pod %s: %w", klog.KObj(pod), client.IgnoreNotFound(err))
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile: nothing to hold
+		}
+		return fmt.Errorf("add finalizer to pod %s: %w", klog.KObj(pod), err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Added missing pod finalizer", "Pod", klog.KObj(pod))
 	return nil
@@ -130,19 +132,20 @@ func (r *PodReconciler) addPodFinalizer(ctx context.Context, pod *corev1.Pod) er
 // finalizer, with an optimistic lock so a concurrent change is seen before the pod can vanish.
 func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod) error {
 	reason := releaseReason(pod)
-	dctx, cancel := r.dbCtx(ctx)
-	defer cancel()
-	if err := r.Records.MarkPodArchived(dctx, string(pod.UID), r.Clock.Now(), reason); err != nil {
+	if err := r.Records.MarkPodArchived(ctx, string(pod.UID), r.Clock.Now(), reason); err != nil {
 		return fmt.Errorf("mark pod %s archived: %w", klog.KObj(pod), err)
 	}
 	patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(pod, tracking.PodFinalizer)
 	if err := r.Client.Patch(ctx, pod, patch); err != nil {
-		return fmt.Errorf("release pod %s: %w", klog.KObj(pod), client.IgnoreNotFound(err))
+		if apierrors.IsNotFound(err) {
+			return nil // its finalizer was removed by someone else and the pod is gone
+		}
+		return fmt.Errorf("release pod %s: %w", klog.KObj(pod), err)
 	}
-	podsArchived.Inc()
+	podsArchivedTotal.Inc()
 	if reason != "" {
-		releases.WithLabelValues("pod", "operator").Inc()
+		releasesIncompleteTotal.WithLabelValues("pod", "operator").Inc()
 		r.Recorder.Event(pod, corev1.EventTypeWarning, "Released", reason)
 	}
 	ctrl.LoggerFrom(ctx).Info("Released pod", "Pod", klog.KObj(pod), "reason", reason)
@@ -152,7 +155,7 @@ func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod) error {
 // logInstance is one container log the pod's state says must be archived.
 type logInstance struct {
 	container string
-	ctype     db.ContainerType
+	ctype     record.ContainerType
 	instance  string
 	previous  bool
 	// due is when the log became complete: the deadline counts from here.
@@ -171,7 +174,7 @@ func wantedLogs(pod *corev1.Pod) []logInstance {
 		finishedAt = *t
 	}
 	var out []logInstance
-	add := func(specs []string, statuses []corev1.ContainerStatus, ctype db.ContainerType) {
+	add := func(specs []string, statuses []corev1.ContainerStatus, ctype record.ContainerType) {
 		byName := map[string]corev1.ContainerStatus{}
 		for _, s := range statuses {
 			byName[s.Name] = s
@@ -179,7 +182,7 @@ func wantedLogs(pod *corev1.Pod) []logInstance {
 		for _, name := range specs {
 			s, ok := byName[name]
 			for n := int32(1); ok && n <= s.RestartCount; n++ {
-				li := logInstance{container: name, ctype: ctype, instance: db.PreviousInstance(n), previous: true, due: finishedAt}
+				li := logInstance{container: name, ctype: ctype, instance: record.PreviousInstance(n), previous: true, due: finishedAt}
 				if n < s.RestartCount {
 					// The kubelet keeps only the last previous instance.
 					li.unavailable = "the container restarted again before this instance was archived"
@@ -191,20 +194,20 @@ func wantedLogs(pod *corev1.Pod) []logInstance {
 			if !finished {
 				continue
 			}
-			li := logInstance{container: name, ctype: ctype, instance: db.InstanceCurrent, due: finishedAt}
+			li := logInstance{container: name, ctype: ctype, instance: record.InstanceCurrent, due: finishedAt}
 			if !ok || (s.State.Running == nil && s.State.Terminated == nil && s.RestartCount == 0) {
 				li.unavailable = "the container never started"
 			}
 			out = append(out, li)
 		}
 	}
-	add(containerNames(pod.Spec.InitContainers), pod.Status.InitContainerStatuses, db.ContainerInit)
-	add(containerNames(pod.Spec.Containers), pod.Status.ContainerStatuses, db.ContainerRegular)
+	add(containerNames(pod.Spec.InitContainers), pod.Status.InitContainerStatuses, record.ContainerInit)
+	add(containerNames(pod.Spec.Containers), pod.Status.ContainerStatuses, record.ContainerRegular)
 	var eph []string
 	for _, c := range pod.Spec.EphemeralContainers {
 		eph = append(eph, c.Name)
 	}
-	add(eph, pod.Status.EphemeralContainerStatuses, db.ContainerEphemeral)
+	add(eph, pod.Status.EphemeralContainerStatuses, record.ContainerEphemeral)
 	return out
 }
 
@@ -233,57 +236,52 @@ func lastFinish(pod *corev1.Pod) *time.Time {
 // could not be read and is still within its deadline. Store and database failures are returned:
 // they are retried without limit, since releasing on them would lose logs that still exist.
 func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (waiting bool, err error) {
-	dctx, cancel := r.dbCtx(ctx)
-	recorded, err := r.Records.PodLogObjects(dctx, string(pod.UID))
-	cancel()
+	recorded, err := r.Records.PodLogObjects(ctx, string(pod.UID))
 	if err != nil {
 		return false, fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
 	}
-	done := map[string]db.LogState{}
+	done := map[string]record.LogState{}
 	for _, l := range recorded {
 		done[l.Container+"/"+l.Instance] = l.State
 	}
 	release := releaseReason(pod)
 	for _, li := range wantedLogs(pod) {
 		state, seen := done[li.container+"/"+li.instance]
-		if state == db.LogStored || (seen && li.unavailable != "") {
+		if state == record.LogStored || (seen && li.unavailable != "") {
 			continue
 		}
-		row := db.LogObject{PodUID: string(pod.UID), Container: li.container, ContainerType: li.ctype, Instance: li.instance}
+		row := record.LogObject{PodUID: string(pod.UID), Container: li.container, ContainerType: li.ctype, Instance: li.instance}
 		if li.unavailable != "" {
-			row.State, row.Reason = db.LogUnavailable, li.unavailable
+			row.State, row.Reason = record.LogUnavailable, li.unavailable
 		} else {
 			stored, err := r.upload(ctx, pod, job, li)
 			switch {
 			case err == nil:
-				row.State, row.ObjectKey, row.Bytes, row.StoredBytes, row.SHA256 = db.LogStored, stored.Key, stored.Bytes, stored.StoredBytes, stored.SHA256
+				row.State, row.ObjectKey, row.Bytes, row.StoredBytes, row.SHA256 = record.LogStored, stored.Key, stored.Bytes, stored.StoredBytes, stored.SHA256
 			case !archive.IsSourceError(err):
-				failures.WithLabelValues("store").Inc()
+				archiveFailuresTotal.WithLabelValues("store").Inc()
 				return false, err
 			case seen:
 				continue // recorded unavailable already; this retry found it still unreadable
 			case release != "":
-				row.State, row.Reason = db.LogUnavailable, fmt.Sprintf("%s (log unreadable: %v)", release, err)
+				row.State, row.Reason = record.LogUnavailable, fmt.Sprintf("%s (log unreadable: %v)", release, err)
 			case r.Clock.Since(li.due) >= r.LogDeadline:
-				row.State, row.Reason = db.LogUnavailable, fmt.Sprintf("deadline of %s passed: %v", r.LogDeadline, err)
-				releases.WithLabelValues("pod", "deadline").Inc()
+				row.State, row.Reason = record.LogUnavailable, fmt.Sprintf("deadline of %s passed: %v", r.LogDeadline, err)
+				releasesIncompleteTotal.WithLabelValues("pod", "deadline").Inc()
 				r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogUnavailable", "Log of container %s (%s) recorded as unavailable: %s", li.container, li.instance, row.Reason)
 			default:
-				failures.WithLabelValues("log-unreadable").Inc()
+				archiveFailuresTotal.WithLabelValues("log-unreadable").Inc()
 				ctrl.LoggerFrom(ctx).Info("Log not readable yet, will retry", "Pod", klog.KObj(pod), "container", li.container, "instance", li.instance, "error", err.Error())
 				waiting = true
 				continue
 			}
 		}
-		dctx, cancel := r.dbCtx(ctx)
-		err := r.Records.PutLogObject(dctx, row)
-		cancel()
-		if err != nil {
-			failures.WithLabelValues("database").Inc()
+		if err := r.Records.PutLogObject(ctx, row); err != nil {
+			archiveFailuresTotal.WithLabelValues("database").Inc()
 			return false, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
 		}
-		if row.State == db.LogStored {
-			bytesArchived.Add(float64(row.Bytes))
+		if row.State == record.LogStored {
+			logBytesArchivedTotal.Add(float64(row.Bytes))
 		}
 	}
 	return waiting, nil

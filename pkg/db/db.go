@@ -15,12 +15,15 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"embed"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -45,6 +48,7 @@ const (
 	DefaultMaxOpenConns    = 10
 	DefaultConnMaxLifetime = 30 * time.Minute
 	DefaultConnMaxIdleTime = 5 * time.Minute
+	DefaultTimeout         = 30 * time.Second
 )
 
 // Options tune Open. The zero value is usable: no migration, default pool sizes.
@@ -61,6 +65,37 @@ type Options struct {
 	ConnMaxLifetime time.Duration
 	// ConnMaxIdleTime closes connections idle this long; DefaultConnMaxIdleTime if 0.
 	ConnMaxIdleTime time.Duration
+	// Timeout bounds each call of a DB method (each query, or each page of a listing), on top of
+	// the caller's context, so that a hung server fails the call instead of blocking its caller
+	// forever; DefaultTimeout if 0. Migrations are not bounded by it: see Migrate.
+	Timeout time.Duration
+}
+
+// Config is how a program reaches the database: the DSN and the pool options. BindFlags fills it
+// from the command line.
+type Config struct {
+	// DSN is a postgres:// URL or key=value string, without password: lib/pq reads PGPASSWORD or
+	// PGPASSFILE.
+	DSN string
+	Options
+}
+
+// BindFlags registers --db-dsn (default $JOBVAULT_DB_DSN) and --db-timeout on fs, writing into c.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.DSN, "db-dsn", os.Getenv("JOBVAULT_DB_DSN"), "Postgres connection string (URL or key=value), without password: lib/pq reads PGPASSWORD or PGPASSFILE. Default $JOBVAULT_DB_DSN.")
+	fs.DurationVar(&c.Timeout, "db-timeout", DefaultTimeout, "Timeout of each database call.")
+}
+
+// Validate reports every problem of the configuration at once, naming the flag to fix.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DSN == "" {
+		errs = append(errs, errors.New("--db-dsn (or $JOBVAULT_DB_DSN) is required"))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("--db-timeout %s is negative", c.Timeout))
+	}
+	return errors.Join(errs...)
 }
 
 func (o Options) validate() error {
@@ -77,12 +112,16 @@ func (o Options) validate() error {
 	if o.ConnMaxIdleTime < 0 {
 		problems = append(problems, fmt.Sprintf("ConnMaxIdleTime %s is negative", o.ConnMaxIdleTime))
 	}
+	if o.Timeout < 0 {
+		problems = append(problems, fmt.Sprintf("Timeout %s is negative", o.Timeout))
+	}
 	return invalid("options", problems)
 }
 
 // DB is a handle on the jobvault database. It is safe for concurrent use.
 type DB struct {
-	db *sql.DB
+	db      *sql.DB
+	timeout time.Duration
 }
 
 // Open connects to the database at dsn (a postgres:// URL or key=value string, as lib/pq accepts),
@@ -100,13 +139,13 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open database: parse DSN: %w", err)
 	}
 	sqlDB := sql.OpenDB(connector)
-	maxOpen := cmpOr(opts.MaxOpenConns, DefaultMaxOpenConns)
+	maxOpen := cmp.Or(opts.MaxOpenConns, DefaultMaxOpenConns)
 	sqlDB.SetMaxOpenConns(maxOpen)
-	sqlDB.SetMaxIdleConns(cmpOr(opts.MaxIdleConns, maxOpen))
-	sqlDB.SetConnMaxLifetime(cmpOr(opts.ConnMaxLifetime, DefaultConnMaxLifetime))
-	sqlDB.SetConnMaxIdleTime(cmpOr(opts.ConnMaxIdleTime, DefaultConnMaxIdleTime))
+	sqlDB.SetMaxIdleConns(cmp.Or(opts.MaxIdleConns, maxOpen))
+	sqlDB.SetConnMaxLifetime(cmp.Or(opts.ConnMaxLifetime, DefaultConnMaxLifetime))
+	sqlDB.SetConnMaxIdleTime(cmp.Or(opts.ConnMaxIdleTime, DefaultConnMaxIdleTime))
 
-	d := &DB{db: sqlDB}
+	d := &DB{db: sqlDB, timeout: cmp.Or(opts.Timeout, DefaultTimeout)}
 	if err := d.Ping(ctx); err != nil {
 		sqlDB.Close()
 		return nil, fmt.Errorf("open database: %w", err)
@@ -120,16 +159,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	return d, nil
 }
 
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
+// bound limits one call to the configured timeout.
+func (d *DB) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.timeout)
 }
 
 // Ping checks that the database answers; for readiness probes.
 func (d *DB) Ping(ctx context.Context) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	if err := d.db.PingContext(ctx); err != nil {
 		return fmt.Errorf("ping database: %w", err)
 	}
@@ -178,6 +216,8 @@ func (d *DB) MigrateDown(ctx context.Context) error {
 // Version returns the schema version applied (0 when none) and whether a migration failed part-way
 // (dirty).
 func (d *DB) Version(ctx context.Context) (version uint, dirty bool, err error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	err = d.withMigrator(ctx, func(m *migrate.Migrate) error {
 		var err error
 		version, dirty, err = m.Version()

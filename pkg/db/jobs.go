@@ -1,15 +1,17 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/lib/pq"
+
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // Page sizes of ListJobs.
@@ -56,8 +58,10 @@ ON CONFLICT (uid) DO UPDATE SET
 
 // UpsertJob records a job, creating or updating the row keyed by j.UID. Idempotent: the same call
 // twice leaves the row unchanged (updated_at included). See Job for which fields an update keeps.
-func (d *DB) UpsertJob(ctx context.Context, j Job) error {
-	if err := j.validate(); err != nil {
+func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	if err := validateJob(j); err != nil {
 		return fmt.Errorf("upsert job %s: %w", j.UID, err)
 	}
 	labels, err := jsonMap(j.Labels)
@@ -73,7 +77,7 @@ func (d *DB) UpsertJob(ctx context.Context, j Job) error {
 		nullString(j.Submitter), pq.StringArray(j.SubmitterGroups), nullTime(j.AdmittedAt),
 		j.CreatedAt.UTC(), nullTime(j.FinishedAt), j.Phase, j.RetryCount,
 		labels, annotations, rawJSON(j.Spec), rawJSON(j.Status),
-		string(cmpOr(j.ArchiveState, ArchivePending)), nullString(j.ArchiveLocation), nullTime(j.ArchivedAt),
+		string(cmp.Or(j.ArchiveState, record.ArchivePending)), nullString(j.ArchiveLocation), nullTime(j.ArchivedAt),
 		nullString(j.ReleaseReason))
 	if err != nil {
 		return fmt.Errorf("upsert job %s: %w", j.UID, translate(err))
@@ -81,7 +85,7 @@ func (d *DB) UpsertJob(ctx context.Context, j Job) error {
 	return nil
 }
 
-func (j Job) validate() error {
+func validateJob(j record.Job) error {
 	var problems []string
 	if j.UID == "" {
 		problems = append(problems, "UID is empty")
@@ -108,16 +112,16 @@ func (j Job) validate() error {
 	return invalid("job", problems)
 }
 
-func archiveProblems(state ArchiveState, at *time.Time, reason string) []string {
+func archiveProblems(state record.ArchiveState, at *time.Time, reason string) []string {
 	var problems []string
 	switch {
-	case state == "" || state == ArchivePending:
-	case !state.valid():
+	case state == "" || state == record.ArchivePending:
+	case !state.Valid():
 		problems = append(problems, fmt.Sprintf("ArchiveState %q is not one of pending, archived, released", state))
 	case at == nil:
 		problems = append(problems, fmt.Sprintf("ArchivedAt is nil with ArchiveState %s", state))
 	}
-	if state == ArchiveReleased && reason == "" {
+	if state == record.ArchiveReleased && reason == "" {
 		problems = append(problems, "ReleaseReason is empty with ArchiveState released")
 	}
 	return problems
@@ -128,6 +132,8 @@ func archiveProblems(state ArchiveState, at *time.Time, reason string) []string 
 // with its archive location. Idempotent: once a job is archived or released, later calls change
 // nothing and succeed. ErrNotFound if there is no row for jobUID.
 func (d *DB) MarkJobArchived(ctx context.Context, jobUID, location string, at time.Time, releaseReason string) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	var exists bool
 	err := d.db.QueryRowContext(ctx, `
 WITH marked AS (
@@ -153,9 +159,9 @@ const jobColumns = `uid, cluster, namespace, name, queue, submitter, submitter_g
     created_at, finished_at, phase, retry_count, labels, annotations, spec, status,
     archive_state, archive_location, archived_at, release_reason, recorded_at, updated_at`
 
-func scanJob(row interface{ Scan(...any) error }) (Job, error) {
+func scanJob(row interface{ Scan(...any) error }) (record.Job, error) {
 	var (
-		j                                 Job
+		j                                 record.Job
 		submitter, location, reason       sql.NullString
 		groups                            pq.StringArray
 		admitted, finished, archived      sql.NullTime
@@ -166,7 +172,7 @@ func scanJob(row interface{ Scan(...any) error }) (Job, error) {
 		&j.CreatedAt, &finished, &j.Phase, &j.RetryCount, &labels, &annotations, &spec, &status,
 		&archiveState, &location, &archived, &reason, &j.RecordedAt, &j.UpdatedAt)
 	if err != nil {
-		return Job{}, err
+		return record.Job{}, err
 	}
 	j.Submitter, j.ArchiveLocation, j.ReleaseReason = submitter.String, location.String, reason.String
 	if groups != nil {
@@ -174,12 +180,12 @@ func scanJob(row interface{ Scan(...any) error }) (Job, error) {
 	}
 	j.AdmittedAt, j.FinishedAt, j.ArchivedAt = timePtr(admitted), timePtr(finished), timePtr(archived)
 	j.CreatedAt, j.RecordedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.RecordedAt.UTC(), j.UpdatedAt.UTC()
-	j.ArchiveState = ArchiveState(archiveState)
+	j.ArchiveState = record.ArchiveState(archiveState)
 	if j.Labels, err = decodeMap(labels); err != nil {
-		return Job{}, fmt.Errorf("decode labels: %w", err)
+		return record.Job{}, fmt.Errorf("decode labels: %w", err)
 	}
 	if j.Annotations, err = decodeMap(annotations); err != nil {
-		return Job{}, fmt.Errorf("decode annotations: %w", err)
+		return record.Job{}, fmt.Errorf("decode annotations: %w", err)
 	}
 	if spec != nil {
 		j.Spec = json.RawMessage(spec)
@@ -191,10 +197,12 @@ func scanJob(row interface{ Scan(...any) error }) (Job, error) {
 }
 
 // Job returns the job recorded under uid, or an error matching ErrNotFound.
-func (d *DB) Job(ctx context.Context, uid string) (Job, error) {
+func (d *DB) Job(ctx context.Context, uid string) (record.Job, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	j, err := scanJob(d.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE uid = $1`, uid))
 	if err != nil {
-		return Job{}, fmt.Errorf("get job %s: %w", uid, translate(err))
+		return record.Job{}, fmt.Errorf("get job %s: %w", uid, translate(err))
 	}
 	return j, nil
 }
@@ -206,7 +214,7 @@ type JobFilter struct {
 	Submitter string
 	Phase     string
 	// ArchiveState selects jobs in that archive state.
-	ArchiveState ArchiveState
+	ArchiveState record.ArchiveState
 	// CreatedFrom and CreatedBefore bound created_at to [CreatedFrom, CreatedBefore).
 	CreatedFrom   time.Time
 	CreatedBefore time.Time
@@ -225,40 +233,13 @@ func (c Cursor) IsZero() bool {
 	return c.UID == "" && c.CreatedAt.IsZero()
 }
 
-// String encodes c as an opaque, URL-safe token for APIs; ParseCursor decodes it. The zero Cursor
-// encodes as "".
-func (c Cursor) String() string {
-	if c.IsZero() {
-		return ""
-	}
-	return base64.RawURLEncoding.EncodeToString([]byte(c.CreatedAt.UTC().Format(time.RFC3339Nano) + " " + c.UID))
-}
-
-// ParseCursor decodes a token made by Cursor.String; "" is the zero Cursor.
-func ParseCursor(token string) (Cursor, error) {
-	if token == "" {
-		return Cursor{}, nil
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil {
-		return Cursor{}, fmt.Errorf("%w cursor: %w", ErrInvalid, err)
-	}
-	ts, uid, ok := strings.Cut(string(raw), " ")
-	if !ok || uid == "" {
-		return Cursor{}, fmt.Errorf("%w cursor: malformed", ErrInvalid)
-	}
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return Cursor{}, fmt.Errorf("%w cursor: %w", ErrInvalid, err)
-	}
-	return Cursor{CreatedAt: t, UID: uid}, nil
-}
-
 // ListJobs returns up to limit jobs matching f, oldest first (ordered by created_at, then uid),
 // starting after the cursor, and the cursor of the next page (zero when this was the last page).
 // Keyset pagination: every page is one index range scan, however deep, and new jobs never shift
 // the pages. limit is DefaultPageSize if ≤ 0 and at most MaxPageSize.
-func (d *DB) ListJobs(ctx context.Context, f JobFilter, after Cursor, limit int) ([]Job, Cursor, error) {
+func (d *DB) ListJobs(ctx context.Context, f JobFilter, after Cursor, limit int) ([]record.Job, Cursor, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	switch {
 	case limit <= 0:
 		limit = DefaultPageSize
@@ -311,7 +292,7 @@ func (d *DB) ListJobs(ctx context.Context, f JobFilter, after Cursor, limit int)
 		return nil, Cursor{}, fmt.Errorf("list jobs: %w", translate(err))
 	}
 	defer rows.Close()
-	var jobs []Job
+	var jobs []record.Job
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
@@ -328,101 +309,4 @@ func (d *DB) ListJobs(ctx context.Context, f JobFilter, after Cursor, limit int)
 	jobs = jobs[:limit]
 	last := jobs[limit-1]
 	return jobs, Cursor{CreatedAt: last.CreatedAt, UID: last.UID}, nil
-}
-
-// JobsBySubmitter is ListJobs filtered by submitter.
-func (d *DB) JobsBySubmitter(ctx context.Context, submitter string, after Cursor, limit int) ([]Job, Cursor, error) {
-	if submitter == "" {
-		return nil, Cursor{}, fmt.Errorf("list jobs by submitter: %w: empty submitter", ErrInvalid)
-	}
-	return d.ListJobs(ctx, JobFilter{Submitter: submitter}, after, limit)
-}
-
-// RecordTransitions records phase transitions of a job, each once: a transition already recorded
-// under the same (phase, time) is skipped, so the full list of status.conditions can be passed on
-// every reconcile. Returns how many were new; each new one is announced on NotifyChannel when the
-// write commits. The job row must exist (ErrNotFound otherwise). All or nothing.
-func (d *DB) RecordTransitions(ctx context.Context, jobUID string, ts []Transition) (inserted int, err error) {
-	if len(ts) == 0 {
-		return 0, nil
-	}
-	var (
-		problems                                              []string
-		phases, times, reasons, messages, rvs, observed, srcs pq.StringArray
-	)
-	for i, t := range ts {
-		if t.Phase == "" {
-			problems = append(problems, fmt.Sprintf("transition %d: Phase is empty", i))
-		}
-		if t.Time.IsZero() {
-			problems = append(problems, fmt.Sprintf("transition %d: Time is zero", i))
-		}
-		if t.Source != SourceCondition && t.Source != SourceObserved {
-			problems = append(problems, fmt.Sprintf("transition %d: Source %q is not one of condition, observed", i, t.Source))
-		}
-		obs := ""
-		if !t.ObservedAt.IsZero() {
-			obs = t.ObservedAt.UTC().Format(time.RFC3339Nano)
-		}
-		phases = append(phases, t.Phase)
-		times = append(times, t.Time.UTC().Format(time.RFC3339Nano))
-		reasons = append(reasons, t.Reason)
-		messages = append(messages, t.Message)
-		rvs = append(rvs, t.ResourceVersion)
-		observed = append(observed, obs)
-		srcs = append(srcs, string(t.Source))
-	}
-	if jobUID == "" {
-		problems = append(problems, "job UID is empty")
-	}
-	if err := invalid("transitions", problems); err != nil {
-		return 0, fmt.Errorf("record transitions of job %s: %w", jobUID, err)
-	}
-	// One statement: atomic, one round trip; inserted in time order so ids and notifications
-	// follow the job's history.
-	res, err := d.db.ExecContext(ctx, `
-INSERT INTO job_transitions (job_uid, phase, transition_time, reason, message, resource_version, observed_at, source)
-SELECT $1, t.phase, t.transition_time::timestamptz, t.reason, t.message, t.resource_version,
-       COALESCE(NULLIF(t.observed_at, '')::timestamptz, now()), t.source
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-     AS t(phase, transition_time, reason, message, resource_version, observed_at, source)
-ORDER BY t.transition_time::timestamptz, t.phase
-ON CONFLICT (job_uid, phase, transition_time) DO NOTHING`,
-		jobUID, phases, times, reasons, messages, rvs, observed, srcs)
-	if err != nil {
-		return 0, fmt.Errorf("record transitions of job %s: %w", jobUID, translate(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("record transitions of job %s: %w", jobUID, err)
-	}
-	return int(n), nil
-}
-
-// Transitions returns the recorded transitions of a job in time order (empty, not an error, for an
-// unknown job).
-func (d *DB) Transitions(ctx context.Context, jobUID string) ([]Transition, error) {
-	rows, err := d.db.QueryContext(ctx, `
-SELECT id, phase, transition_time, reason, message, resource_version, observed_at, source
-FROM job_transitions WHERE job_uid = $1 ORDER BY transition_time, id`, jobUID)
-	if err != nil {
-		return nil, fmt.Errorf("get transitions of job %s: %w", jobUID, translate(err))
-	}
-	defer rows.Close()
-	var ts []Transition
-	for rows.Next() {
-		var (
-			t   Transition
-			src string
-		)
-		if err := rows.Scan(&t.ID, &t.Phase, &t.Time, &t.Reason, &t.Message, &t.ResourceVersion, &t.ObservedAt, &src); err != nil {
-			return nil, fmt.Errorf("get transitions of job %s: %w", jobUID, translate(err))
-		}
-		t.Time, t.ObservedAt, t.Source = t.Time.UTC(), t.ObservedAt.UTC(), TransitionSource(src)
-		ts = append(ts, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("get transitions of job %s: %w", jobUID, translate(err))
-	}
-	return ts, nil
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"regexp"
+
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 var (
@@ -20,8 +22,10 @@ var (
 // it: object keys are deterministic, so a re-upload after a crash overwrote the object, and the
 // row must describe the bytes now in the bucket. (Callers avoid re-uploads by checking
 // PodLogObjects first; write the row only after the upload is durable.)
-func (d *DB) PutLogObject(ctx context.Context, l LogObject) error {
-	if err := l.validate(); err != nil {
+func (d *DB) PutLogObject(ctx context.Context, l record.LogObject) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	if err := validateLogObject(l); err != nil {
 		return fmt.Errorf("put log object %s: %w", l, err)
 	}
 	_, err := d.db.ExecContext(ctx, `
@@ -44,7 +48,7 @@ WHERE log_objects.state <> 'stored' OR EXCLUDED.state = 'stored'`,
 	return nil
 }
 
-func (l LogObject) validate() error {
+func validateLogObject(l record.LogObject) error {
 	var problems []string
 	if l.PodUID == "" {
 		problems = append(problems, "PodUID is empty")
@@ -53,12 +57,12 @@ func (l LogObject) validate() error {
 		problems = append(problems, "Container is empty")
 	}
 	switch l.ContainerType {
-	case ContainerInit, ContainerRegular, ContainerEphemeral:
+	case record.ContainerInit, record.ContainerRegular, record.ContainerEphemeral:
 	default:
 		problems = append(problems, fmt.Sprintf("ContainerType %q is not one of init, regular, ephemeral", l.ContainerType))
 	}
-	if l.Instance != InstanceCurrent && !previousInstance.MatchString(l.Instance) {
-		problems = append(problems, fmt.Sprintf("Instance %q is neither %q nor previous-<restartCount>", l.Instance, InstanceCurrent))
+	if l.Instance != record.InstanceCurrent && !previousInstance.MatchString(l.Instance) {
+		problems = append(problems, fmt.Sprintf("Instance %q is neither %q nor previous-<restartCount>", l.Instance, record.InstanceCurrent))
 	}
 	if l.Bytes < 0 || l.StoredBytes < 0 {
 		problems = append(problems, "Bytes and StoredBytes must not be negative")
@@ -67,14 +71,14 @@ func (l LogObject) validate() error {
 		problems = append(problems, fmt.Sprintf("SHA256 %q is not 64 lower-case hex digits", l.SHA256))
 	}
 	switch l.State {
-	case LogStored:
+	case record.LogStored:
 		if l.ObjectKey == "" {
 			problems = append(problems, "ObjectKey is empty for a stored log")
 		}
 		if l.SHA256 == "" {
 			problems = append(problems, "SHA256 is empty for a stored log")
 		}
-	case LogUnavailable:
+	case record.LogUnavailable:
 		if l.Reason == "" {
 			problems = append(problems, "Reason is empty for an unavailable log")
 		}
@@ -93,7 +97,7 @@ const logObjectOrder = `CASE lo.container_type WHEN 'init' THEN 0 WHEN 'regular'
     lo.container, lo.instance = 'current', NULLIF(substring(lo.instance FROM '[0-9]+$'), '')::bigint`
 
 // LogObjects returns the log objects of every recorded pod of a job, by pod creation time.
-func (d *DB) LogObjects(ctx context.Context, jobUID string) ([]LogObject, error) {
+func (d *DB) LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error) {
 	ls, err := d.queryLogObjects(ctx, `SELECT `+logObjectColumns+`
 FROM log_objects lo JOIN pods p ON p.uid = lo.pod_uid
 WHERE p.job_uid = $1
@@ -105,7 +109,7 @@ ORDER BY p.created_at, p.uid, `+logObjectOrder, jobUID)
 }
 
 // PodLogObjects returns the log objects of one pod.
-func (d *DB) PodLogObjects(ctx context.Context, podUID string) ([]LogObject, error) {
+func (d *DB) PodLogObjects(ctx context.Context, podUID string) ([]record.LogObject, error) {
 	ls, err := d.queryLogObjects(ctx, `SELECT `+logObjectColumns+`
 FROM log_objects lo WHERE lo.pod_uid = $1
 ORDER BY `+logObjectOrder, podUID)
@@ -115,16 +119,18 @@ ORDER BY `+logObjectOrder, podUID)
 	return ls, nil
 }
 
-func (d *DB) queryLogObjects(ctx context.Context, query string, arg string) ([]LogObject, error) {
+func (d *DB) queryLogObjects(ctx context.Context, query string, arg string) ([]record.LogObject, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	rows, err := d.db.QueryContext(ctx, query, arg)
 	if err != nil {
 		return nil, translate(err)
 	}
 	defer rows.Close()
-	var ls []LogObject
+	var ls []record.LogObject
 	for rows.Next() {
 		var (
-			l                LogObject
+			l                record.LogObject
 			ctype, state     string
 			key, sha, reason sql.NullString
 		)
@@ -132,7 +138,7 @@ func (d *DB) queryLogObjects(ctx context.Context, query string, arg string) ([]L
 			&sha, &state, &reason, &l.CreatedAt, &l.UpdatedAt); err != nil {
 			return nil, translate(err)
 		}
-		l.ContainerType, l.State = ContainerType(ctype), LogState(state)
+		l.ContainerType, l.State = record.ContainerType(ctype), record.LogState(state)
 		l.ObjectKey, l.SHA256, l.Reason = key.String, sha.String, reason.String
 		l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
 		ls = append(ls, l)

@@ -1,10 +1,13 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 const upsertPodSQL = `
@@ -32,21 +35,23 @@ ON CONFLICT (uid) DO UPDATE SET
 // UpsertPod records a pod, creating or updating the row keyed by p.UID. The job row need not exist:
 // pods has no foreign key to jobs, because a pod can be archived (and deleted by Volcano) before the
 // job reconciler writes its job. Idempotent; see Pod for which fields an update keeps.
-func (d *DB) UpsertPod(ctx context.Context, p Pod) error {
-	if err := p.validate(); err != nil {
+func (d *DB) UpsertPod(ctx context.Context, p record.Pod) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	if err := validatePod(p); err != nil {
 		return fmt.Errorf("upsert pod %s: %w", p.UID, err)
 	}
 	_, err := d.db.ExecContext(ctx, upsertPodSQL,
 		p.UID, p.JobUID, p.Namespace, p.Name, p.Task, p.Node, p.Phase, p.CreatedAt.UTC(),
 		nullTime(p.StartedAt), nullTime(p.FinishedAt), p.DeletedBeforeTerminal,
-		string(cmpOr(p.ArchiveState, ArchivePending)), nullTime(p.ArchivedAt), nullString(p.ReleaseReason))
+		string(cmp.Or(p.ArchiveState, record.ArchivePending)), nullTime(p.ArchivedAt), nullString(p.ReleaseReason))
 	if err != nil {
 		return fmt.Errorf("upsert pod %s: %w", p.UID, translate(err))
 	}
 	return nil
 }
 
-func (p Pod) validate() error {
+func validatePod(p record.Pod) error {
 	var problems []string
 	if p.UID == "" {
 		problems = append(problems, "UID is empty")
@@ -72,6 +77,8 @@ func (p Pod) validate() error {
 // time at (now if zero). Idempotent: once archived or released, later calls change nothing and
 // succeed. ErrNotFound if there is no row for podUID.
 func (d *DB) MarkPodArchived(ctx context.Context, podUID string, at time.Time, releaseReason string) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	var exists bool
 	err := d.db.QueryRowContext(ctx, `
 WITH marked AS (
@@ -95,9 +102,9 @@ SELECT EXISTS (SELECT 1 FROM pods WHERE uid = $1)`,
 const podColumns = `uid, job_uid, namespace, name, task, node, phase, created_at, started_at, finished_at,
     deleted_before_terminal, archive_state, archived_at, release_reason, recorded_at, updated_at`
 
-func scanPod(row interface{ Scan(...any) error }) (Pod, error) {
+func scanPod(row interface{ Scan(...any) error }) (record.Pod, error) {
 	var (
-		p                           Pod
+		p                           record.Pod
 		started, finished, archived sql.NullTime
 		reason                      sql.NullString
 		state                       string
@@ -105,32 +112,36 @@ func scanPod(row interface{ Scan(...any) error }) (Pod, error) {
 	err := row.Scan(&p.UID, &p.JobUID, &p.Namespace, &p.Name, &p.Task, &p.Node, &p.Phase, &p.CreatedAt,
 		&started, &finished, &p.DeletedBeforeTerminal, &state, &archived, &reason, &p.RecordedAt, &p.UpdatedAt)
 	if err != nil {
-		return Pod{}, err
+		return record.Pod{}, err
 	}
 	p.StartedAt, p.FinishedAt, p.ArchivedAt = timePtr(started), timePtr(finished), timePtr(archived)
 	p.CreatedAt, p.RecordedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.RecordedAt.UTC(), p.UpdatedAt.UTC()
-	p.ArchiveState, p.ReleaseReason = ArchiveState(state), reason.String
+	p.ArchiveState, p.ReleaseReason = record.ArchiveState(state), reason.String
 	return p, nil
 }
 
 // Pod returns the pod recorded under uid, or an error matching ErrNotFound.
-func (d *DB) Pod(ctx context.Context, uid string) (Pod, error) {
+func (d *DB) Pod(ctx context.Context, uid string) (record.Pod, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	p, err := scanPod(d.db.QueryRowContext(ctx, `SELECT `+podColumns+` FROM pods WHERE uid = $1`, uid))
 	if err != nil {
-		return Pod{}, fmt.Errorf("get pod %s: %w", uid, translate(err))
+		return record.Pod{}, fmt.Errorf("get pod %s: %w", uid, translate(err))
 	}
 	return p, nil
 }
 
 // Pods returns the recorded pods of a job, oldest first (empty for an unknown job). The archiver
 // finalizes a job only when every one of them is archived or released.
-func (d *DB) Pods(ctx context.Context, jobUID string) ([]Pod, error) {
+func (d *DB) Pods(ctx context.Context, jobUID string) ([]record.Pod, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	rows, err := d.db.QueryContext(ctx, `SELECT `+podColumns+` FROM pods WHERE job_uid = $1 ORDER BY created_at, uid`, jobUID)
 	if err != nil {
 		return nil, fmt.Errorf("get pods of job %s: %w", jobUID, translate(err))
 	}
 	defer rows.Close()
-	var pods []Pod
+	var pods []record.Pod
 	for rows.Next() {
 		p, err := scanPod(rows)
 		if err != nil {

@@ -1,8 +1,8 @@
 // Package inspect reads a job's archive back for people: it lists the container logs the database
 // records for a job, prints one of them decompressed, and verifies that every stored object still
-// holds exactly what the database says (DESIGN.md, invariant 3). It backs the archiver's `logs`
-// subcommand (archiver/inspect.go), which auditors run against the production database and bucket,
-// so it only ever reads.
+// holds exactly what the database says: the uncompressed size and sha256 recorded when it was
+// written. It backs the archiver's `logs` subcommand (package cli), which auditors run against
+// the production database and bucket, so it only ever reads.
 package inspect
 
 import (
@@ -18,28 +18,29 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // Records is what inspection reads from the database (implemented by *db.DB).
 type Records interface {
-	Job(ctx context.Context, uid string) (db.Job, error)
-	Pods(ctx context.Context, jobUID string) ([]db.Pod, error)
-	LogObjects(ctx context.Context, jobUID string) ([]db.LogObject, error)
+	Job(ctx context.Context, uid string) (record.Job, error)
+	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
+	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
 }
 
 // JobLister finds jobs by their attributes (implemented by *db.DB).
 type JobLister interface {
-	ListJobs(ctx context.Context, f db.JobFilter, after db.Cursor, limit int) ([]db.Job, db.Cursor, error)
+	ListJobs(ctx context.Context, f db.JobFilter, after db.Cursor, limit int) ([]record.Job, db.Cursor, error)
 }
 
 // Log is one container log of a job as the database records it.
 type Log struct {
-	Pod       string           `json:"pod"`
-	PodUID    string           `json:"podUID"`
-	Container string           `json:"container"`
-	Type      db.ContainerType `json:"type"`
-	Instance  string           `json:"instance"`
-	State     db.LogState      `json:"state"`
+	Pod       string               `json:"pod"`
+	PodUID    string               `json:"podUID"`
+	Container string               `json:"container"`
+	Type      record.ContainerType `json:"type"`
+	Instance  string               `json:"instance"`
+	State     record.LogState      `json:"state"`
 	// Bytes and SHA256 describe the uncompressed log, StoredBytes the (gzip) object under Key.
 	Bytes       int64  `json:"bytes"`
 	StoredBytes int64  `json:"storedBytes"`
@@ -113,7 +114,7 @@ func oneLine(s string) string {
 // ambiguous and the error lists their UIDs.
 func Select(logs []Log, pod, container, instance string) (Log, error) {
 	if instance == "" {
-		instance = db.InstanceCurrent
+		instance = record.InstanceCurrent
 	}
 	var (
 		found   []Log
@@ -167,12 +168,12 @@ func Cat(ctx context.Context, store objstore.Store, key string, w io.Writer) err
 // first. Several jobs may share a name over time; their UIDs tell them apart. The database has no
 // index on names, so this pages through the namespace's jobs (one index range scan per page of
 // db.MaxPageSize): fine for a person at a terminal, not for a hot path.
-func FindJobs(ctx context.Context, lister JobLister, cluster, namespace, name string) ([]db.Job, error) {
+func FindJobs(ctx context.Context, lister JobLister, cluster, namespace, name string) ([]record.Job, error) {
 	if namespace == "" || name == "" {
 		return nil, errors.New("find job: namespace and name are both required")
 	}
 	var (
-		found []db.Job
+		found []record.Job
 		after db.Cursor
 	)
 	for {

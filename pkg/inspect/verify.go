@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // ProblemKind classifies what Verify found wrong.
@@ -33,9 +35,6 @@ const (
 	ProblemUnreadable ProblemKind = "unreadable"
 	// ProblemManifest means manifest.json disagrees with the database.
 	ProblemManifest ProblemKind = "manifest"
-	// ProblemLocation means the database records the archive at another location than the store and
-	// prefix given to Verify (often: the wrong --store-prefix or bucket).
-	ProblemLocation ProblemKind = "location"
 	// ProblemRecord means the database lacks a record the archive needs (the job's row).
 	ProblemRecord ProblemKind = "record"
 )
@@ -61,9 +60,10 @@ func (p Problem) String() string {
 
 // Report is the outcome of Verify.
 type Report struct {
-	Job          archive.JobRef  `json:"job"`
-	ArchiveState db.ArchiveState `json:"archiveState"`
-	// Location is where this store and layout put the job's archive.
+	Job          archive.JobRef      `json:"job"`
+	ArchiveState record.ArchiveState `json:"archiveState"`
+	// Location is the job's archive directory, as recorded (or, for a job not archived yet, where
+	// its logs are).
 	Location string `json:"location"`
 	// Logs counts the log records; Stored those re-read (state stored), Unavailable those recorded
 	// as unavailable (nothing to read: the record says why).
@@ -90,7 +90,7 @@ func (r Report) WriteText(w io.Writer) error {
 	for _, k := range r.Unreferenced {
 		fmt.Fprintf(&b, "NOTE unreferenced object [%s]: no record names it\n", k)
 	}
-	if r.ArchiveState == db.ArchivePending {
+	if r.ArchiveState == record.ArchivePending {
 		b.WriteString("NOTE the job is not archived yet: job.json and manifest.json are not checked\n")
 	}
 	verdict := "OK"
@@ -107,17 +107,43 @@ func (r Report) WriteText(w io.Writer) error {
 // that an audit never competes with the archiver for bandwidth.
 const verifyWorkers = 4
 
+// LocationError says that the records put a job's archive somewhere else than the store or
+// prefix the caller named: a mistake in the command line, not a problem of the archive.
+type LocationError struct {
+	Job archive.JobRef
+	// Recorded is where the records say the archive is (its job directory as a URL).
+	Recorded string
+	// Named says what the caller named instead, for people: a store URL or a prefix.
+	Named string
+}
+
+func (e *LocationError) Error() string {
+	return fmt.Sprintf("job %s/%s (uid %s) was archived under %s, but %s", e.Job.Namespace, e.Job.Name, e.Job.UID, e.Recorded, e.Named)
+}
+
+// VerifyOptions tune Verify.
+type VerifyOptions struct {
+	// Prefix, when not nil, is the key prefix the caller expects the archive under (its
+	// --store-prefix). An archive recorded under another prefix is then a *LocationError; when
+	// nil, the prefix is taken from the records.
+	Prefix *string
+}
+
 // Verify re-reads every stored object of a job's archive and compares it with the database: each
 // log object is decompressed and its size and sha256 compared with its record (and its stored size
 // with the object's); once the job is archived or released, job.json must name the job and
-// manifest.json must list exactly the recorded pods and logs. layout must be the archiver's (its
-// --store-prefix): it names job.json and manifest.json, and the recorded archive location is
-// checked against it.
+// manifest.json must list exactly the recorded pods and logs.
+//
+// The archive is located from the records: job.json, manifest.json and the job's directory from
+// the recorded archive location, each log from its recorded key. If the location is in another
+// store than store, or under another prefix than opts.Prefix, Verify reads nothing and returns a
+// *LocationError: a wrong command line must never look like missing objects.
 //
 // Verify does not stop at the first problem: every one is in the Report. The error is for failures
-// to verify at all: the database failing, the context ending, or a job the database does not know
-// (matching db.ErrNotFound). A store that fails on one object is a problem of that object.
-func Verify(ctx context.Context, records Records, store objstore.Store, layout archive.Layout, jobUID string) (Report, error) {
+// to verify at all: the database failing, the context ending, a *LocationError, or a job the
+// database does not know (matching db.ErrNotFound). A store that fails on one object is a problem
+// of that object.
+func Verify(ctx context.Context, records Records, store objstore.Store, jobUID string, opts VerifyOptions) (Report, error) {
 	if jobUID == "" {
 		return Report{}, errors.New("verify: empty job UID")
 	}
@@ -137,27 +163,28 @@ func Verify(ctx context.Context, records Records, store objstore.Store, layout a
 		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 	}
 
-	v := &verifier{store: store, layout: layout, podNames: map[string]string{}}
-	for _, p := range pods {
-		v.podNames[p.UID] = p.Name
-	}
 	rep := &Report{Logs: len(logs), Problems: []Problem{}, Unreferenced: []string{}}
 	if jobErr != nil {
 		// Pods are recorded before their job (pods has no foreign key to jobs); without the job's
 		// row its name, and so its directory, job.json and manifest.json, are unknown.
 		rep.Job = archive.JobRef{Namespace: pods[0].Namespace, UID: jobUID}
-		rep.ArchiveState = db.ArchivePending
+		rep.ArchiveState = record.ArchivePending
 		rep.Problems = append(rep.Problems, Problem{Kind: ProblemRecord, Subject: "job",
 			Detail: "the database has pods of the job but no row for the job itself; only the logs are checked"})
 	} else {
 		rep.Job = archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: job.UID}
-		rep.ArchiveState = cmpOr(job.ArchiveState, db.ArchivePending)
+		rep.ArchiveState = cmp.Or(job.ArchiveState, record.ArchivePending)
+	}
+	layout, err := locate(store, rep.Job, job.ArchiveLocation, logs, opts)
+	if err != nil {
+		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+	}
+	v := &verifier{store: store, layout: layout, podNames: map[string]string{}}
+	for _, p := range pods {
+		v.podNames[p.UID] = p.Name
+	}
+	if jobErr == nil {
 		rep.Location = store.URL(layout.JobDir(rep.Job) + "/")
-		if job.ArchiveLocation != "" && job.ArchiveLocation != rep.Location {
-			rep.Problems = append(rep.Problems, Problem{Kind: ProblemLocation, Subject: "job",
-				Detail: fmt.Sprintf("the database records the archive at %s, this store and prefix put it at %s (wrong --store-prefix or bucket?)",
-					job.ArchiveLocation, rep.Location)})
-		}
 	}
 
 	logProblems, err := v.checkLogs(ctx, logs)
@@ -166,14 +193,14 @@ func Verify(ctx context.Context, records Records, store objstore.Store, layout a
 	}
 	rep.Problems = append(rep.Problems, logProblems...)
 	for _, l := range logs {
-		if l.State == db.LogStored {
+		if l.State == record.LogStored {
 			rep.Stored++
 		} else {
 			rep.Unavailable++
 		}
 	}
 
-	if jobErr == nil && rep.ArchiveState != db.ArchivePending {
+	if jobErr == nil && rep.ArchiveState != record.ArchivePending {
 		rep.Problems = append(rep.Problems, v.checkJobObject(ctx, rep.Job)...)
 		rep.Problems = append(rep.Problems, v.checkManifest(ctx, rep.Job, job, pods, logs)...)
 	}
@@ -190,12 +217,42 @@ func Verify(ctx context.Context, records Records, store objstore.Store, layout a
 	return *rep, nil
 }
 
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
+// locate returns the layout the job's archive was written in: from the recorded location, or
+// for a job not archived yet from its stored logs' keys, or else opts.Prefix (nothing is stored
+// where a layout matters). It fails with a *LocationError when the record places the archive in
+// another store or under another prefix than the caller named.
+func locate(store objstore.Store, ref archive.JobRef, location string, logs []record.LogObject, opts VerifyOptions) (archive.Layout, error) {
+	var (
+		layout archive.Layout
+		found  bool
+	)
+	if location != "" {
+		base := strings.TrimSuffix(store.URL(""), "/") + "/"
+		dir, ok := strings.CutPrefix(location, base)
+		if !ok {
+			return layout, &LocationError{Job: ref, Recorded: location,
+				Named: fmt.Sprintf("the --store-* flags name %s (check --store-backend and its bucket or root)", base)}
+		}
+		if layout, found = archive.LayoutOf(ref, strings.TrimSuffix(dir, "/")); !found {
+			return layout, fmt.Errorf("the recorded archive location %s is not a directory of job %s/%s", location, ref.Namespace, ref.Name)
+		}
+	} else {
+		for _, l := range logs {
+			if l.State == record.LogStored {
+				location = store.URL(archive.JobDirOfLog(l.ObjectKey) + "/")
+				layout, found = archive.LayoutOf(ref, archive.JobDirOfLog(l.ObjectKey))
+				break
+			}
+		}
 	}
-	return v
+	switch {
+	case opts.Prefix == nil:
+	case !found:
+		layout.Prefix = *opts.Prefix
+	case strings.Trim(*opts.Prefix, "/") != layout.Prefix:
+		return layout, &LocationError{Job: ref, Recorded: location, Named: fmt.Sprintf("--store-prefix is %q", *opts.Prefix)}
+	}
+	return layout, nil
 }
 
 type verifier struct {
@@ -204,13 +261,13 @@ type verifier struct {
 	podNames map[string]string
 }
 
-func (v *verifier) logSubject(l db.LogObject) string {
+func (v *verifier) logSubject(l record.LogObject) string {
 	return fmt.Sprintf("log of container %s (%s) of pod %s (uid %s)", l.Container, l.Instance, v.podNames[l.PodUID], l.PodUID)
 }
 
 // checkLogs re-reads every stored log, verifyWorkers at a time, and returns the problems in the
 // order of logs.
-func (v *verifier) checkLogs(ctx context.Context, logs []db.LogObject) ([]Problem, error) {
+func (v *verifier) checkLogs(ctx context.Context, logs []record.LogObject) ([]Problem, error) {
 	results := make([]*Problem, len(logs))
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -223,7 +280,7 @@ func (v *verifier) checkLogs(ctx context.Context, logs []db.LogObject) ([]Proble
 	}
 feed:
 	for i, l := range logs {
-		if l.State != db.LogStored {
+		if l.State != record.LogStored {
 			continue
 		}
 		select {
@@ -247,7 +304,7 @@ feed:
 }
 
 // checkLog streams one log object through gunzip and sha256 and compares it with its record.
-func (v *verifier) checkLog(ctx context.Context, l db.LogObject) *Problem {
+func (v *verifier) checkLog(ctx context.Context, l record.LogObject) *Problem {
 	problem := func(kind ProblemKind, format string, args ...any) *Problem {
 		return &Problem{Kind: kind, Subject: v.logSubject(l), Key: l.ObjectKey, Detail: fmt.Sprintf(format, args...)}
 	}
@@ -360,7 +417,7 @@ func (v *verifier) checkJobObject(ctx context.Context, ref archive.JobRef) []Pro
 // after the job is archived is compared: the job's identity and release reason, each pod's name,
 // task and release reason, and every log entry in full. Not the phases, nodes or times: pod rows
 // are still updated while the pods terminate, and a job an operator released keeps running.
-func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job db.Job, pods []db.Pod, logs []db.LogObject) []Problem {
+func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job record.Job, pods []record.Pod, logs []record.LogObject) []Problem {
 	key := v.layout.Manifest(ref)
 	var got archive.Manifest
 	if p := v.getJSON(ctx, "manifest.json", key, &got); p != nil {
@@ -449,7 +506,7 @@ func diffLogEntry(got, want archive.LogEntry) string {
 }
 
 // unreferenced lists the objects under the job's directory that no record names.
-func (v *verifier) unreferenced(ctx context.Context, ref archive.JobRef, logs []db.LogObject) ([]string, *Problem) {
+func (v *verifier) unreferenced(ctx context.Context, ref archive.JobRef, logs []record.LogObject) ([]string, *Problem) {
 	known := map[string]bool{v.layout.JobObject(ref): true, v.layout.Manifest(ref): true}
 	for _, l := range logs {
 		if l.ObjectKey != "" {

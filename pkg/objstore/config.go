@@ -51,9 +51,6 @@ func (t Timeouts) withDefaults() Timeouts {
 type Config struct {
 	// Backend is BackendFS (also when empty), BackendS3 or BackendGCS.
 	Backend string
-	// Prefix is the key prefix under which the caller writes its objects, without leading or
-	// trailing slash. The backends do not apply it: key layout is the caller's business.
-	Prefix string
 	// Timeouts bound every backend call; New uses them in place of S3.Timeouts and GCS.Timeouts.
 	Timeouts Timeouts
 	// FSRoot is the root directory of the filesystem backend.
@@ -72,8 +69,6 @@ type Config struct {
 func (c *Config) BindFlags(flags *flag.FlagSet) {
 	flags.StringVar(&c.Backend, "store-backend", BackendFS,
 		"Object store for archived jobs and logs: fs, s3 or gcs.")
-	flags.StringVar(&c.Prefix, "store-prefix", "",
-		"Key prefix under which every archive is written, without leading or trailing slash (e.g. prod/eu-1).")
 	flags.DurationVar(&c.Timeouts.Call, "store-timeout", DefaultCallTimeout,
 		"Timeout of each object store metadata call (stat, delete, ping).")
 	flags.DurationVar(&c.Timeouts.Transfer, "store-transfer-timeout", DefaultTransferTimeout,
@@ -113,11 +108,6 @@ func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
-	if c.Prefix != "" {
-		if err := ValidateKey(c.Prefix); err != nil {
-			add("--store-prefix: %w", err)
-		}
-	}
 	if c.Timeouts.Call < 0 {
 		add("--store-timeout %s is negative", c.Timeouts.Call)
 	}

@@ -51,9 +51,8 @@ func TestValidate(t *testing.T) {
 		{name: "fs without root", cfg: Config{}, want: []string{"--store-fs-root is required"}},
 		{
 			name: "every common problem",
-			cfg:  Config{Backend: "azure", Prefix: "/abs/", Timeouts: Timeouts{Call: -1, Transfer: -time.Second}},
+			cfg:  Config{Backend: "azure", Timeouts: Timeouts{Call: -1, Transfer: -time.Second}},
 			want: []string{
-				"--store-prefix: invalid object key",
 				"--store-timeout -1ns is negative",
 				"--store-transfer-timeout -1s is negative",
 				`--store-backend "azure" is not one of fs, s3, gcs`,
@@ -138,7 +137,7 @@ func TestBindFlags(t *testing.T) {
 		{
 			name: "every flag",
 			args: []string{
-				"--store-backend=s3", "--store-prefix=prod/eu", "--store-timeout=10s", "--store-transfer-timeout=1h",
+				"--store-backend=s3", "--store-timeout=10s", "--store-transfer-timeout=1h",
 				"--store-fs-root=/data", "--store-s3-endpoint=minio:9000", "--store-s3-bucket=archive",
 				"--store-s3-region=eu-1", "--store-s3-tls=false", "--store-s3-path-style",
 				"--store-s3-ca-file=/ca.pem", "--store-s3-access-key-file=/keys/access",
@@ -147,7 +146,6 @@ func TestBindFlags(t *testing.T) {
 			},
 			want: Config{
 				Backend:         BackendS3,
-				Prefix:          "prod/eu",
 				Timeouts:        Timeouts{Call: 10 * time.Second, Transfer: time.Hour},
 				FSRoot:          "/data",
 				S3:              S3Config{Endpoint: "minio:9000", Bucket: "archive", Region: "eu-1", PathStyle: true, CAFile: "/ca.pem", PartSize: 5 << 20},

@@ -53,8 +53,8 @@ func NewGCS(ctx context.Context, cfg GCSConfig) (*GCS, error) {
 		cfg.ChunkSize = DefaultChunkSize
 	}
 	// Reads go through the XML API, pinned because the client's default is to switch to JSON:
-	// JSON reads refuse ReadCompressed ("custom Accept-Encoding headers not allowed",
-	// googleapis/google-cloud-go#7786), and without it gzip-encoded objects come back
+	// JSON reads refuse ReadCompressed ("custom Accept-Encoding headers not allowed"), and
+	// without it gzip-encoded objects come back
 	// decompressed, breaking Get's byte-exactness. Emulators must serve XML reads too
 	// (fake-gcs-server: -public-host).
 	opts := []option.ClientOption{storage.WithXMLReads()}

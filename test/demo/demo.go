@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -135,14 +137,38 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 		return nil, err
 	}
 	if o.Explore {
-		fmt.Fprintf(w, "\nExplore:\n  export KUBECONFIG=%s; kubectl get vcjobs -n %s -o yaml\n  psql '%s' -c 'SELECT * FROM audit_submissions'\n",
-			env.KubeconfigPath, ns, dsn)
-		if o.Backend != "s3" {
-			fmt.Fprintf(w, "  find %s -type f   # the archive, browsable after the demo stops\n", o.FSRoot)
+		fmt.Fprintln(w, "\nExplore:")
+		for _, c := range exploreCommands(env, a, dsn, ns, o, out[0].UID) {
+			fmt.Fprintln(w, "  "+c)
 		}
-		fmt.Fprintf(w, "  JOBVAULT_DB_DSN='%s' go run ./archiver logs verify --job-uid %s %s\n", dsn, out[0].UID, strings.Join(a.Args[:2], " "))
 	}
 	return &result{Jobs: out, DSN: dsn, Archiver: a}, nil
+}
+
+// exploreCommands are the commands the demo prints for a look around, each to be run as printed
+// from the repository's root (TestDemo runs them).
+func exploreCommands(env *testbed.Env, a *stack.Archiver, dsn, ns string, o options, jobUID string) []string {
+	cmds := []string{
+		fmt.Sprintf("export KUBECONFIG=%s; kubectl get vcjobs -n %s -o yaml", env.KubeconfigPath, ns),
+		fmt.Sprintf("psql '%s' -c 'SELECT * FROM audit_submissions'", dsn),
+	}
+	if o.Backend != objstore.BackendS3 {
+		cmds = append(cmds, fmt.Sprintf("find %s -type f   # the archive, browsable after the demo stops", o.FSRoot))
+	}
+	// verify finds the archive where the database recorded it: the store flags name the store,
+	// and no --store-prefix is needed.
+	verify := []string{"JOBVAULT_DB_DSN='" + dsn + "'"}
+	for _, e := range a.Environ {
+		name, value, _ := strings.Cut(e, "=")
+		verify = append(verify, name+"='"+value+"'")
+	}
+	verify = append(verify, "go run ./archiver logs verify --job-uid", jobUID)
+	for _, arg := range a.Args {
+		if strings.HasPrefix(arg, "--store-") && !strings.HasPrefix(arg, "--store-prefix") {
+			verify = append(verify, arg)
+		}
+	}
+	return append(cmds, strings.Join(verify, " "))
 }
 
 func waitFor(s sample, c client.Client, w io.Writer, start time.Time) error {
@@ -191,7 +217,7 @@ func summarise(ctx context.Context, records *db.DB, job *batchv1alpha1.Job) (job
 	js := jobSummary{Name: row.Name, UID: row.UID, Phase: row.Phase, Submitter: row.Submitter, Location: row.ArchiveLocation,
 		Retries: row.RetryCount, Pods: len(pods), Logs: len(logs)}
 	for _, l := range logs {
-		if l.State == db.LogStored {
+		if l.State == record.LogStored {
 			js.Keys = append(js.Keys, l.ObjectKey)
 		}
 	}

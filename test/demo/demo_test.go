@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/inspect"
+	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/test/testbed"
 )
@@ -16,10 +21,11 @@ import (
 func TestMain(m *testing.M) { testbed.Main(m) }
 
 // TestDemo runs the demo's job set end to end and checks the summary it prints against the
-// database and the store.
+// database and the store; then every command it prints under "Explore", exactly as printed, and
+// every audit example of the README against the data the demo's archiver recorded.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
-	res, err := run(t, &out, options{Backend: objstore.BackendFS, FSRoot: t.TempDir()})
+	res, err := run(t, &out, options{Backend: objstore.BackendFS, FSRoot: t.TempDir(), Explore: true})
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
@@ -60,7 +66,7 @@ func TestDemo(t *testing.T) {
 				t.Errorf("summary does not list log object %s", k)
 			}
 		}
-		rep, err := inspect.Verify(t.Context(), records, store, archive.Layout{Prefix: "archive"}, j.UID)
+		rep, err := inspect.Verify(t.Context(), records, store, j.UID, inspect.VerifyOptions{})
 		if err != nil || !rep.OK() || rep.Stored != len(j.Keys) {
 			var b strings.Builder
 			_ = rep.WriteText(&b)
@@ -72,5 +78,156 @@ func TestDemo(t *testing.T) {
 	}
 	if !strings.Contains(printed, "alice@example.com  data-science") {
 		t.Errorf("audit query rows missing from the summary")
+	}
+
+	t.Run("explore commands", func(t *testing.T) { testExplore(t, printed, res) })
+	t.Run("README audit SQL", func(t *testing.T) { testReadmeSQL(t, res) })
+	t.Run("README logs commands", func(t *testing.T) { testReadmeLogs(t, res) })
+}
+
+// testExplore runs each command printed under "Explore:" with bash from the repository's root, as
+// a user pasting it after `make demo` would, and checks that it succeeds and shows its subject.
+func testExplore(t *testing.T, printed string, res *result) {
+	_, section, ok := strings.Cut(printed, "\nExplore:\n")
+	if !ok {
+		t.Fatal(`the demo printed no "Explore:" section`)
+	}
+	train := res.Jobs[0]
+	// What each command must show, by the program it runs.
+	want := map[string]*regexp.Regexp{
+		"kubectl": regexp.MustCompile(`(?m)^    name: train-ok$`),
+		"psql":    regexp.MustCompile(`alice@example\.com`),
+		"find":    regexp.MustCompile(regexp.QuoteMeta(train.Keys[0])),
+		"verify":  regexp.MustCompile(`(?m)^OK demo/train-ok \(uid ` + train.UID + `, archived\)`),
+	}
+	ran := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		cmdline, ok := strings.CutPrefix(line, "  ")
+		if !ok {
+			break
+		}
+		what := ""
+		for name := range want {
+			if strings.Contains(cmdline, name+" ") {
+				what = name
+			}
+		}
+		if what == "" {
+			t.Errorf("printed command %q: the test does not know what it should show", cmdline)
+			continue
+		}
+		ran[what] = true
+		cmd := exec.CommandContext(t.Context(), "bash", "-c", cmdline)
+		cmd.Dir = testbed.ModuleRoot()
+		cmd.Env = os.Environ()
+		got, err := cmd.CombinedOutput()
+		if err != nil || !want[what].Match(got) {
+			t.Errorf("printed command %q: %v, want success and output matching %s; got:\n%s", cmdline, err, want[what], got)
+		}
+	}
+	for name := range want {
+		if !ran[name] {
+			t.Errorf("the demo printed no %s command", name)
+		}
+	}
+}
+
+// readmeBlock returns the fenced code block of the given language in the README section that
+// starts at heading.
+func readmeBlock(t *testing.T, heading, lang string) string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("README has no section %q", heading)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, block, ok := strings.Cut(section, "```"+lang+"\n")
+	if !ok {
+		t.Fatalf("README section %q has no %s block", heading, lang)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	return block
+}
+
+// testReadmeSQL runs each query of the README's audit section against the demo's database, with
+// the placeholder <job-uid> set to the job train-ok's UID, and expects rows from each.
+func testReadmeSQL(t *testing.T, res *result) {
+	conn, err := sql.Open("postgres", res.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	queries := 0
+	for _, stmt := range strings.Split(readmeBlock(t, "## Audit and browse", "sql"), ";") {
+		var lines []string
+		for _, l := range strings.Split(stmt, "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "--") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		queries++
+		q := strings.ReplaceAll(strings.Join(lines, " "), "<job-uid>", res.Jobs[0].UID)
+		rows, err := conn.QueryContext(t.Context(), q)
+		if err != nil {
+			t.Errorf("README query %q: %v", q, err)
+			continue
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Err(); err != nil || n == 0 {
+			t.Errorf("README query %q: %d rows (%v), want some from the demo's jobs", q, n, err)
+		}
+		rows.Close()
+	}
+	if queries < 5 {
+		t.Errorf("found %d queries in the README's audit section, want at least 5", queries)
+	}
+}
+
+// testReadmeLogs runs each `archiver logs` example of the README through the command's Main, with
+// its placeholders (UID, KEY) set from the demo's records and the demo archiver's store flags, as
+// the README says to pass them.
+func testReadmeLogs(t *testing.T, res *result) {
+	t.Setenv("JOBVAULT_DB_DSN", res.DSN)
+	train := res.Jobs[0]
+	var storeFlags []string
+	for _, a := range res.Archiver.Args {
+		if strings.HasPrefix(a, "--store-") {
+			storeFlags = append(storeFlags, a)
+		}
+	}
+	examples := 0
+	for _, line := range strings.Split(readmeBlock(t, "## Audit and browse", "sh"), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		args := strings.Fields(line)
+		if len(args) < 3 || args[0] != "archiver" || args[1] != "logs" {
+			continue
+		}
+		examples++
+		for i, a := range args {
+			switch a {
+			case "UID":
+				args[i] = train.UID
+			case "KEY":
+				args[i] = train.Keys[0]
+			}
+		}
+		args = append(args[2:], storeFlags...)
+		var stdout, stderr bytes.Buffer
+		if code := cli.Main(t.Context(), args, &stdout, &stderr); code != cli.ExitOK || stdout.Len() == 0 {
+			t.Errorf("README example %q: exit %d, want 0 and output; stdout:\n%s\nstderr:\n%s", line, code, stdout.String(), stderr.String())
+		}
+	}
+	if examples < 3 {
+		t.Errorf("found %d `archiver logs` examples in the README, want ls, cat and verify", examples)
 	}
 }

@@ -3,6 +3,7 @@
 # work tree, so a warm run takes seconds. Idempotent: a cached binary is never rebuilt.
 #
 #   test/tools/build.sh            build what is missing, with progress
+#   test/tools/build.sh NAME...    only these binaries (e.g. the demo's: no MinIO, no GCS emulator)
 #   JOBVAULT_CACHE=DIR ...         cache location (default: ~/.cache/jobvault)
 set -euo pipefail
 
@@ -14,6 +15,12 @@ bin=$cache/bin
 mkdir -p "$bin"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
+known=(kube-apiserver kube-controller-manager etcd vc-controller-manager vc-scheduler kwok fake-gcs-server minio)
+only=("$@")
+for name in "${only[@]}"; do
+	[[ " ${known[*]} " == *" $name "* ]] || { echo "build.sh: unknown binary $name (known: ${known[*]})" >&2; exit 2; }
+done
+
 start=$(date +%s)
 step() { printf '[testbed %4ds] %s\n' "$(( $(date +%s) - start ))" "$*"; }
 
@@ -22,6 +29,7 @@ step() { printf '[testbed %4ds] %s\n' "$(( $(date +%s) - start ))" "$*"; }
 build() {
 	local name=$1 version=$2 dir=$3 pkg=$4; shift 4
 	local out=$bin/$name-$version/$name
+	if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then return; fi
 	if [ -x "$out" ]; then step "$name $version: cached ($out)"; return; fi
 	step "$name $version: building (first time only) ..."
 	local t0 tmp
@@ -52,4 +60,4 @@ build vc-scheduler "$VOLCANO_VERSION" "$here/volcano" volcano.sh/volcano/cmd/sch
 build kwok "$KWOK_VERSION" - sigs.k8s.io/kwok/cmd/kwok -ldflags "-s -w"
 build fake-gcs-server "$FAKE_GCS_VERSION" - github.com/fsouza/fake-gcs-server -ldflags "-s -w"
 build minio "$MINIO_VERSION" - github.com/minio/minio -ldflags "-s -w"
-step "all testbed binaries ready in $bin"
+step "testbed binaries ready in $bin: ${only[*]:-all}"

@@ -1,4 +1,8 @@
-package db
+// Package record holds the value types of jobvault's record of a job: the job, its phase
+// transitions, its pods and their container logs, and the states they move through. The database
+// (pkg/db) stores them and the archive (pkg/archive) lays them out as objects; neither needs the
+// other to name them.
+package record
 
 import (
 	"encoding/json"
@@ -22,7 +26,8 @@ const (
 	ArchiveReleased ArchiveState = "released"
 )
 
-func (s ArchiveState) valid() bool {
+// Valid reports whether s is one of the defined states.
+func (s ArchiveState) Valid() bool {
 	switch s {
 	case ArchivePending, ArchiveArchived, ArchiveReleased:
 		return true
