@@ -41,8 +41,9 @@ type Env struct {
 
 	Scheduler, Controller, KWOK, ControllerManager *Process
 
-	env     *envtest.Environment
-	logsDir string
+	env      *envtest.Environment
+	logsDir  string
+	kwokPort int // KWOK's server, every fake node's kubelet endpoint
 }
 
 var clusterOnce once[*Env]
@@ -244,20 +245,9 @@ func (e *Env) startKWOK() error {
 	onStop(p.Stop)
 	e.KWOK = p
 	ctx := context.Background()
+	e.kwokPort = server
 	for _, name := range Nodes {
-		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:        name,
-				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-				Labels:      map[string]string{"kubernetes.io/hostname": name, "type": "kwok"},
-			},
-			Status: corev1.NodeStatus{
-				Allocatable: fakeCapacity(), Capacity: fakeCapacity(),
-				Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
-				DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(server)}},
-			},
-		}
-		if err := e.Client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := e.Client.Create(ctx, e.fakeNode(name)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return p.failure(fmt.Errorf("create node %s: %w", name, err))
 		}
 	}

@@ -40,6 +40,13 @@ const criMaxEntry = 16 << 10
 // <text>"): every newline-terminated line becomes a full entry, a long line is split into partial
 // entries and so is a trailing fragment without newline, so reading it back yields exactly the bytes.
 func EncodeCRI(chunks []Chunk, start time.Time) []byte {
+	b, _ := encodeCRI(chunks, start)
+	return b
+}
+
+// encodeCRI is EncodeCRI that also returns the timestamp of the last entry (start if none): each
+// entry is a microsecond after the one before.
+func encodeCRI(chunks []Chunk, start time.Time) ([]byte, time.Time) {
 	var out bytes.Buffer
 	ts := start
 	entry := func(stream, tag string, text []byte) {
@@ -64,7 +71,7 @@ func EncodeCRI(chunks []Chunk, start time.Time) []byte {
 			data = rest
 		}
 	}
-	return out.Bytes()
+	return out.Bytes(), ts
 }
 
 var logsGVR = schema.GroupVersionKind{Group: "kwok.x-k8s.io", Version: "v1alpha1", Kind: "Logs"}

@@ -1,0 +1,269 @@
+package testbed_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+// holdFinalizer stands in for jobvault's pod finalizer: it keeps a deleted pod's object.
+const holdFinalizer = "testbed.jobvault.io/hold"
+
+// barePod is a pod bound to node, running container "main" until deleted (KWOK completes only the
+// pods a Job owns), with the given grace period.
+func barePod(ns, name, node string, grace int64, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Finalizers: []string{holdFinalizer}, Annotations: annotations},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+}
+
+// release removes the hold finalizer when the test ends, so the namespace can go.
+func release(t *testing.T, env *testbed.Env, pod *corev1.Pod) {
+	t.Cleanup(func() {
+		var p corev1.Pod
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), &p); err != nil {
+			return
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		controllerutil.RemoveFinalizer(&p, holdFinalizer)
+		_ = env.Client.Patch(context.Background(), &p, patch)
+	})
+}
+
+func waitPod(t *testing.T, env *testbed.Env, pod *corev1.Pod, what string, timeout time.Duration, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var p corev1.Pod
+		err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(pod), &p)
+		if err == nil && ok(&p) {
+			return &p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s: not %s within %s (phase %s, statuses %+v, err %v)", pod.Name, what, timeout, p.Status.Phase, p.Status.ContainerStatuses, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func mainState(p *corev1.Pod) corev1.ContainerState {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == "main" {
+			return s.State
+		}
+	}
+	return corev1.ContainerState{}
+}
+
+func running(p *corev1.Pod) bool { return mainState(p).Running != nil }
+
+func readLog(ctx context.Context, cs kubernetes.Interface, ns, pod string, follow bool) ([]byte, error) {
+	rc, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "main", Follow: follow}).Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+// busyOutput is a container's output of n chunks, each about size bytes: stdout and stderr
+// interleaved, a line over 16 KiB (split into partial records), bytes that are not UTF-8, and a
+// last line without newline.
+func busyOutput(n, size int) []testbed.Chunk {
+	var chunks []testbed.Chunk
+	for i := range n {
+		stream := "stdout"
+		if i%3 == 2 {
+			stream = "stderr"
+		}
+		var b bytes.Buffer
+		for b.Len() < size {
+			fmt.Fprintf(&b, "chunk %d line %d: %s\n", i, b.Len(), strings.Repeat("x", 60))
+		}
+		chunks = append(chunks, testbed.Chunk{Stream: stream, Data: b.Bytes()})
+	}
+	chunks = append(chunks,
+		testbed.Chunk{Stream: "stdout", Data: []byte(strings.Repeat("L", 20_000) + "\n")},
+		testbed.Chunk{Stream: "stderr", Data: []byte{0xff, 0xfe, 0x00, 0x01, '\n'}},
+		testbed.Chunk{Stream: "stdout", Data: []byte("last line without newline")})
+	return chunks
+}
+
+// TestNodeRotatesLogs: the runtime rotates a container's log at MaxSize and keeps MaxFiles files;
+// a read without follow then returns only the current file, while one follow stream opened at the
+// start delivers every byte, across every rotation (KWOK serves logs with the kubelet's own reader,
+// which reopens the file it follows when it is rotated).
+func TestNodeRotatesLogs(t *testing.T) {
+	env := testbed.Cluster(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, node := env.Namespace(t), env.AddNode(t)
+	rt := env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 3})
+	out := busyOutput(40, 8<<10)
+	rt.Run(t, ns, "rotating", map[string]testbed.Output{"main": {Run: out, Every: 20 * time.Millisecond}})
+	pod := barePod(ns, "rotating", node, 1, nil)
+	release(t, env, pod)
+	if err := env.Client.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, env, pod, "running", time.Minute, running)
+
+	followed := make(chan []byte, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		b, _ := readLog(ctx, cs, ns, pod.Name, true)
+		followed <- b
+	}()
+
+	want := testbed.Bytes(out)
+	deadline := time.Now().Add(time.Minute)
+	for !bytes.Equal(rt.Written(ns, pod.Name, "main", 0), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the runtime wrote %d of %d bytes within a minute", len(rt.Written(ns, pod.Name, "main", 0)), len(want))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	current, err := readLog(t.Context(), cs, ns, pod.Name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(current) == 0 || len(current) >= len(want) || !bytes.HasSuffix(want, current) {
+		t.Errorf("a read after rotation returned %d bytes, want a proper suffix of the %d written: the current file only", len(current), len(want))
+	}
+	time.Sleep(time.Second) // let the follow stream catch up, then end it
+	cancel()
+	got := <-followed
+	if !bytes.Equal(got, want) {
+		t.Errorf("follow across rotation delivered %d bytes, want all %d written (first difference at %d)", len(got), len(want), firstDiff(got, want))
+	}
+}
+
+// TestNodeGracefulTermination: a deleted pod's container keeps running, and writing, through its
+// grace period; only then is it terminated (137 when killed at the end of the grace period, 143
+// when it exits on SIGTERM) and the pod Failed, with the finalizer still holding it. After the GC
+// delay its logs are gone, finalizer or not, and pods/log fails.
+func TestNodeGracefulTermination(t *testing.T) {
+	env := testbed.Cluster(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, node := env.Namespace(t), env.AddNode(t)
+	rt := env.Runtime(t, testbed.RuntimeOptions{GCDelay: 2 * time.Second})
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		exitCode    int32
+		// minRun is how long the container must keep running after the delete.
+		minRun time.Duration
+	}{
+		{name: "killed", exitCode: 137, minRun: 2500 * time.Millisecond},
+		{name: "sigterm", annotations: map[string]string{"sigterm-exit.stage.jobvault.io/after": "1s"}, exitCode: 143, minRun: 800 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var shutdown []testbed.Chunk
+			for i := range 4 {
+				shutdown = append(shutdown, testbed.Chunk{Stream: "stderr", Data: []byte(fmt.Sprintf("SIGTERM received, flushing %d\n", i))})
+			}
+			rt.Run(t, ns, tc.name, map[string]testbed.Output{"main": {
+				Run: []testbed.Chunk{{Stream: "stdout", Data: []byte("started\n")}}, Shutdown: shutdown, Every: 200 * time.Millisecond}})
+			pod := barePod(ns, tc.name, node, 3, tc.annotations)
+			release(t, env, pod)
+			if err := env.Client.Create(t.Context(), pod); err != nil {
+				t.Fatal(err)
+			}
+			waitPod(t, env, pod, "running", time.Minute, running)
+			for !bytes.Equal(rt.Written(ns, pod.Name, "main", 0), []byte("started\n")) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			deleted := time.Now()
+			if err := env.Client.Delete(t.Context(), pod); err != nil {
+				t.Fatal(err)
+			}
+			// Shutdown output is served while the container still runs.
+			want := "started\n" + string(testbed.Bytes(shutdown[:2]))
+			for {
+				p := waitPod(t, env, pod, "present", time.Second, func(*corev1.Pod) bool { return true })
+				if !running(p) {
+					t.Fatalf("container terminated %s after the delete, before writing its shutdown output", time.Since(deleted))
+				}
+				if got, err := readLog(t.Context(), cs, ns, pod.Name, false); err == nil && strings.HasPrefix(string(got), want) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			p := waitPod(t, env, pod, "terminated", 10*time.Second, func(p *corev1.Pod) bool { return mainState(p).Terminated != nil })
+			took := time.Since(deleted)
+			if code := mainState(p).Terminated.ExitCode; code != tc.exitCode || p.Status.Phase != corev1.PodFailed || took < tc.minRun {
+				t.Errorf("terminated %s after the delete with exit code %d, phase %s; want at least %s, %d, Failed", took, code, p.Status.Phase, tc.minRun, tc.exitCode)
+			}
+			t.Logf("container ran %s after the delete and wrote %d bytes", took.Round(10*time.Millisecond), len(rt.Written(ns, pod.Name, "main", 0)))
+
+			// Container GC: the pod object stays (finalizer), its logs do not.
+			if got, err := readLog(t.Context(), cs, ns, pod.Name, false); err != nil || !bytes.Equal(got, rt.Written(ns, pod.Name, "main", 0)) {
+				t.Errorf("before GC: pods/log = %q, %v; want everything written", got, err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for !rt.Collected(ns, pod.Name) {
+				if time.Now().After(deadline) {
+					t.Fatal("logs not collected within 10s of termination (GC delay 2s)")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if got, err := readLog(t.Context(), cs, ns, pod.Name, false); err == nil {
+				t.Errorf("after GC: pods/log returned %d bytes, want an error", len(got))
+			} else {
+				t.Logf("after GC, pods/log fails: %v", err)
+			}
+			waitPod(t, env, pod, "still held by its finalizer", time.Second, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+		})
+	}
+}
+
+// TestNodeLoss: pods/log for a pod of a lost node fails; how long it takes is logged.
+func TestNodeLoss(t *testing.T) {
+	env := testbed.Cluster(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, node := env.Namespace(t), env.AddNode(t)
+	rt := env.Runtime(t, testbed.RuntimeOptions{})
+	rt.Run(t, ns, "stranded", map[string]testbed.Output{"main": {Run: []testbed.Chunk{{Stream: "stdout", Data: []byte("hello\n")}}}})
+	pod := barePod(ns, "stranded", node, 1, nil)
+	release(t, env, pod)
+	if err := env.Client.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, env, pod, "running", time.Minute, running)
+	if got, err := readLog(t.Context(), cs, ns, pod.Name, false); err != nil || string(got) != "hello\n" {
+		t.Fatalf("before the loss: pods/log = %q, %v", got, err)
+	}
+	env.LoseNode(t, node)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	start := time.Now()
+	got, err := readLog(ctx, cs, ns, pod.Name, false)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("pods/log of a pod on a lost node returned %q, want an error", got)
+	}
+	t.Logf("pods/log of a pod on a lost node failed after %s: %v", took.Round(10*time.Millisecond), err)
+}
