@@ -90,3 +90,9 @@ func JobDirOfLog(key string) string {
 	// <job dir>/pods/<pod>/<pod-uid>/<file>
 	return path.Dir(path.Dir(path.Dir(path.Dir(key))))
 }
+
+// Segment is the key of one segment of a container run's log (run: its restart count) while the
+// run is captured; segments are deleted once assembled into the run's PodLog object.
+func (l Layout) Segment(j JobRef, pod, podUID, container string, run, seq int32) string {
+	return path.Join(l.JobDir(j), "pods", pod, podUID, fmt.Sprintf("%s.run-%d.seg-%06d.gz", container, run, seq))
+}

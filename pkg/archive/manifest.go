@@ -21,6 +21,20 @@ type Manifest struct {
 	ReleaseReason   string     `json:"releaseReason,omitempty"`
 	JobObject       string     `json:"jobObject"`
 	Pods            []PodEntry `json:"pods"`
+	// Gaps lists what is missing from the logs, and why; the job is then released, not archived.
+	Gaps []GapEntry `json:"gaps"`
+}
+
+// GapEntry is a missing part of a container run's log: the output after After (the last line
+// archived before it) and before Before (the first after it), either unknown when empty.
+type GapEntry struct {
+	PodUID    string     `json:"podUID"`
+	Container string     `json:"container"`
+	Run       int32      `json:"run"`
+	After     *time.Time `json:"after,omitempty"`
+	Before    *time.Time `json:"before,omitempty"`
+	Reason    string     `json:"reason"`
+	Detail    string     `json:"detail,omitempty"`
 }
 
 // PodEntry lists a pod's archived logs.
@@ -49,9 +63,21 @@ type LogEntry struct {
 }
 
 // BuildManifest assembles a manifest from the database records of a job's pods and logs.
-func BuildManifest(j JobRef, job record.Job, pods []record.Pod, logs []record.LogObject, jobObjectKey string, at time.Time) Manifest {
+func BuildManifest(j JobRef, job record.Job, pods []record.Pod, logs []record.LogObject, gaps []record.Gap, jobObjectKey string, at time.Time) Manifest {
 	m := Manifest{Version: ManifestVersion, Job: j, Submitter: job.Submitter, SubmitterGroups: job.SubmitterGroups,
-		Phase: job.Phase, ArchivedAt: at.UTC(), ReleaseReason: job.ReleaseReason, JobObject: jobObjectKey, Pods: []PodEntry{}}
+		Phase: job.Phase, ArchivedAt: at.UTC(), ReleaseReason: job.ReleaseReason, JobObject: jobObjectKey, Pods: []PodEntry{}, Gaps: []GapEntry{}}
+	for _, g := range gaps {
+		e := GapEntry{PodUID: g.PodUID, Container: g.Container, Run: g.Run, Reason: string(g.Reason), Detail: g.Detail}
+		if !g.After.IsZero() {
+			t := g.After.UTC()
+			e.After = &t
+		}
+		if !g.Before.IsZero() {
+			t := g.Before.UTC()
+			e.Before = &t
+		}
+		m.Gaps = append(m.Gaps, e)
+	}
 	byPod := map[string][]LogEntry{}
 	for _, l := range logs {
 		byPod[l.PodUID] = append(byPod[l.PodUID], LogEntry{Container: l.Container, Type: string(l.ContainerType),

@@ -4,6 +4,7 @@
 package archiver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,12 +12,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	kuberecord "k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
@@ -34,19 +37,47 @@ type Records interface {
 	MarkJobArchived(ctx context.Context, jobUID, location string, at time.Time, releaseReason string) error
 	Job(ctx context.Context, uid string) (record.Job, error)
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
+	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
+	capture.Records
 }
 
-// LogSource opens the log of a container through the API server's pods/log.
-type LogSource interface {
-	Open(ctx context.Context, namespace, pod, container string, previous bool) (io.ReadCloser, error)
+// KubeLogs is the capture.Source of a real cluster: pods/log with per-line timestamps.
+type KubeLogs struct {
+	Clientset kubernetes.Interface
+	// OpenTimeout bounds the wait for the stream's first bytes (headers): a lost node's kubelet
+	// must not hold a capture; the stream itself is unbounded.
+	OpenTimeout time.Duration
 }
 
-// KubeLogs is the LogSource of a real cluster.
-type KubeLogs struct{ Clientset kubernetes.Interface }
+// Open streams the container's log with timestamps, from opts.Since.
+func (k KubeLogs) Open(ctx context.Context, ref capture.Ref, opts capture.OpenOptions) (io.ReadCloser, error) {
+	o := &corev1.PodLogOptions{Container: ref.Container, Follow: opts.Follow, Previous: opts.Previous, Timestamps: true}
+	if !opts.Since.IsZero() {
+		o.SinceTime = &metav1.Time{Time: opts.Since}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(cmp.Or(k.OpenTimeout, DefaultOptions().LogOpenTimeout), cancel)
+	rc, err := k.Clientset.CoreV1().Pods(ref.Namespace).GetLogs(ref.Pod, o).Stream(ctx)
+	if !timer.Stop() || err != nil {
+		cancel()
+		if err == nil {
+			rc.Close()
+			err = context.DeadlineExceeded
+		}
+		return nil, err
+	}
+	return cancelOnClose{rc, cancel}, nil
+}
 
-// Open streams the container's log (the previous instance's when previous is set).
-func (k KubeLogs) Open(ctx context.Context, namespace, pod, container string, previous bool) (io.ReadCloser, error) {
-	return k.Clientset.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, Previous: previous}).Stream(ctx)
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 // Options tune the archiver; see the archiver's flags for their meaning and defaults.
@@ -56,8 +87,15 @@ type Options struct {
 	// LogDeadline is how long a log that cannot be read is retried, counted from when the
 	// container ended or the pod began deletion, before it is recorded as unavailable.
 	LogDeadline time.Duration
-	// LogTimeout bounds the upload of one container log.
-	LogTimeout time.Duration
+	// LogOpenTimeout bounds the opening of a container's log stream.
+	LogOpenTimeout time.Duration
+	// TerminationMargin is how long past the end of a deleted pod's grace period its containers
+	// may still show running before their logs are read as they are (the node is probably gone).
+	TerminationMargin time.Duration
+	// MaxStreams bounds the container logs captured at once; the others wait for a slot.
+	MaxStreams int
+	// Capture tunes each capture's segments.
+	Capture capture.Config
 	// PodWorkers and JobWorkers are the reconcilers' parallelism (PodWorkers bounds concurrent uploads).
 	PodWorkers, JobWorkers int
 	// ExcludeNamespaces are never tracked (the webhook's namespaceSelector excludes the same).
@@ -68,7 +106,8 @@ type Options struct {
 
 // DefaultOptions are the defaults of the archiver's flags.
 func DefaultOptions() Options {
-	return Options{LogDeadline: 24 * time.Hour, LogTimeout: 30 * time.Minute,
+	return Options{LogDeadline: 24 * time.Hour, LogOpenTimeout: 30 * time.Second, TerminationMargin: 30 * time.Second,
+		MaxStreams: 2000, Capture: capture.DefaultConfig,
 		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}}
 }
 
@@ -78,8 +117,12 @@ func (o Options) Validate() error {
 	if o.LogDeadline <= 0 {
 		errs = append(errs, fmt.Errorf("log deadline must be positive, got %s", o.LogDeadline))
 	}
-	if o.LogTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("log timeout must be positive, got %s", o.LogTimeout))
+	if o.LogOpenTimeout <= 0 || o.TerminationMargin < 0 {
+		errs = append(errs, fmt.Errorf("log open timeout must be positive and termination margin not negative, got %s and %s", o.LogOpenTimeout, o.TerminationMargin))
+	}
+	if o.MaxStreams < 1 || o.Capture.SegmentBytes < 1 || o.Capture.SegmentAge <= 0 {
+		errs = append(errs, fmt.Errorf("max streams and segment bytes must be at least 1 and segment age positive, got %d, %d and %s",
+			o.MaxStreams, o.Capture.SegmentBytes, o.Capture.SegmentAge))
 	}
 	errs = append(errs, o.Layout.Validate())
 	if o.PodWorkers < 1 || o.JobWorkers < 1 {
@@ -93,7 +136,7 @@ type Deps struct {
 	Client   client.Client
 	Records  Records
 	Store    objstore.Store
-	Logs     LogSource
+	Logs     capture.Source
 	Recorder kuberecord.EventRecorder
 	Clock    clock.PassiveClock
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -237,8 +238,17 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	if err != nil {
 		return fmt.Errorf("read log records of job %s: %w", klog.KObj(job), err)
 	}
+	gaps, err := r.Records.Gaps(ctx, string(job.UID))
+	if err != nil {
+		return fmt.Errorf("read log gaps of job %s: %w", klog.KObj(job), err)
+	}
+	cause := "operator"
+	if reason == "" && len(gaps) > 0 {
+		// A log with a gap is not a complete archive: the job is released, never archived.
+		reason, cause = gapsReason(gaps), "gap"
+	}
 	row.ReleaseReason = reason
-	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, r.Layout.JobObject(ref), now)); err != nil {
+	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, gaps, r.Layout.JobObject(ref), now)); err != nil {
 		return fmt.Errorf("store manifest of job %s: %w", klog.KObj(job), err)
 	}
 	location := r.Store.URL(r.Layout.JobDir(ref) + "/")
@@ -262,13 +272,29 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 		releaseLatencySeconds.Observe(now.Sub(since).Seconds())
 	}
 	if reason != "" {
-		releasesIncompleteTotal.WithLabelValues("job", "operator").Inc()
+		releasesIncompleteTotal.WithLabelValues("job", cause).Inc()
 		r.Recorder.Event(job, corev1.EventTypeWarning, "Released", reason)
 	} else {
 		r.Recorder.Eventf(job, corev1.EventTypeNormal, "Archived", "Archived to %s", location)
 	}
 	ctrl.LoggerFrom(ctx).Info("Archived job", "Job", klog.KObj(job), "location", location)
 	return nil
+}
+
+// gapsReason sums up a job's log gaps for its release reason.
+func gapsReason(gaps []record.Gap) string {
+	by := map[record.GapReason]int{}
+	var reasons []string
+	for _, g := range gaps {
+		if by[g.Reason] == 0 {
+			reasons = append(reasons, string(g.Reason))
+		}
+		by[g.Reason]++
+	}
+	for i, r := range reasons {
+		reasons[i] = fmt.Sprintf("%d %s", by[record.GapReason(r)], r)
+	}
+	return fmt.Sprintf("incomplete logs: %d gap(s): %s", len(gaps), strings.Join(reasons, ", "))
 }
 
 func (r *JobReconciler) putJSON(ctx context.Context, key string, v any) error {

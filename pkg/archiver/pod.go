@@ -14,16 +14,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
-// PodReconciler archives the container logs of tracked pods: the previous instance whenever a
-// container restarts, every container's last instance once the pod ends or is being deleted, and
-// only then releases the pod finalizer.
+// PodReconciler archives the container logs of tracked pods: it captures every container run
+// live from its start, records each run's log once it ended, and releases the pod finalizer only
+// when the pod is finished (ended, or deleted and its containers stopped) and every log is
+// recorded.
 type PodReconciler struct {
 	Deps
 	Options
+	// Captures runs the live captures of container logs.
+	Captures *capture.Manager
 }
 
 // Reconcile archives what the pod's current state calls for. It works from state alone, so a
@@ -54,11 +58,11 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, err
 	}
 	if waiting {
-		// Some log could not be read yet and its deadline has not passed: try again (also for a
-		// running pod's previous instance, which no later event may bring back).
+		// Captures in flight requeue the pod when they end; the periodic look is a safety net
+		// (a capture waiting for a slot, a grace period running out).
 		return ctrl.Result{RequeueAfter: r.retryAfter()}, nil
 	}
-	if !podFinished(pod) {
+	if !r.finished(pod) {
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, r.release(ctx, pod)
@@ -72,12 +76,6 @@ func (r *PodReconciler) retryAfter() time.Duration {
 // podEnded reports whether every container of the pod has stopped for good.
 func podEnded(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
-// podFinished reports whether the pod's last logs are due: it ended, is being deleted or an
-// operator released it.
-func podFinished(pod *corev1.Pod) bool {
-	return podEnded(pod) || pod.DeletionTimestamp != nil || releaseReason(pod) != ""
 }
 
 func releaseReason(obj metav1.Object) string {
@@ -150,151 +148,4 @@ func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod) error {
 	}
 	ctrl.LoggerFrom(ctx).Info("Released pod", "Pod", klog.KObj(pod), "reason", reason)
 	return nil
-}
-
-// logInstance is one container log the pod's state says must be archived.
-type logInstance struct {
-	container string
-	ctype     record.ContainerType
-	instance  string
-	previous  bool
-	// due is when the log became complete: the deadline counts from here.
-	due time.Time
-	// unavailable, when set, records the instance as unavailable without trying to read it.
-	unavailable string
-}
-
-// wantedLogs lists the log instances due for the pod in its current state.
-func wantedLogs(pod *corev1.Pod) []logInstance {
-	finished := podFinished(pod)
-	finishedAt := pod.CreationTimestamp.Time
-	if pod.DeletionTimestamp != nil {
-		finishedAt = pod.DeletionTimestamp.Time
-	} else if t := lastFinish(pod); t != nil {
-		finishedAt = *t
-	}
-	var out []logInstance
-	add := func(specs []string, statuses []corev1.ContainerStatus, ctype record.ContainerType) {
-		byName := map[string]corev1.ContainerStatus{}
-		for _, s := range statuses {
-			byName[s.Name] = s
-		}
-		for _, name := range specs {
-			s, ok := byName[name]
-			for n := int32(1); ok && n <= s.RestartCount; n++ {
-				li := logInstance{container: name, ctype: ctype, instance: record.PreviousInstance(n), previous: true, due: finishedAt}
-				if n < s.RestartCount {
-					// The kubelet keeps only the last previous instance.
-					li.unavailable = "the container restarted again before this instance was archived"
-				} else if t := s.LastTerminationState.Terminated; t != nil {
-					li.due = t.FinishedAt.Time
-				}
-				out = append(out, li)
-			}
-			if !finished {
-				continue
-			}
-			li := logInstance{container: name, ctype: ctype, instance: record.InstanceCurrent, due: finishedAt}
-			if !ok || (s.State.Running == nil && s.State.Terminated == nil && s.RestartCount == 0) {
-				li.unavailable = "the container never started"
-			}
-			out = append(out, li)
-		}
-	}
-	add(containerNames(pod.Spec.InitContainers), pod.Status.InitContainerStatuses, record.ContainerInit)
-	add(containerNames(pod.Spec.Containers), pod.Status.ContainerStatuses, record.ContainerRegular)
-	var eph []string
-	for _, c := range pod.Spec.EphemeralContainers {
-		eph = append(eph, c.Name)
-	}
-	add(eph, pod.Status.EphemeralContainerStatuses, record.ContainerEphemeral)
-	return out
-}
-
-func containerNames(cs []corev1.Container) []string {
-	names := make([]string, len(cs))
-	for i, c := range cs {
-		names[i] = c.Name
-	}
-	return names
-}
-
-func lastFinish(pod *corev1.Pod) *time.Time {
-	var last *time.Time
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-		for _, s := range list {
-			if t := s.State.Terminated; t != nil && (last == nil || t.FinishedAt.After(*last)) {
-				ft := t.FinishedAt.Time
-				last = &ft
-			}
-		}
-	}
-	return last
-}
-
-// archiveLogs archives every due log instance not recorded yet. It reports waiting when some log
-// could not be read and is still within its deadline. Store and database failures are returned:
-// they are retried without limit, since releasing on them would lose logs that still exist.
-func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (waiting bool, err error) {
-	recorded, err := r.Records.PodLogObjects(ctx, string(pod.UID))
-	if err != nil {
-		return false, fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
-	}
-	done := map[string]record.LogState{}
-	for _, l := range recorded {
-		done[l.Container+"/"+l.Instance] = l.State
-	}
-	release := releaseReason(pod)
-	for _, li := range wantedLogs(pod) {
-		state, seen := done[li.container+"/"+li.instance]
-		if state == record.LogStored || (seen && li.unavailable != "") {
-			continue
-		}
-		row := record.LogObject{PodUID: string(pod.UID), Container: li.container, ContainerType: li.ctype, Instance: li.instance}
-		if li.unavailable != "" {
-			row.State, row.Reason = record.LogUnavailable, li.unavailable
-		} else {
-			stored, err := r.upload(ctx, pod, job, li)
-			switch {
-			case err == nil:
-				row.State, row.ObjectKey, row.Bytes, row.StoredBytes, row.SHA256 = record.LogStored, stored.Key, stored.Bytes, stored.StoredBytes, stored.SHA256
-			case !archive.IsSourceError(err):
-				archiveFailuresTotal.WithLabelValues("store").Inc()
-				return false, err
-			case seen:
-				continue // recorded unavailable already; this retry found it still unreadable
-			case release != "":
-				row.State, row.Reason = record.LogUnavailable, fmt.Sprintf("%s (log unreadable: %v)", release, err)
-			case r.Clock.Since(li.due) >= r.LogDeadline:
-				row.State, row.Reason = record.LogUnavailable, fmt.Sprintf("deadline of %s passed: %v", r.LogDeadline, err)
-				releasesIncompleteTotal.WithLabelValues("pod", "deadline").Inc()
-				r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogUnavailable", "Log of container %s (%s) recorded as unavailable: %s", li.container, li.instance, row.Reason)
-			default:
-				archiveFailuresTotal.WithLabelValues("log-unreadable").Inc()
-				ctrl.LoggerFrom(ctx).Info("Log not readable yet, will retry", "Pod", klog.KObj(pod), "container", li.container, "instance", li.instance, "error", err.Error())
-				waiting = true
-				continue
-			}
-		}
-		if err := r.Records.PutLogObject(ctx, row); err != nil {
-			archiveFailuresTotal.WithLabelValues("database").Inc()
-			return false, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
-		}
-		if row.State == record.LogStored {
-			logBytesArchivedTotal.Add(float64(row.Bytes))
-		}
-	}
-	return waiting, nil
-}
-
-func (r *PodReconciler) upload(ctx context.Context, pod *corev1.Pod, job archive.JobRef, li logInstance) (archive.Stored, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.LogTimeout)
-	defer cancel()
-	src, err := r.Logs.Open(ctx, pod.Namespace, pod.Name, li.container, li.previous)
-	if err != nil {
-		return archive.Stored{}, &archive.SourceError{Err: fmt.Errorf("open log of %s container %s: %w", klog.KObj(pod), li.container, err)}
-	}
-	defer src.Close()
-	key := r.Layout.PodLog(job, pod.Name, string(pod.UID), li.container, li.instance)
-	return archive.Upload(ctx, r.Store, key, src)
 }

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func TestWantedLogs(t *testing.T) {
+func TestPodRuns(t *testing.T) {
 	now := metav1.NewTime(time.Unix(1000, 0))
 	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
 	done := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{FinishedAt: now}}
@@ -24,11 +24,15 @@ func TestWantedLogs(t *testing.T) {
 		}
 		return p
 	}
-	type row struct{ Container, Instance, Unavailable string }
+	type row struct {
+		Container, Instance string
+		Run                 int32
+		Never               bool
+	}
 	rows := func(p *corev1.Pod) []row {
 		var out []row
-		for _, li := range wantedLogs(p) {
-			out = append(out, row{li.container, li.instance, li.unavailable})
+		for _, cr := range podRuns(p) {
+			out = append(out, row{cr.container, cr.instance, cr.run, cr.never})
 		}
 		return out
 	}
@@ -36,24 +40,27 @@ func TestWantedLogs(t *testing.T) {
 		pod  *corev1.Pod
 		want []row
 	}{
-		"running, no restarts: nothing due yet": {
-			pod: pod(corev1.PodRunning, false, corev1.ContainerStatus{Name: "app", State: running}, corev1.ContainerStatus{Name: "side", State: running}),
+		"running, no restarts: the running runs": {
+			pod:  pod(corev1.PodRunning, false, corev1.ContainerStatus{Name: "app", State: running}, corev1.ContainerStatus{Name: "side", State: running}),
+			want: []row{{"init", "current", 0, false}, {"app", "current", 0, false}, {"side", "current", 0, false}},
 		},
-		"running after a restart: the previous instance": {
-			pod:  pod(corev1.PodRunning, false, corev1.ContainerStatus{Name: "app", State: running, RestartCount: 1}, corev1.ContainerStatus{Name: "side", State: running}),
-			want: []row{{"app", "previous-1", ""}},
+		"running after a restart: the previous run and the running one": {
+			pod: pod(corev1.PodRunning, false, corev1.ContainerStatus{Name: "app", State: running, RestartCount: 1}, corev1.ContainerStatus{Name: "side", State: running}),
+			want: []row{{"init", "current", 0, false}, {"app", "previous-1", 0, false}, {"app", "current", 1, false},
+				{"side", "current", 0, false}},
 		},
-		"restarted twice unseen: the older instance is gone": {
-			pod:  pod(corev1.PodRunning, false, corev1.ContainerStatus{Name: "app", State: running, RestartCount: 2}, corev1.ContainerStatus{Name: "side", State: running}),
-			want: []row{{"app", "previous-1", "the container restarted again before this instance was archived"}, {"app", "previous-2", ""}},
+		"restarted twice: every run": {
+			pod: pod(corev1.PodRunning, false, corev1.ContainerStatus{Name: "app", State: running, RestartCount: 2}, corev1.ContainerStatus{Name: "side", State: running}),
+			want: []row{{"init", "current", 0, false}, {"app", "previous-1", 0, false}, {"app", "previous-2", 1, false},
+				{"app", "current", 2, false}, {"side", "current", 0, false}},
 		},
-		"succeeded: every container, init included": {
-			pod:  pod(corev1.PodSucceeded, false, corev1.ContainerStatus{Name: "app", State: done}, corev1.ContainerStatus{Name: "side", State: done}),
-			want: []row{{"init", "current", ""}, {"app", "current", ""}, {"side", "current", ""}},
+		"crashed, waiting to restart: its next run has not started": {
+			pod:  pod(corev1.PodRunning, false, corev1.ContainerStatus{Name: "app", State: waiting, RestartCount: 1}, corev1.ContainerStatus{Name: "side", State: running}),
+			want: []row{{"init", "current", 0, false}, {"app", "previous-1", 0, false}, {"side", "current", 0, false}},
 		},
 		"deleted while one container never started": {
 			pod:  pod(corev1.PodRunning, true, corev1.ContainerStatus{Name: "app", State: running}, corev1.ContainerStatus{Name: "side", State: waiting}),
-			want: []row{{"init", "current", ""}, {"app", "current", ""}, {"side", "current", "the container never started"}},
+			want: []row{{"init", "current", 0, false}, {"app", "current", 0, false}, {"side", "current", 0, true}},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

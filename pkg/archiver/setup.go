@@ -11,9 +11,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
+	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
@@ -68,8 +71,13 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		Complete(&JobReconciler{Deps: deps, Options: opts}); err != nil {
 		return err
 	}
+	captures := capture.NewManager(opts.MaxStreams)
+	if err := mgr.Add(captures); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).Named("pod").
 		For(&corev1.Pod{}).
+		WatchesRawSource(source.Channel(captures.Events(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter()}).
-		Complete(&PodReconciler{Deps: deps, Options: opts})
+		Complete(&PodReconciler{Deps: deps, Options: opts, Captures: captures})
 }

@@ -134,3 +134,11 @@ func TestVanishedMidReconcile(t *testing.T) {
 		})
 	}
 }
+
+func (m *memRecords) Gaps(context.Context, string) ([]record.Gap, error) { return nil, nil }
+func (m *memRecords) Segments(context.Context, string, string, int32) ([]record.Segment, error) {
+	return nil, nil
+}
+func (m *memRecords) PutSegment(context.Context, record.Segment) error            { return nil }
+func (m *memRecords) DeleteSegments(context.Context, string, string, int32) error { return nil }
+func (m *memRecords) PutGap(context.Context, record.Gap) error                    { return nil }

@@ -26,6 +26,7 @@ type Records interface {
 	Job(ctx context.Context, uid string) (record.Job, error)
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
 	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
+	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
 }
 
 // JobLister finds jobs by their attributes (implemented by *db.DB).

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 
@@ -76,6 +78,9 @@ type Report struct {
 	// (the records are authoritative), but worth a look; e.g. an upload whose record a crash lost,
 	// later redone under the same key, leaves none, while a foreign object does.
 	Unreferenced []string `json:"unreferenced"`
+	// Gaps lists what the records say is missing from the logs, and why: not a failure of the
+	// archive (it says what it lacks), reported apart from problems.
+	Gaps []archive.GapEntry `json:"gaps"`
 }
 
 // OK reports whether the archive matches its records.
@@ -86,6 +91,10 @@ func (r Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, p := range r.Problems {
 		b.WriteString(p.String() + "\n")
+	}
+	for _, g := range r.Gaps {
+		fmt.Fprintf(&b, "GAP log of container %s run %d of pod uid %s: missing output%s%s: %s\n", g.Container, g.Run, g.PodUID,
+			timeBound(" after ", g.After), timeBound(" before ", g.Before), g.Reason)
 	}
 	for _, k := range r.Unreferenced {
 		fmt.Fprintf(&b, "NOTE unreferenced object [%s]: no record names it\n", k)
@@ -162,8 +171,13 @@ func Verify(ctx context.Context, records Records, store objstore.Store, jobUID s
 	if err != nil {
 		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 	}
+	gaps, err := records.Gaps(ctx, jobUID)
+	if err != nil {
+		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+	}
 
-	rep := &Report{Logs: len(logs), Problems: []Problem{}, Unreferenced: []string{}}
+	rep := &Report{Logs: len(logs), Problems: []Problem{}, Unreferenced: []string{},
+		Gaps: archive.BuildManifest(archive.JobRef{}, record.Job{}, nil, nil, gaps, "", time.Time{}).Gaps}
 	if jobErr != nil {
 		// Pods are recorded before their job (pods has no foreign key to jobs); without the job's
 		// row its name, and so its directory, job.json and manifest.json, are unknown.
@@ -202,7 +216,7 @@ func Verify(ctx context.Context, records Records, store objstore.Store, jobUID s
 
 	if jobErr == nil && rep.ArchiveState != record.ArchivePending {
 		rep.Problems = append(rep.Problems, v.checkJobObject(ctx, rep.Job)...)
-		rep.Problems = append(rep.Problems, v.checkManifest(ctx, rep.Job, job, pods, logs)...)
+		rep.Problems = append(rep.Problems, v.checkManifest(ctx, rep.Job, job, pods, logs, gaps)...)
 	}
 	if jobErr == nil {
 		unref, problem := v.unreferenced(ctx, rep.Job, logs)
@@ -215,6 +229,15 @@ func Verify(ctx context.Context, records Records, store objstore.Store, jobUID s
 		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 	}
 	return *rep, nil
+}
+
+func must(b []byte, _ error) []byte { return b }
+
+func timeBound(prefix string, t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return prefix + t.Format(time.RFC3339Nano)
 }
 
 // locate returns the layout the job's archive was written in: from the recorded location, or
@@ -417,7 +440,7 @@ func (v *verifier) checkJobObject(ctx context.Context, ref archive.JobRef) []Pro
 // after the job is archived is compared: the job's identity and release reason, each pod's name,
 // task and release reason, and every log entry in full. Not the phases, nodes or times: pod rows
 // are still updated while the pods terminate, and a job an operator released keeps running.
-func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job record.Job, pods []record.Pod, logs []record.LogObject) []Problem {
+func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job record.Job, pods []record.Pod, logs []record.LogObject, gaps []record.Gap) []Problem {
 	key := v.layout.Manifest(ref)
 	var got archive.Manifest
 	if p := v.getJSON(ctx, "manifest.json", key, &got); p != nil {
@@ -427,7 +450,10 @@ func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job re
 	add := func(format string, args ...any) {
 		problems = append(problems, Problem{Kind: ProblemManifest, Subject: "manifest.json", Key: key, Detail: fmt.Sprintf(format, args...)})
 	}
-	want := archive.BuildManifest(ref, job, pods, logs, v.layout.JobObject(ref), got.ArchivedAt)
+	want := archive.BuildManifest(ref, job, pods, logs, gaps, v.layout.JobObject(ref), got.ArchivedAt)
+	if gotGaps, _ := json.Marshal(got.Gaps); len(got.Gaps)+len(want.Gaps) > 0 && !bytes.Equal(gotGaps, must(json.Marshal(want.Gaps))) {
+		add("lists %d gap(s), the database %d, or they differ", len(got.Gaps), len(want.Gaps))
+	}
 	if got.Version != want.Version {
 		add("format version %d, this tool reads version %d", got.Version, want.Version)
 	}

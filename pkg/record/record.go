@@ -197,3 +197,56 @@ type LogObject struct {
 func (l LogObject) String() string {
 	return fmt.Sprintf("%s/%s/%s", l.PodUID, l.Container, l.Instance)
 }
+
+// Segment is one durable piece of a container run's log, captured while the container ran. A
+// run's segments, in Seq order, concatenate to its log; each holds whole lines only, so that a
+// capture resumed after a crash starts at a line boundary.
+type Segment struct {
+	PodUID    string
+	Container string
+	// Run is the container's restart count while the run lasted (0 for the first run).
+	Run int32
+	Seq int32
+	// ObjectKey holds the segment, a gzip member; StoredBytes is its size.
+	ObjectKey   string
+	StoredBytes int64
+	// Bytes is the uncompressed size of this segment, TotalBytes of the run's log up to and with it.
+	Bytes, TotalBytes int64
+	// LastTime is the timestamp of the last line captured, LastTimeLines how many lines captured
+	// carry exactly that timestamp: where a resumed capture continues.
+	LastTime      time.Time
+	LastTimeLines int32
+	// HashState is the run's sha256 state after this segment (encoding.BinaryMarshaler), so that
+	// the hash of the whole log survives a restart of the archiver.
+	HashState []byte
+}
+
+// GapReason says why part of a container's log could not be captured.
+type GapReason string
+
+const (
+	// GapRotated: the node rotated the log file away before it was read.
+	GapRotated GapReason = "rotated before read"
+	// GapCollected: the node removed the container's logs (container GC) before they were read.
+	GapCollected GapReason = "collected before read"
+	// GapUnreadable: the log could not be read until the deadline (node lost, for example).
+	GapUnreadable GapReason = "unreadable until the deadline"
+	// GapRestarted: the container restarted again before this run's log was read; the node keeps
+	// only the last run's.
+	GapRestarted GapReason = "restarted again before read"
+	// GapReleased: an operator released the pod before its log was complete.
+	GapReleased GapReason = "released by operator"
+)
+
+// Gap is a part of a container run's log that is missing from the archive: the output between
+// After (the last line captured; zero if none) and Before (the next line captured; zero if none
+// was), with the reason.
+type Gap struct {
+	PodUID    string
+	Container string
+	Run       int32
+	After     time.Time
+	Before    time.Time
+	Reason    GapReason
+	Detail    string
+}

@@ -1,0 +1,309 @@
+package archiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/record"
+)
+
+// containerRun is one run of a container whose log the archiver keeps: run is the container's
+// restart count while it ran.
+type containerRun struct {
+	container string
+	ctype     record.ContainerType
+	run       int32
+	// instance is the name the run's log is recorded under if it ends now: previous-<run+1> once
+	// the container restarted, current for its last run.
+	instance string
+	// never: the container never started; its log is recorded as unavailable once the pod ends.
+	never bool
+}
+
+// podRuns lists every container run of the pod so far: each restart leaves a run behind, and the
+// current run counts once it started.
+func podRuns(pod *corev1.Pod) []containerRun {
+	var out []containerRun
+	add := func(specs []string, statuses []corev1.ContainerStatus, ctype record.ContainerType) {
+		byName := map[string]corev1.ContainerStatus{}
+		for _, s := range statuses {
+			byName[s.Name] = s
+		}
+		for _, name := range specs {
+			s, ok := byName[name]
+			started := ok && (s.State.Running != nil || s.State.Terminated != nil)
+			if !ok || (s.RestartCount == 0 && !started) {
+				out = append(out, containerRun{container: name, ctype: ctype, instance: record.InstanceCurrent, never: true})
+				continue
+			}
+			for run := int32(0); run <= s.RestartCount; run++ {
+				if run == s.RestartCount && !started {
+					break // restarted, and its next run has not started yet
+				}
+				cr := containerRun{container: name, ctype: ctype, run: run, instance: record.InstanceCurrent}
+				if run < s.RestartCount {
+					cr.instance = record.PreviousInstance(run + 1)
+				}
+				out = append(out, cr)
+			}
+		}
+	}
+	add(containerNames(pod.Spec.InitContainers), pod.Status.InitContainerStatuses, record.ContainerInit)
+	add(containerNames(pod.Spec.Containers), pod.Status.ContainerStatuses, record.ContainerRegular)
+	var eph []string
+	for _, c := range pod.Spec.EphemeralContainers {
+		eph = append(eph, c.Name)
+	}
+	add(eph, pod.Status.EphemeralContainerStatuses, record.ContainerEphemeral)
+	return out
+}
+
+func containerNames(cs []corev1.Container) []string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
+	}
+	return names
+}
+
+func lastFinish(pod *corev1.Pod) *time.Time {
+	var last *time.Time
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, s := range list {
+			if t := s.State.Terminated; t != nil && (last == nil || t.FinishedAt.After(*last)) {
+				ft := t.FinishedAt.Time
+				last = &ft
+			}
+		}
+	}
+	return last
+}
+
+// allTerminated reports whether every container that started has stopped.
+func allTerminated(pod *corev1.Pod) bool {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, s := range list {
+			if s.State.Running != nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// finished reports whether the pod's logs are complete: it ended; or it is being deleted and its
+// containers have stopped, or should have stopped TerminationMargin ago (deletionTimestamp is the
+// end of the grace period); or an operator released it.
+func (r *PodReconciler) finished(pod *corev1.Pod) bool {
+	switch {
+	case podEnded(pod), releaseReason(pod) != "":
+		return true
+	case pod.DeletionTimestamp == nil:
+		return false
+	}
+	return allTerminated(pod) || r.Clock.Since(pod.DeletionTimestamp.Time) > r.TerminationMargin
+}
+
+// archiveLogs makes sure every container run of the pod is captured, live while it runs, and its
+// log recorded once it ended. It reports whether some log is not recorded yet.
+func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (pending bool, err error) {
+	recorded, err := r.Records.PodLogObjects(ctx, string(pod.UID))
+	if err != nil {
+		return false, fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
+	}
+	done := map[string]bool{}
+	for _, l := range recorded {
+		done[l.Container+"/"+l.Instance] = true
+	}
+	finished := r.finished(pod)
+	for _, cr := range podRuns(pod) {
+		if done[cr.container+"/"+cr.instance] {
+			continue
+		}
+		if cr.never {
+			if !finished {
+				pending = true
+				continue
+			}
+			row := record.LogObject{PodUID: string(pod.UID), Container: cr.container, ContainerType: cr.ctype, Instance: cr.instance,
+				State: record.LogUnavailable, Reason: "the container never started"}
+			if err := r.Records.PutLogObject(ctx, row); err != nil {
+				return false, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
+			}
+			continue
+		}
+		pending = true
+		ref := capture.Ref{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: cr.container, Run: cr.run}
+		if !r.Captures.Ensure(ref.String()+"/"+ref.PodUID, pod.DeepCopy(), func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
+			return true, nil // not leading yet: the requeue comes back
+		}
+	}
+	return pending, nil
+}
+
+// captureRun captures one container run until its log is recorded: stored, with any gap recorded
+// beside it, or unavailable when nothing of it could be read. Failures of the store or the
+// database are retried without limit; a log that cannot be read, until the deadline.
+func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref capture.Ref, ctype record.ContainerType) {
+	log := ctrl.Log.WithName("capture").WithValues("Pod", klog.KRef(ref.Namespace, ref.Pod), "container", ref.Container, "run", ref.Run)
+	segKey := func(seq int32) string { return r.Layout.Segment(job, ref.Pod, ref.PodUID, ref.Container, ref.Run, seq) }
+	retry := time.Second
+	for {
+		err := capture.Capture(ctx, r.Capture, r.Logs, r.Records, r.Store, segKey, ref, func(ctx context.Context) (capture.End, error) {
+			end, _, err := r.runEnd(ctx, ref)
+			return end, err
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		var (
+			lost   *capture.LostError
+			unread *capture.ReadError
+			gap    record.GapReason
+			detail string
+		)
+		switch {
+		case err == nil:
+		case errors.As(err, &lost):
+			gap = lost.Reason
+		case errors.As(err, &unread):
+			_, due, rerr := r.runEnd(ctx, ref)
+			switch {
+			case rerr != nil:
+			case r.Clock.Since(due) >= r.LogDeadline:
+				gap, detail = record.GapUnreadable, fmt.Sprintf("deadline of %s passed: %v", r.LogDeadline, unread.Err)
+			}
+			if gap == "" {
+				archiveFailuresTotal.WithLabelValues("log-unreadable").Inc()
+				log.Info("Log not readable yet, will retry", "error", err.Error())
+			}
+		default:
+			archiveFailuresTotal.WithLabelValues("store").Inc()
+			log.Error(err, "Capture failed, will retry")
+		}
+		if err == nil || gap != "" {
+			if err = r.recordRun(ctx, job, ref, ctype, gap, detail); err == nil {
+				return
+			}
+			archiveFailuresTotal.WithLabelValues("database").Inc()
+			log.Error(err, "Recording the log failed, will retry")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+		retry = min(2*retry, r.retryAfter())
+	}
+}
+
+// runEnd tells whether the run is over, from the cached pod, and when it ended (the deadline of an
+// unreadable log counts from there).
+func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.End, time.Time, error) {
+	pod := &corev1.Pod{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod)
+	if apierrors.IsNotFound(err) || (err == nil && string(pod.UID) != ref.PodUID) {
+		// Gone despite the finalizer (removed by hand): what the node had is gone with it.
+		return capture.End{Over: true, Lost: record.GapCollected}, r.Clock.Now(), nil
+	}
+	if err != nil {
+		return capture.End{}, time.Time{}, err
+	}
+	due := r.Clock.Now()
+	if pod.DeletionTimestamp != nil {
+		due = pod.DeletionTimestamp.Time
+	}
+	var s *corev1.ContainerStatus
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for i := range list {
+			if list[i].Name == ref.Container {
+				s = &list[i]
+			}
+		}
+	}
+	finished := r.finished(pod)
+	switch {
+	case s == nil:
+		return capture.End{Over: finished}, due, nil
+	case s.RestartCount > ref.Run+1:
+		// The node keeps the last dead run only.
+		return capture.End{Over: true, Lost: record.GapRestarted}, due, nil
+	case s.RestartCount == ref.Run+1:
+		if t := s.LastTerminationState.Terminated; t != nil {
+			due = t.FinishedAt.Time
+		}
+		return capture.End{Over: true, Previous: true}, due, nil
+	}
+	if t := s.State.Terminated; t != nil && pod.DeletionTimestamp == nil {
+		due = t.FinishedAt.Time
+	}
+	// A terminated container may still restart while its pod runs: its run is named only once the
+	// pod is finished.
+	return capture.End{Over: finished}, due, nil
+}
+
+// recordRun assembles a captured run into its log object and records it, with its gap if any,
+// then forgets the segments. A run of which nothing could be read is recorded unavailable.
+func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref capture.Ref, ctype record.ContainerType, gap record.GapReason, detail string) error {
+	end, _, err := r.runEnd(ctx, ref)
+	if err != nil {
+		return err
+	}
+	instance := record.InstanceCurrent
+	if end.Previous || end.Lost == record.GapRestarted {
+		instance = record.PreviousInstance(ref.Run + 1)
+	}
+	row := record.LogObject{PodUID: ref.PodUID, Container: ref.Container, ContainerType: ctype, Instance: instance}
+	segs, err := r.Records.Segments(ctx, ref.PodUID, ref.Container, ref.Run)
+	if err != nil {
+		return err
+	}
+	if gap != "" && len(segs) == 0 {
+		row.State, row.Reason = record.LogUnavailable, string(gap)
+		if detail != "" {
+			row.Reason += ": " + detail
+		}
+	} else {
+		if gap != "" {
+			g := record.Gap{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run, Reason: gap, Detail: detail}
+			if n := len(segs); n > 0 {
+				g.After = segs[n-1].LastTime
+			}
+			if err := r.Records.PutGap(ctx, g); err != nil {
+				return err
+			}
+		}
+		a, err := capture.Assemble(ctx, r.Records, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance))
+		if err != nil {
+			return err
+		}
+		row.State, row.ObjectKey, row.Bytes, row.StoredBytes, row.SHA256 = record.LogStored, a.Key, a.Bytes, a.StoredBytes, a.SHA256
+		if gap != "" {
+			row.Reason = "incomplete: " + string(gap)
+		}
+	}
+	if err := r.Records.PutLogObject(ctx, row); err != nil {
+		return err
+	}
+	if row.State == record.LogStored {
+		logBytesArchivedTotal.Add(float64(row.Bytes))
+	}
+	if gap != "" {
+		releasesIncompleteTotal.WithLabelValues("log", string(gap)).Inc()
+		pod := &corev1.Pod{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod); err == nil {
+			r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogIncomplete", "Log of container %s (%s) is incomplete: %s", ref.Container, instance, gap)
+		}
+	}
+	return capture.Forget(ctx, r.Records, r.Store, ref)
+}

@@ -1,0 +1,478 @@
+// Package capture follows a container's log while the container runs and writes it durably, in
+// segments, to the object store, so that what the node later rotates away, or garbage-collects
+// after the pod's deletion, is already safe. A capture resumes after any break (a rotated or reset
+// stream, an API server or archiver restart) from its last durable line without duplicating a
+// byte, and records a gap, never a silently shorter log, when output was lost before it was read.
+//
+// Positions are the per-line timestamps pods/log adds with timestamps=true: each line starts with
+// the timestamp of its first record, and the kubelet's reader filters by them (sinceTime, whole
+// seconds). A resumed stream starts at the second of the last durable line; the lines up to and
+// with that line are skipped (several lines may share a timestamp: they are counted). If the
+// resumed stream no longer holds that line, the file was rotated in between and whatever was
+// written in between may be lost: a gap.
+package capture
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
+)
+
+// Ref names one run of a container: its restart count while it ran.
+type Ref struct {
+	Namespace, Pod, PodUID, Container string
+	Run                               int32
+}
+
+func (r Ref) String() string {
+	return fmt.Sprintf("%s/%s container %s run %d", r.Namespace, r.Pod, r.Container, r.Run)
+}
+
+// OpenOptions choose what a Source streams.
+type OpenOptions struct {
+	// Follow keeps the stream open for new output.
+	Follow bool
+	// Previous reads the container's previous run (the kubelet keeps only the last one).
+	Previous bool
+	// Since, when set, starts at that time (pods/log rounds it down to the second).
+	Since time.Time
+}
+
+// Source opens a container's log with per-line timestamps (pods/log with timestamps=true).
+type Source interface {
+	Open(ctx context.Context, ref Ref, opts OpenOptions) (io.ReadCloser, error)
+}
+
+// Records is what a capture keeps in the database (implemented by *db.DB).
+type Records interface {
+	Segments(ctx context.Context, podUID, container string, run int32) ([]record.Segment, error)
+	PutSegment(ctx context.Context, s record.Segment) error
+	DeleteSegments(ctx context.Context, podUID, container string, run int32) error
+	PutGap(ctx context.Context, g record.Gap) error
+}
+
+// End says whether a run is over and how to read its rest.
+type End struct {
+	// Over: the run has ended (its container terminated or restarted), or will not be seen to end.
+	Over bool
+	// Previous: the run's log is now the container's previous one (it restarted).
+	Previous bool
+	// Lost, when set, says why the rest of the run's log cannot be read at all (it restarted again
+	// before it was read, say): Capture then returns a *LostError without trying.
+	Lost record.GapReason
+}
+
+// Config tunes captures.
+type Config struct {
+	// SegmentBytes and SegmentAge bound a segment: it is written once it holds SegmentBytes of
+	// output or is SegmentAge old, at the next line boundary. A crash costs at most a re-read of
+	// one segment, and a capture holds about one segment (compressed) in memory.
+	SegmentBytes int64
+	SegmentAge   time.Duration
+	// Poll is how often a capture checks whether its run is over.
+	Poll time.Duration
+	// Retry is the longest pause before a stream is reopened.
+	Retry time.Duration
+}
+
+// DefaultConfig is what the archiver uses unless told otherwise.
+var DefaultConfig = Config{SegmentBytes: 8 << 20, SegmentAge: 30 * time.Second, Poll: time.Second, Retry: 5 * time.Second}
+
+// Capture follows the log of one container run into segments until over reports the run ended,
+// then reads the rest without follow. It resumes from the segments already recorded. It returns
+// once everything readable is durable: the segments and any gaps are recorded. An error means it
+// must be run again (the store or database failed, or the rest could not be read yet).
+func Capture(ctx context.Context, cfg Config, src Source, recs Records, store objstore.Store, segKey func(seq int32) string,
+	ref Ref, over func(context.Context) (End, error)) error {
+	c, err := resume(ctx, cfg, recs, store, segKey, ref)
+	if err != nil {
+		return err
+	}
+	retry := 100 * time.Millisecond
+	for {
+		end, err := over(ctx)
+		if err != nil {
+			return err
+		}
+		if end.Lost != "" {
+			return &LostError{Ref: ref, Reason: end.Lost}
+		}
+		if end.Over {
+			return c.finish(ctx, src, end)
+		}
+		opened, err := c.follow(ctx, src, over)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err != nil && !errors.Is(err, errOver) {
+			// A stream that broke is reopened, the longer the more often it fails to open.
+			if !opened {
+				retry = min(2*retry, cfg.Retry)
+			} else {
+				retry = 100 * time.Millisecond
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(retry):
+			}
+		}
+	}
+}
+
+// capture is the state of one run's capture: what is durable, and the segment being filled.
+type capture struct {
+	cfg    Config
+	recs   Records
+	store  objstore.Store
+	segKey func(int32) string
+	ref    Ref
+
+	// Durable position.
+	seq       int32
+	total     int64
+	last      time.Time
+	lastLines int32
+	hash      hash.Hash
+
+	// The segment being filled: whole lines, gzip-compressed, with its own position.
+	buf        bytes.Buffer
+	zw         *gzip.Writer
+	segBytes   int64
+	segStart   time.Time
+	segLast    time.Time
+	segLines   int32
+	segHash    hash.Hash
+	segPending bool
+	// segSkip counts the lines at segLast the current stream has delivered again.
+	segSkip int32
+}
+
+func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store, segKey func(int32) string, ref Ref) (*capture, error) {
+	segs, err := recs.Segments(ctx, ref.PodUID, ref.Container, ref.Run)
+	if err != nil {
+		return nil, fmt.Errorf("resume capture of %s: %w", ref, err)
+	}
+	c := &capture{cfg: cfg, recs: recs, store: store, segKey: segKey, ref: ref, hash: sha256.New()}
+	if n := len(segs); n > 0 {
+		s := segs[n-1]
+		if err := c.hash.(encoding.BinaryUnmarshaler).UnmarshalBinary(s.HashState); err != nil {
+			return nil, fmt.Errorf("resume capture of %s: hash state of segment %d: %w", ref, s.Seq, err)
+		}
+		c.seq, c.total, c.last, c.lastLines = s.Seq+1, s.TotalBytes, s.LastTime, s.LastTimeLines
+	}
+	c.reset()
+	return c, nil
+}
+
+// reset starts an empty segment at the durable position.
+func (c *capture) reset() {
+	c.buf.Reset()
+	if c.zw == nil {
+		c.zw, _ = gzip.NewWriterLevel(&c.buf, gzip.BestSpeed)
+	} else {
+		c.zw.Reset(&c.buf)
+	}
+	c.segBytes, c.segStart, c.segLast, c.segLines, c.segPending = 0, time.Time{}, c.last, c.lastLines, false
+	c.segHash = cloneHash(c.hash)
+}
+
+func cloneHash(h hash.Hash) hash.Hash {
+	state, _ := h.(encoding.BinaryMarshaler).MarshalBinary()
+	n := sha256.New()
+	_ = n.(encoding.BinaryUnmarshaler).UnmarshalBinary(state)
+	return n
+}
+
+// line is one line of the stream: its timestamp and content (with its newline, if it had one).
+type line struct {
+	ts   time.Time
+	data []byte
+	// partial: the stream ended before the line's newline.
+	partial bool
+}
+
+// errOver ends a follow stream because the run is over.
+var errOver = errors.New("run over")
+
+// follow streams the run's log from the durable position, writing segments as they fill or age,
+// until the stream ends or breaks, or the run is over (errOver). opened says whether the stream
+// could be opened at all.
+func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) (opened bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// From the last line captured, durable or not: what the segment holds stays in memory.
+	c.segSkip = 0
+	rc, err := src.Open(ctx, c.ref, OpenOptions{Follow: true, Since: c.segLast})
+	if err != nil {
+		return false, err
+	}
+	defer rc.Close()
+	lines := make(chan line)
+	readErr := make(chan error, 1)
+	go func() { readErr <- readLines(ctx, rc, lines) }()
+	tick := time.NewTicker(c.cfg.Poll)
+	defer tick.Stop()
+	first := true
+	for {
+		select {
+		case l := <-lines:
+			if l.partial {
+				continue // the stream broke mid-line: the whole line comes again when it is reopened
+			}
+			if err := c.add(ctx, l, &first); err != nil {
+				return true, err
+			}
+		case err := <-readErr:
+			return true, err
+		case <-tick.C:
+			if c.segPending && time.Since(c.segStart) >= c.cfg.SegmentAge {
+				if err := c.flush(ctx); err != nil {
+					return true, err
+				}
+			}
+			end, err := over(ctx)
+			if err != nil {
+				return true, err
+			}
+			if end.Over {
+				return true, errOver
+			}
+		}
+	}
+}
+
+// finish reads the rest of an ended run without follow, writes the last segment and records any
+// gap at the end.
+func (c *capture) finish(ctx context.Context, src Source, end End) error {
+	c.segSkip = 0
+	rc, err := src.Open(ctx, c.ref, OpenOptions{Previous: end.Previous, Since: c.segLast})
+	if err != nil {
+		return &ReadError{Ref: c.ref, Err: err}
+	}
+	defer rc.Close()
+	lines := make(chan line)
+	readErr := make(chan error, 1)
+	go func() { readErr <- readLines(ctx, rc, lines) }()
+	first := true
+	for {
+		select {
+		case l := <-lines:
+			if err := c.add(ctx, l, &first); err != nil {
+				return err
+			}
+		case err := <-readErr:
+			if err != nil {
+				return &ReadError{Ref: c.ref, Err: err}
+			}
+			return c.flush(ctx)
+		}
+	}
+}
+
+// ReadError is a failure to read the log itself (as opposed to storing it): the caller retries
+// it until a deadline, then records the rest as a gap with Unreadable.
+type ReadError struct {
+	Ref Ref
+	Err error
+}
+
+func (e *ReadError) Error() string { return fmt.Sprintf("read log of %s: %v", e.Ref, e.Err) }
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// LostError says that the rest of a run's log cannot be read at all (End.Lost).
+type LostError struct {
+	Ref    Ref
+	Reason record.GapReason
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("the rest of the log of %s is lost: %s", e.Ref, e.Reason)
+}
+
+// add takes one line of a stream: it skips what is durable already, records a gap when the
+// stream no longer holds the last durable line, and appends the rest to the segment.
+func (c *capture) add(ctx context.Context, l line, first *bool) error {
+	wasFirst := *first
+	*first = false
+	switch {
+	case c.segLast.IsZero():
+	case l.ts.Before(c.segLast):
+		return nil
+	case l.ts.Equal(c.segLast) && c.segSkip < c.segLines:
+		c.segSkip++
+		return nil
+	case wasFirst && l.ts.After(c.segLast):
+		// The stream starts after the last line captured: it was rotated away in between.
+		if err := c.gap(ctx, l.ts, record.GapRotated, "the log file was rotated before the rest of it was read"); err != nil {
+			return err
+		}
+	}
+	if !c.segPending {
+		c.segPending, c.segStart = true, time.Now()
+	}
+	if _, err := c.zw.Write(l.data); err != nil {
+		return err
+	}
+	c.segHash.Write(l.data)
+	c.segBytes += int64(len(l.data))
+	if l.ts.Equal(c.segLast) {
+		c.segLines++
+	} else {
+		c.segLast, c.segLines = l.ts, 1
+	}
+	c.segSkip = c.segLines
+	if c.segBytes >= c.cfg.SegmentBytes {
+		return c.flush(ctx)
+	}
+	return nil
+}
+
+// gap records that output after the durable position and before `before` (zero: up to the end)
+// is missing.
+func (c *capture) gap(ctx context.Context, before time.Time, reason record.GapReason, detail string) error {
+	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, After: c.segLast, Before: before, Reason: reason, Detail: detail}
+	if err := c.recs.PutGap(ctx, g); err != nil {
+		return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
+	}
+	return nil
+}
+
+// flush writes the segment being filled, if it holds anything, and makes its position durable.
+func (c *capture) flush(ctx context.Context) error {
+	if !c.segPending {
+		return nil
+	}
+	if err := c.zw.Close(); err != nil {
+		return err
+	}
+	key := c.segKey(c.seq)
+	stored := int64(c.buf.Len())
+	if err := c.store.Put(ctx, key, bytes.NewReader(c.buf.Bytes()), objstore.PutOptions{ContentType: "application/gzip"}); err != nil {
+		return fmt.Errorf("store segment %d of the log of %s: %w", c.seq, c.ref, err)
+	}
+	state, err := c.segHash.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return err
+	}
+	s := record.Segment{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Seq: c.seq, ObjectKey: key,
+		StoredBytes: stored, Bytes: c.segBytes, TotalBytes: c.total + c.segBytes, LastTime: c.segLast, LastTimeLines: c.segLines, HashState: state}
+	if err := c.recs.PutSegment(ctx, s); err != nil {
+		return fmt.Errorf("record segment %d of the log of %s: %w", c.seq, c.ref, err)
+	}
+	c.seq, c.total, c.last, c.lastLines, c.hash = c.seq+1, s.TotalBytes, c.segLast, c.segLines, c.segHash
+	c.reset()
+	return nil
+}
+
+// readLines parses a timestamped log stream into lines, sending each on out. A line's content is
+// read whole, so memory holds one line at a time.
+func readLines(ctx context.Context, r io.Reader, out chan<- line) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		ts, err := br.ReadString(' ')
+		if err == io.EOF && ts == "" {
+			return nil
+		}
+		if err != nil {
+			return err // a stream cut inside a timestamp: treated as broken
+		}
+		t, err := time.Parse(time.RFC3339Nano, ts[:len(ts)-1])
+		if err != nil {
+			return fmt.Errorf("log line without timestamp (%q): was timestamps=true asked?", ts)
+		}
+		data, err := br.ReadBytes('\n')
+		l := line{ts: t, data: data}
+		switch {
+		case err == io.EOF:
+			l.partial = true
+		case err != nil:
+			return err
+		}
+		select {
+		case out <- l:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if l.partial {
+			return nil
+		}
+	}
+}
+
+// Assembled describes a run's log once assembled into one object.
+type Assembled struct {
+	Key                string
+	Bytes, StoredBytes int64
+	SHA256             string
+	Segments           int
+}
+
+// Assemble composes the recorded segments of a run into one object under key (an empty gzip
+// member when the run wrote nothing), and returns its size and sha256. It does not delete the
+// segments: call Forget once the result is recorded.
+func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, key string) (Assembled, error) {
+	segs, err := recs.Segments(ctx, ref.PodUID, ref.Container, ref.Run)
+	if err != nil {
+		return Assembled{}, err
+	}
+	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip"}
+	a := Assembled{Key: key, Segments: len(segs)}
+	h := sha256.New()
+	if len(segs) == 0 {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		_ = zw.Close()
+		if err := store.Put(ctx, key, bytes.NewReader(b.Bytes()), opts); err != nil {
+			return Assembled{}, fmt.Errorf("store the empty log of %s: %w", ref, err)
+		}
+		a.StoredBytes = int64(b.Len())
+	} else {
+		keys := make([]string, len(segs))
+		for i, s := range segs {
+			if s.Seq != int32(i) {
+				return Assembled{}, fmt.Errorf("assemble the log of %s: segment %d is missing", ref, i)
+			}
+			keys[i] = s.ObjectKey
+			a.StoredBytes += s.StoredBytes
+		}
+		if err := store.Compose(ctx, key, keys, opts); err != nil {
+			return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
+		}
+		last := segs[len(segs)-1]
+		if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(last.HashState); err != nil {
+			return Assembled{}, err
+		}
+		a.Bytes = last.TotalBytes
+	}
+	a.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return a, nil
+}
+
+// Forget deletes a run's segments, objects and rows, once its assembled log is recorded.
+func Forget(ctx context.Context, recs Records, store objstore.Store, ref Ref) error {
+	segs, err := recs.Segments(ctx, ref.PodUID, ref.Container, ref.Run)
+	if err != nil {
+		return err
+	}
+	for _, s := range segs {
+		if err := store.Delete(ctx, s.ObjectKey); err != nil {
+			return fmt.Errorf("delete segment %d of the log of %s: %w", s.Seq, ref, err)
+		}
+	}
+	return recs.DeleteSegments(ctx, ref.PodUID, ref.Container, ref.Run)
+}

@@ -1,0 +1,317 @@
+package capture
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
+)
+
+// fakeNode is a container log as a node keeps it, for branch tests (the real path, through the API
+// server and KWOK's use of the kubelet's reader, is proven in test/e2e): timestamped lines in a
+// current file, rotation that drops what came before, follow streams that a test can break.
+type fakeNode struct {
+	mu      sync.Mutex
+	lines   []fakeLine // every line written
+	current int        // index of the first line of the current file
+	over    bool
+	wake    chan struct{}
+	breakCh chan struct{}
+}
+
+type fakeLine struct {
+	ts   time.Time
+	data string
+}
+
+func newFakeNode() *fakeNode {
+	return &fakeNode{wake: make(chan struct{}), breakCh: make(chan struct{})}
+}
+
+func (n *fakeNode) write(ts time.Time, data string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lines = append(n.lines, fakeLine{ts, data})
+	close(n.wake)
+	n.wake = make(chan struct{})
+}
+
+func (n *fakeNode) rotate() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.current = len(n.lines)
+}
+
+// breakStreams ends every open follow stream, as a connection reset does.
+func (n *fakeNode) breakStreams() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	close(n.breakCh)
+	n.breakCh = make(chan struct{})
+}
+
+func (n *fakeNode) Open(ctx context.Context, _ Ref, opts OpenOptions) (io.ReadCloser, error) {
+	since := opts.Since.Truncate(time.Second)
+	pr, pw := io.Pipe()
+	n.mu.Lock()
+	next, broken := n.current, n.breakCh
+	n.mu.Unlock()
+	go func() {
+		for {
+			n.mu.Lock()
+			lines, wake := n.lines[max(next, n.current):], n.wake
+			n.mu.Unlock()
+			for _, l := range lines {
+				next++
+				if l.ts.Before(since) {
+					continue
+				}
+				if _, err := fmt.Fprintf(pw, "%s %s", l.ts.UTC().Format(time.RFC3339Nano), l.data); err != nil {
+					return
+				}
+			}
+			if !opts.Follow {
+				pw.Close()
+				return
+			}
+			select {
+			case <-wake:
+			case <-broken:
+				pw.Close()
+				return
+			case <-ctx.Done():
+				pw.CloseWithError(ctx.Err())
+				return
+			}
+		}
+	}()
+	return pr, nil
+}
+
+type memRecords struct {
+	mu   sync.Mutex
+	segs map[string][]record.Segment
+	gaps []record.Gap
+}
+
+func (m *memRecords) key(pod, c string, run int32) string {
+	return fmt.Sprintf("%s/%s/%d", pod, c, run)
+}
+
+func (m *memRecords) Segments(_ context.Context, pod, c string, run int32) ([]record.Segment, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]record.Segment(nil), m.segs[m.key(pod, c, run)]...), nil
+}
+
+func (m *memRecords) PutSegment(_ context.Context, s record.Segment) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := m.key(s.PodUID, s.Container, s.Run)
+	for _, have := range m.segs[k] {
+		if have.Seq == s.Seq {
+			return nil
+		}
+	}
+	m.segs[k] = append(m.segs[k], s)
+	sort.Slice(m.segs[k], func(i, j int) bool { return m.segs[k][i].Seq < m.segs[k][j].Seq })
+	return nil
+}
+
+func (m *memRecords) DeleteSegments(_ context.Context, pod, c string, run int32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.segs, m.key(pod, c, run))
+	return nil
+}
+
+func (m *memRecords) PutGap(_ context.Context, g record.Gap) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gaps = append(m.gaps, g)
+	return nil
+}
+
+type rig struct {
+	node  *fakeNode
+	recs  *memRecords
+	store objstore.Store
+	ref   Ref
+	cfg   Config
+	t0    time.Time
+	n     int
+	want  bytes.Buffer // every line written and not lost
+}
+
+func newRig(t *testing.T) *rig {
+	store, err := objstore.NewFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{node: newFakeNode(), recs: &memRecords{segs: map[string][]record.Segment{}}, store: store,
+		ref: Ref{Namespace: "ns", Pod: "p", PodUID: "uid", Container: "main"},
+		cfg: Config{SegmentBytes: 300, SegmentAge: 50 * time.Millisecond, Poll: 10 * time.Millisecond, Retry: 20 * time.Millisecond},
+		t0:  time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+}
+
+// write writes a line; lost lines are not expected in the archive.
+func (r *rig) write(data string, lost bool) {
+	// Several lines share each timestamp, as lines written in one go can.
+	ts := r.t0.Add(time.Duration(r.n/3) * 7 * time.Millisecond)
+	r.n++
+	r.node.write(ts, data)
+	if !lost {
+		r.want.WriteString(data)
+	}
+}
+
+func (r *rig) segKey(seq int32) string { return fmt.Sprintf("segs/%d.gz", seq) }
+
+func (r *rig) over(context.Context) (End, error) {
+	r.node.mu.Lock()
+	defer r.node.mu.Unlock()
+	return End{Over: r.node.over}, nil
+}
+
+func (r *rig) start(ctx context.Context) chan error {
+	done := make(chan error, 1)
+	go func() { done <- Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, r.over) }()
+	return done
+}
+
+func (r *rig) end(t *testing.T, done chan error) {
+	t.Helper()
+	r.node.mu.Lock()
+	r.node.over = true
+	r.node.mu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatalf("Capture: %v", err)
+	}
+}
+
+// check assembles the run and compares it with what was written and not lost.
+func (r *rig) check(t *testing.T) {
+	t.Helper()
+	a, err := Assemble(t.Context(), r.recs, r.store, r.ref, "final.log.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := r.store.Get(t.Context(), a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	zr, err := gzip.NewReader(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(got)
+	if !bytes.Equal(got, r.want.Bytes()) || a.Bytes != int64(len(got)) || a.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("assembled %d bytes (recorded %d, sha256 %s), want the %d bytes written:\ngot  %q\nwant %q",
+			len(got), a.Bytes, a.SHA256, r.want.Len(), got, r.want.String())
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within 5s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (r *rig) segments() int {
+	s, _ := r.recs.Segments(context.Background(), r.ref.PodUID, r.ref.Container, r.ref.Run)
+	return len(s)
+}
+
+func TestCaptureResumesBrokenStreamsWithoutDuplicates(t *testing.T) {
+	r := newRig(t)
+	done := r.start(t.Context())
+	for i := range 60 {
+		r.write(fmt.Sprintf("line %02d of output\n", i), false)
+		if i%7 == 3 {
+			time.Sleep(30 * time.Millisecond)
+			r.node.breakStreams()
+		}
+	}
+	r.write("last line without newline", false)
+	time.Sleep(100 * time.Millisecond)
+	r.end(t, done)
+	r.check(t)
+	if len(r.recs.gaps) != 0 {
+		t.Errorf("gaps %+v, want none: nothing was rotated away", r.recs.gaps)
+	}
+	if r.segments() < 3 {
+		t.Errorf("%d segments, want several (300-byte segments)", r.segments())
+	}
+}
+
+func TestCaptureRecordsRotatedOutputAsGap(t *testing.T) {
+	r := newRig(t)
+	ctx, stop := context.WithCancel(t.Context())
+	done := r.start(ctx)
+	for i := range 20 {
+		r.write(fmt.Sprintf("before %02d\n", i), false)
+	}
+	waitFor(t, "durable", func() bool { return r.segments() > 0 })
+	time.Sleep(100 * time.Millisecond)
+	stop() // the archiver is down ...
+	<-done
+	// ... while the container writes and the node rotates twice.
+	for i := range 10 {
+		r.write(fmt.Sprintf("lost %02d\n", i), true)
+		if i == 4 {
+			r.node.rotate()
+		}
+	}
+	r.node.rotate()
+	for i := range 5 {
+		r.write(fmt.Sprintf("after %02d\n", i), false)
+	}
+	done = r.start(t.Context())
+	time.Sleep(100 * time.Millisecond)
+	r.end(t, done)
+	r.check(t)
+	if len(r.recs.gaps) != 1 || r.recs.gaps[0].Reason != record.GapRotated || !r.recs.gaps[0].Before.After(r.recs.gaps[0].After) {
+		t.Errorf("gaps %+v, want one rotated-away gap between the last line captured and the next", r.recs.gaps)
+	}
+}
+
+func TestCaptureSurvivesRestartWithoutDuplicates(t *testing.T) {
+	r := newRig(t)
+	for round := range 4 {
+		ctx, stop := context.WithCancel(t.Context())
+		done := r.start(ctx)
+		for i := range 25 {
+			r.write(fmt.Sprintf("round %d line %02d\n", round, i), false)
+		}
+		waitFor(t, "durable", func() bool { return r.segments() > round })
+		stop() // a crash: what the open segment held is read again after the restart
+		<-done
+	}
+	done := r.start(t.Context())
+	r.end(t, done)
+	r.check(t)
+	if len(r.recs.gaps) != 0 {
+		t.Errorf("gaps %+v, want none", r.recs.gaps)
+	}
+}

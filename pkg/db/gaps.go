@@ -1,0 +1,65 @@
+package db
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jobvault/jobvault/pkg/record"
+)
+
+// PutGap records a missing part of a container run's log, once per (pod, container, run, After).
+func (d *DB) PutGap(ctx context.Context, g record.Gap) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	if g.PodUID == "" || g.Container == "" || g.Run < 0 || g.Reason == "" {
+		return fmt.Errorf("put gap of %s/%s/%d: %w gap: pod UID, container and reason are required", g.PodUID, g.Container, g.Run, ErrInvalid)
+	}
+	var before any
+	if !g.Before.IsZero() {
+		before = g.Before.UnixNano()
+	}
+	_, err := d.db.ExecContext(ctx, `
+INSERT INTO log_gaps (pod_uid, container, run, after_ns, before_ns, reason, detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (pod_uid, container, run, after_ns) DO NOTHING`,
+		g.PodUID, g.Container, g.Run, unixNano(g.After), before, string(g.Reason), g.Detail)
+	if err != nil {
+		return fmt.Errorf("put gap of %s/%s/%d: %w", g.PodUID, g.Container, g.Run, translate(err))
+	}
+	return nil
+}
+
+// Gaps returns the recorded gaps of every pod of a job, by pod, container, run and time.
+func (d *DB) Gaps(ctx context.Context, jobUID string) ([]record.Gap, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.db.QueryContext(ctx, `
+SELECT g.pod_uid, g.container, g.run, g.after_ns, g.before_ns, g.reason, g.detail
+FROM log_gaps g JOIN pods p ON p.uid = g.pod_uid
+WHERE p.job_uid = $1 ORDER BY p.created_at, g.pod_uid, g.container, g.run, g.after_ns`, jobUID)
+	if err != nil {
+		return nil, fmt.Errorf("get gaps of job %s: %w", jobUID, translate(err))
+	}
+	defer rows.Close()
+	var out []record.Gap
+	for rows.Next() {
+		var (
+			g      record.Gap
+			after  int64
+			before *int64
+			reason string
+		)
+		if err := rows.Scan(&g.PodUID, &g.Container, &g.Run, &after, &before, &reason, &g.Detail); err != nil {
+			return nil, fmt.Errorf("get gaps of job %s: %w", jobUID, translate(err))
+		}
+		g.After, g.Reason = fromUnixNano(after), record.GapReason(reason)
+		if before != nil {
+			g.Before = fromUnixNano(*before)
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get gaps of job %s: %w", jobUID, translate(err))
+	}
+	return out, nil
+}

@@ -1,0 +1,84 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jobvault/jobvault/pkg/record"
+)
+
+// PutSegment records a captured segment, once: a segment already recorded under the same (pod,
+// container, run, seq) is left as it is, and the call succeeds. The pod row must exist.
+func (d *DB) PutSegment(ctx context.Context, s record.Segment) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	if s.PodUID == "" || s.Container == "" || s.ObjectKey == "" || s.Run < 0 || s.Seq < 0 || len(s.HashState) == 0 {
+		return fmt.Errorf("put segment %s/%s/%d/%d: %w segment: pod UID, container, key and hash state are required, run and seq not negative",
+			s.PodUID, s.Container, s.Run, s.Seq, ErrInvalid)
+	}
+	_, err := d.db.ExecContext(ctx, `
+INSERT INTO log_segments (pod_uid, container, run, seq, object_key, stored_bytes, bytes, total_bytes,
+                          last_time_ns, last_time_lines, hash_state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (pod_uid, container, run, seq) DO NOTHING`,
+		s.PodUID, s.Container, s.Run, s.Seq, s.ObjectKey, s.StoredBytes, s.Bytes, s.TotalBytes,
+		unixNano(s.LastTime), s.LastTimeLines, s.HashState)
+	if err != nil {
+		return fmt.Errorf("put segment %s/%s/%d/%d: %w", s.PodUID, s.Container, s.Run, s.Seq, translate(err))
+	}
+	return nil
+}
+
+// Segments returns the recorded segments of a container run, in order.
+func (d *DB) Segments(ctx context.Context, podUID, container string, run int32) ([]record.Segment, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.db.QueryContext(ctx, `
+SELECT seq, object_key, stored_bytes, bytes, total_bytes, last_time_ns, last_time_lines, hash_state
+FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3 ORDER BY seq`, podUID, container, run)
+	if err != nil {
+		return nil, fmt.Errorf("get segments of %s/%s/%d: %w", podUID, container, run, translate(err))
+	}
+	defer rows.Close()
+	var out []record.Segment
+	for rows.Next() {
+		s := record.Segment{PodUID: podUID, Container: container, Run: run}
+		var last int64
+		if err := rows.Scan(&s.Seq, &s.ObjectKey, &s.StoredBytes, &s.Bytes, &s.TotalBytes, &last, &s.LastTimeLines, &s.HashState); err != nil {
+			return nil, fmt.Errorf("get segments of %s/%s/%d: %w", podUID, container, run, translate(err))
+		}
+		s.LastTime = fromUnixNano(last)
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get segments of %s/%s/%d: %w", podUID, container, run, translate(err))
+	}
+	return out, nil
+}
+
+// DeleteSegments forgets the segments of a container run, once its log object is recorded.
+func (d *DB) DeleteSegments(ctx context.Context, podUID, container string, run int32) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	if _, err := d.db.ExecContext(ctx, `DELETE FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3`,
+		podUID, container, run); err != nil {
+		return fmt.Errorf("delete segments of %s/%s/%d: %w", podUID, container, run, translate(err))
+	}
+	return nil
+}
+
+// unixNano is t in nanoseconds since the epoch, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
