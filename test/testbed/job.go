@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
@@ -36,7 +37,7 @@ func (b *JobBuilder) Task(name string, replicas int32, containers []string, opts
 			"pod-complete.stage.kwok.x-k8s.io/delay":        "500ms",
 			"pod-complete.stage.kwok.x-k8s.io/jitter-delay": "500ms",
 		}},
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr.To[int64](DefaultGracePeriod)},
 	}
 	for _, c := range containers {
 		tmpl.Spec.Containers = append(tmpl.Spec.Containers, corev1.Container{Name: c, Image: "busybox"})
@@ -84,9 +85,20 @@ func Fails() PodOption {
 	}
 }
 
-// RestartsOnce makes KWOK restart every container once before it completes, so previous logs exist.
+// RestartsOnce makes the node restart every container once (the runtime behind SetPodLogs or
+// Runtime, 300 ms into the first run), then KWOK complete the pod, so previous logs exist. The
+// pods must have their output set with SetPodLogs or Runtime.Run.
 func RestartsOnce() PodOption {
-	return func(p *corev1.PodTemplateSpec) { setLabel(p, "restart-once.stage.jobvault.io", "true") }
+	return func(p *corev1.PodTemplateSpec) { setLabel(p, restartOnceLabel, "true") }
+}
+
+// DefaultGracePeriod is the terminationGracePeriodSeconds of the pods Job builds: shorter than the
+// kubelet's 30 s so that tests deleting pods stay quick; GracePeriod sets another.
+const DefaultGracePeriod = 5
+
+// GracePeriod sets the task's pods' terminationGracePeriodSeconds.
+func GracePeriod(seconds int64) PodOption {
+	return func(p *corev1.PodTemplateSpec) { p.Spec.TerminationGracePeriodSeconds = &seconds }
 }
 
 // RunsFor keeps the task's pods Running for d (a Go duration string) before they complete.

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,8 +16,8 @@ type Chunk struct {
 	Data   []byte
 }
 
-// ContainerLogs are the logs KWOK serves for a container: the current instance and the previous one
-// (after a restart, served for previous=true).
+// ContainerLogs are what a container writes (SetPodLogs): Current in its last run, and Previous in
+// the run before, if it restarts.
 type ContainerLogs struct {
 	Current, Previous []Chunk
 }
@@ -76,49 +74,49 @@ func encodeCRI(chunks []Chunk, start time.Time) ([]byte, time.Time) {
 
 var logsGVR = schema.GroupVersionKind{Group: "kwok.x-k8s.io", Version: "v1alpha1", Kind: "Logs"}
 
-// SetPodLogs makes KWOK serve the given logs for the containers of pod ns/name. It may be called
-// before the pod exists (Volcano names pods <job>-<task>-<index>); calling it again replaces them.
+// SetPodLogs makes the node write the given logs for the containers of pod ns/name, through the
+// Env's shared runtime (see Runtime; default options): each container writes Current at its start,
+// or, when Previous is set, Previous in its first run and Current once restarted (RestartsOnce).
+// It may be called before the pod exists (Volcano names pods <job>-<task>-<index>).
 func (e *Env) SetPodLogs(t T, ns, pod string, containers map[string]ContainerLogs) {
 	t.Helper()
-	dir := filepath.Join(e.logsDir, ns, pod)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+	rt, err := e.sharedRuntime()
+	if err != nil {
+		t.Fatalf("testbed: %v", err)
 	}
-	var logs []any
+	outputs := map[string]Output{}
 	for name, cl := range containers {
-		l := map[string]any{"containers": []any{name}, "follow": false}
-		for file, chunks := range map[string][]Chunk{name + ".log": cl.Current, name + ".previous.log": cl.Previous} {
-			if chunks == nil {
-				continue
-			}
-			p := filepath.Join(dir, file)
-			if err := os.WriteFile(p, EncodeCRI(chunks, time.Now()), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if file == name+".log" {
-				l["logsFile"] = p
-			} else {
-				l["previousLogsFile"] = p
-			}
+		o := Output{Runs: [][]Chunk{cl.Current}}
+		if cl.Previous != nil {
+			o.Runs = [][]Chunk{cl.Previous, cl.Current}
 		}
-		logs = append(logs, l)
+		outputs[name] = o
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(logsGVR)
-	u.SetNamespace(ns)
-	u.SetName(pod)
-	ctx := context.Background()
-	if err := e.Client.Get(ctx, clientKey(ns, pod), u); err == nil {
-		u.Object["spec"] = map[string]any{"logs": logs}
-		if err := e.Client.Update(ctx, u); err != nil {
-			t.Fatalf("testbed: update KWOK logs of %s/%s: %v", ns, pod, err)
+	rt.Run(t, ns, pod, outputs)
+}
+
+// Written is what the container of pod ns/name wrote in its run (restart count), through
+// SetPodLogs.
+func (e *Env) Written(ns, pod, container string, run int32) []byte {
+	rt, err := e.sharedRuntime()
+	if err != nil {
+		return nil
+	}
+	return rt.Written(ns, pod, container, run)
+}
+
+var shared once[*Runtime]
+
+// sharedRuntime is the runtime behind SetPodLogs, running until the testbed stops.
+func (e *Env) sharedRuntime() (*Runtime, error) {
+	return shared.get("node runtime", func() (*Runtime, error) {
+		r, stop, err := e.newRuntime(RuntimeOptions{})
+		if err != nil {
+			return nil, err
 		}
-		return
-	}
-	u.Object["spec"] = map[string]any{"logs": logs}
-	if err := e.Client.Create(ctx, u); err != nil {
-		t.Fatalf("testbed: create KWOK logs of %s/%s: %v", ns, pod, err)
-	}
+		onStop(stop)
+		return r, nil
+	})
 }
 
 // SetPodLogFiles makes KWOK serve existing CRI-format files (container → path) as the current logs

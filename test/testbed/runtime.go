@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Defaults of RuntimeOptions: the kubelet's.
@@ -36,24 +39,31 @@ type RuntimeOptions struct {
 	GCDelay time.Duration
 }
 
-// Output is what one container writes over its life: Run from its start, then, from its pod's
-// deletion (SIGTERM) until it is terminated, Shutdown, whatever of Run was left unwritten. One chunk
-// is written every Every (all at once if Every is 0). A restarted container writes Run again.
+// Output is what one container writes over its life. Run k (its restart count) writes Runs[k], or
+// the last of Runs for later runs, one chunk every Every (all at once if Every is 0) from its
+// start; from its pod's deletion (SIGTERM) until it is terminated it writes Shutdown instead, what
+// was left of its run unwritten.
 type Output struct {
-	Run      []Chunk
+	Runs     [][]Chunk
 	Shutdown []Chunk
 	Every    time.Duration
 }
 
 // Runtime stands in for the container runtime and the kubelet's log handling of the pods handed to
 // it with Run: while KWOK shows a container running it appends the container's output to its log
-// file in the CRI format, rotates that file as the kubelet does, and removes a deleted pod's files
-// once its containers have stopped and the GC delay has passed, even while a finalizer holds the
-// pod. KWOK serves the files through the real pods/log path. The runtime keeps an exact copy of
-// every byte each container instance wrote, the truth an archive is compared with.
+// file in the CRI format, one file per run as the kubelet keeps them, rotates that file at
+// MaxSize, and removes a deleted pod's files once its containers have stopped and the GC delay has
+// passed, even while a finalizer holds the pod. KWOK serves the files through the real pods/log
+// path. The runtime keeps an exact copy of every byte each run wrote, the truth an archive is
+// compared with.
+//
+// A pod labelled by RestartsOnce has its containers restarted by the runtime: it starts the new
+// run's file, makes KWOK serve it, and only then sets the restart in the pod's status, as a
+// kubelet reports a restart once the new container exists.
 type Runtime struct {
 	env  *Env
 	opts RuntimeOptions
+	logs kubernetes.Interface
 
 	mu   sync.Mutex
 	pods map[string]*podRun // by namespace/name
@@ -63,23 +73,24 @@ type podRun struct {
 	ns, name, dir string
 	containers    map[string]*containerRun
 	// stoppedAt is when all containers of the deleted pod were first seen terminated.
-	stoppedAt time.Time
-	collected bool
+	stoppedAt  time.Time
+	collected  bool
+	restarting bool
+	restarted  bool
 }
 
 type containerRun struct {
 	name     string
 	out      Output
-	current  string // path of the current log file
-	previous string // path of the previous instance's log (previous=true)
-	instance int32  // restart count of the instance being written
-	running  bool   // an instance was seen running
-	next     int    // next chunk of Run
-	shutNext int    // next chunk of Shutdown
+	run      int32 // the run being written
+	started  bool  // the run was seen running
+	startAt  time.Time
+	next     int // next chunk of the run's output
+	shutNext int // next chunk of Shutdown
 	lastAt   time.Time
 	lastTS   time.Time
 	size     int64
-	rotated  []string // rotated files of the current instance, oldest first
+	files    map[int32][]string // per run: rotated files oldest first, then the current file
 	written  map[int32]*bytes.Buffer
 }
 
@@ -87,9 +98,24 @@ type containerRun struct {
 // KWOK shows a container running, and how late shutdown output starts after a deletion.
 const runtimePoll = 50 * time.Millisecond
 
+// restartOnceLabel marks the pods whose containers the runtime restarts once (RestartsOnce).
+const restartOnceLabel = "restart-once.stage.jobvault.io"
+
+// restartAfter is how long a RestartsOnce pod's first run lasts.
+const restartAfter = 300 * time.Millisecond
+
 // Runtime starts a runtime for the test's pods; it stops when the test ends.
 func (e *Env) Runtime(t T, opts RuntimeOptions) *Runtime {
 	t.Helper()
+	r, stop, err := e.newRuntime(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return r
+}
+
+func (e *Env) newRuntime(opts RuntimeOptions) (*Runtime, func(), error) {
 	if opts.MaxSize == 0 {
 		opts.MaxSize = DefaultLogMaxSize
 	}
@@ -99,7 +125,11 @@ func (e *Env) Runtime(t T, opts RuntimeOptions) *Runtime {
 	if opts.GCDelay == 0 {
 		opts.GCDelay = DefaultGCDelay
 	}
-	r := &Runtime{env: e, opts: opts, pods: map[string]*podRun{}}
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &Runtime{env: e, opts: opts, logs: cs, pods: map[string]*podRun{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -115,8 +145,7 @@ func (e *Env) Runtime(t T, opts RuntimeOptions) *Runtime {
 			}
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return r
+	return r, func() { cancel(); <-done }, nil
 }
 
 // Run hands pod ns/name to the runtime, with the output of each of its containers (init containers
@@ -124,38 +153,69 @@ func (e *Env) Runtime(t T, opts RuntimeOptions) *Runtime {
 // Containers without an output write nothing.
 func (r *Runtime) Run(t T, ns, pod string, outputs map[string]Output) {
 	t.Helper()
+	if err := r.run(ns, pod, outputs); err != nil {
+		t.Fatalf("testbed: %v", err)
+	}
+}
+
+func (r *Runtime) run(ns, pod string, outputs map[string]Output) error {
 	dir := filepath.Join(r.env.logsDir, ns, pod)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	p := &podRun{ns: ns, name: pod, dir: dir, containers: map[string]*containerRun{}}
-	var logs []any
 	for name, out := range outputs {
-		c := &containerRun{name: name, out: out, current: filepath.Join(dir, name+".log"),
-			previous: filepath.Join(dir, name+".previous.log"), written: map[int32]*bytes.Buffer{0: {}}}
+		c := &containerRun{name: name, out: out, files: map[int32][]string{}, written: map[int32]*bytes.Buffer{}}
 		// The file exists from the start, empty, as the runtime creates it with the container.
-		if err := os.WriteFile(c.current, nil, 0o644); err != nil {
-			t.Fatal(err)
+		if err := c.newRun(dir, 0); err != nil {
+			return err
 		}
 		p.containers[name] = c
-		logs = append(logs, map[string]any{"containers": []any{name}, "logsFile": c.current, "previousLogsFile": c.previous, "follow": true})
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(logsGVR)
-	u.SetNamespace(ns)
-	u.SetName(pod)
-	u.Object["spec"] = map[string]any{"logs": logs}
-	if err := r.env.Client.Create(context.Background(), u); err != nil {
-		t.Fatalf("testbed: create KWOK logs of %s/%s: %v", ns, pod, err)
+	if err := r.serve(context.Background(), p, true); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	r.pods[ns+"/"+pod] = p
 	r.mu.Unlock()
+	return nil
 }
 
-// Written returns every byte the container's instance (its restart count when it ran) wrote so
-// far, as pods/log would serve it had nothing been rotated or collected away.
-func (r *Runtime) Written(ns, pod, container string, instance int32) []byte {
+// serve points KWOK at each container's current run's file, and the run before's (previous=true).
+func (r *Runtime) serve(ctx context.Context, p *podRun, create bool) error {
+	var logs []any
+	for name, c := range p.containers {
+		l := map[string]any{"containers": []any{name}, "logsFile": c.current(), "follow": true}
+		if prev := c.files[c.run-1]; len(prev) > 0 {
+			l["previousLogsFile"] = prev[len(prev)-1]
+		}
+		logs = append(logs, l)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(logsGVR)
+	u.SetNamespace(p.ns)
+	u.SetName(p.name)
+	if !create {
+		if err := r.env.Client.Get(ctx, clientKey(p.ns, p.name), u); err != nil {
+			return fmt.Errorf("get KWOK logs of %s/%s: %w", p.ns, p.name, err)
+		}
+	}
+	u.Object["spec"] = map[string]any{"logs": logs}
+	if create {
+		if err := r.env.Client.Create(ctx, u); err != nil {
+			return fmt.Errorf("create KWOK logs of %s/%s: %w", p.ns, p.name, err)
+		}
+		return nil
+	}
+	if err := r.env.Client.Update(ctx, u); err != nil {
+		return fmt.Errorf("update KWOK logs of %s/%s: %w", p.ns, p.name, err)
+	}
+	return nil
+}
+
+// Written returns every byte the container's run (its restart count when it ran) wrote so far, as
+// pods/log would serve it had nothing been rotated or collected away.
+func (r *Runtime) Written(ns, pod, container string, run int32) []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.pods[ns+"/"+pod]
@@ -163,10 +223,10 @@ func (r *Runtime) Written(ns, pod, container string, instance int32) []byte {
 		return nil
 	}
 	c, ok := p.containers[container]
-	if !ok || c.written[instance] == nil {
+	if !ok || c.written[run] == nil {
 		return nil
 	}
-	return bytes.Clone(c.written[instance].Bytes())
+	return bytes.Clone(c.written[run].Bytes())
 }
 
 // Collected reports whether the pod's log files were removed by container GC.
@@ -181,42 +241,62 @@ func (r *Runtime) Collected(ns, pod string) bool {
 func (r *Runtime) step(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
-	for key, p := range r.pods {
-		if p.collected {
+	byNS := map[string]map[string]*corev1.Pod{}
+	for _, p := range r.pods {
+		if p.collected || byNS[p.ns] != nil {
 			continue
 		}
-		var pod corev1.Pod
-		err := r.env.Client.Get(ctx, clientKey(p.ns, p.name), &pod)
-		switch {
-		case apierrors.IsNotFound(err):
-			if !p.stoppedAt.IsZero() || anyRunning(p) {
-				// The pod object is gone: the kubelet removes its containers and logs.
-				p.collect()
+		var list corev1.PodList
+		if err := r.env.Client.List(ctx, &list, client.InNamespace(p.ns)); err != nil {
+			return // the API server restarting, say: try again at the next tick
+		}
+		byNS[p.ns] = map[string]*corev1.Pod{}
+		for i := range list.Items {
+			byNS[p.ns][list.Items[i].Name] = &list.Items[i]
+		}
+	}
+	now := time.Now()
+	for key, p := range r.pods {
+		if p.collected || p.restarting {
+			continue
+		}
+		pod := byNS[p.ns][p.name]
+		if pod == nil {
+			if !p.stoppedAt.IsZero() || p.anyStarted() {
+				p.collect() // the pod object is gone: the kubelet removes its containers and logs
 			}
 			continue
-		case err != nil:
-			continue // the API server restarting, say: try again at the next tick
 		}
 		statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 		allStopped := len(statuses) > 0
 		for _, s := range statuses {
-			c := p.containers[s.Name]
 			if s.State.Terminated == nil {
 				allStopped = false
 			}
+			c := p.containers[s.Name]
 			if c == nil || s.State.Running == nil {
 				continue
 			}
-			if s.RestartCount > c.instance {
-				if err := c.restart(s.RestartCount); err != nil {
+			if s.RestartCount > c.run {
+				// Restarted by KWOK rather than by this runtime: follow suit.
+				err := c.newRun(p.dir, s.RestartCount)
+				if err == nil {
+					err = r.serve(ctx, p, false)
+				}
+				if err != nil {
 					fmt.Fprintf(os.Stderr, "testbed runtime: restart %s container %s: %v\n", key, c.name, err)
 				}
 			}
-			c.running = true
+			if !c.started {
+				c.started, c.startAt = true, now
+			}
 			if err := c.write(now, pod.DeletionTimestamp != nil, r.opts); err != nil {
 				fmt.Fprintf(os.Stderr, "testbed runtime: write %s container %s: %v\n", key, c.name, err)
 			}
+		}
+		if pod.Labels[restartOnceLabel] == "true" && !p.restarted && pod.DeletionTimestamp == nil && p.dueRestart(pod, now) {
+			p.restarting = true
+			go r.restart(ctx, p, pod.DeepCopy())
 		}
 		removable := pod.DeletionTimestamp != nil || pod.Status.Reason == "Evicted"
 		switch {
@@ -229,28 +309,132 @@ func (r *Runtime) step(ctx context.Context) {
 	}
 }
 
-func anyRunning(p *podRun) bool {
+func (p *podRun) anyStarted() bool {
 	for _, c := range p.containers {
-		if c.running {
+		if c.started {
 			return true
 		}
 	}
 	return false
 }
 
+// dueRestart: every regular container's first run has written its output and run restartAfter.
+func (p *podRun) dueRestart(pod *corev1.Pod, now time.Time) bool {
+	for _, spec := range pod.Spec.Containers {
+		c := p.containers[spec.Name]
+		if c == nil || !c.started || c.next < len(c.output()) || now.Sub(c.startAt) < restartAfter {
+			return false
+		}
+	}
+	return len(pod.Spec.Containers) > 0
+}
+
+// restart restarts every regular container of the pod once: each new run's file is started and
+// served by KWOK before the pod's status says the containers restarted.
+func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod) {
+	defer func() {
+		r.mu.Lock()
+		p.restarting = false
+		r.mu.Unlock()
+	}()
+	r.mu.Lock()
+	for _, spec := range pod.Spec.Containers {
+		if c := p.containers[spec.Name]; c != nil {
+			if err := c.newRun(p.dir, c.run+1); err != nil {
+				fmt.Fprintf(os.Stderr, "testbed runtime: restart %s/%s: %v\n", p.ns, p.name, err)
+			}
+		}
+	}
+	err := r.serve(ctx, p, false)
+	r.mu.Unlock()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testbed runtime: %v\n", err)
+		return
+	}
+	// KWOK reads Logs objects through an informer: wait until it serves the new files.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, spec := range pod.Spec.Containers {
+		for time.Now().Before(deadline) {
+			rc, err := r.logs.CoreV1().Pods(p.ns).GetLogs(p.name, &corev1.PodLogOptions{Container: spec.Name, Previous: true}).Stream(ctx)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, rc)
+				rc.Close()
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	now := metav1.Now()
+	for {
+		var cur corev1.Pod
+		if err := r.env.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
+			return
+		}
+		patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		for i := range cur.Status.ContainerStatuses {
+			s := &cur.Status.ContainerStatuses[i]
+			started := now
+			if s.State.Running != nil {
+				started = s.State.Running.StartedAt
+			}
+			s.RestartCount++
+			s.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", StartedAt: started, FinishedAt: now}}
+			s.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+		}
+		err := r.env.Client.Status().Patch(ctx, &cur, patch)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.mu.Lock()
+	p.restarted = true
+	r.mu.Unlock()
+}
+
 // collect removes every log file of the pod, as the kubelet's container GC does.
 func (p *podRun) collect() {
 	for _, c := range p.containers {
-		for _, f := range append(c.rotated, c.current, c.previous) {
-			_ = os.Remove(f)
+		for _, files := range c.files {
+			for _, f := range files {
+				_ = os.Remove(f)
+			}
 		}
 	}
 	p.collected = true
 }
 
-// write appends the output due now: the next chunk of Run, or once the pod is being deleted, of
-// Shutdown.
+func (c *containerRun) output() []Chunk {
+	if len(c.out.Runs) == 0 {
+		return nil
+	}
+	return c.out.Runs[min(int(c.run), len(c.out.Runs)-1)]
+}
+
+func (c *containerRun) current() string { f := c.files[c.run]; return f[len(f)-1] }
+
+// newRun starts the log file of run n, as the runtime does for each new container. The kubelet
+// keeps the last dead run's log only: older ones go.
+func (c *containerRun) newRun(dir string, n int32) error {
+	for old, files := range c.files {
+		if old < n-1 {
+			for _, f := range files {
+				_ = os.Remove(f)
+			}
+			delete(c.files, old)
+		}
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d.log", c.name, n))
+	c.files[n] = []string{path}
+	c.written[n] = &bytes.Buffer{}
+	c.run, c.size, c.next, c.shutNext, c.lastAt, c.started = n, 0, 0, 0, time.Time{}, false
+	return os.WriteFile(path, nil, 0o644)
+}
+
+// write appends the output due now: the next chunk of the run's output, or once the pod is being
+// deleted, of Shutdown.
 func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOptions) error {
+	out := c.output()
 	for {
 		if !c.lastAt.IsZero() && now.Sub(c.lastAt) < c.out.Every {
 			return nil
@@ -260,8 +444,8 @@ func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOption
 		case terminating && c.shutNext < len(c.out.Shutdown):
 			chunk = c.out.Shutdown[c.shutNext]
 			c.shutNext++
-		case !terminating && c.next < len(c.out.Run):
-			chunk = c.out.Run[c.next]
+		case !terminating && c.next < len(out):
+			chunk = out[c.next]
 			c.next++
 		default:
 			return nil
@@ -289,7 +473,7 @@ func (c *containerRun) append(chunk Chunk, opts RuntimeOptions) error {
 			return err
 		}
 	}
-	f, err := os.OpenFile(c.current, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(c.current(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
@@ -298,44 +482,30 @@ func (c *containerRun) append(chunk Chunk, opts RuntimeOptions) error {
 		return err
 	}
 	c.size += int64(len(rec))
-	c.written[c.instance].Write(chunk.Data)
+	c.written[c.run].Write(chunk.Data)
 	return f.Close()
 }
 
 // rotate renames the current file with a timestamp suffix, as the kubelet does, starts a new one,
 // and deletes the oldest rotated files beyond MaxFiles.
 func (c *containerRun) rotate(opts RuntimeOptions) error {
-	rotated := c.current + "." + time.Now().UTC().Format("20060102-150405.000000000")
-	if err := os.Rename(c.current, rotated); err != nil {
+	cur := c.current()
+	rotated := cur + "." + time.Now().UTC().Format("20060102-150405.000000000")
+	if err := os.Rename(cur, rotated); err != nil {
 		return err
 	}
-	c.rotated = append(c.rotated, rotated)
-	if err := os.WriteFile(c.current, nil, 0o644); err != nil {
+	if err := os.WriteFile(cur, nil, 0o644); err != nil {
 		return err
 	}
 	c.size = 0
-	sort.Strings(c.rotated)
-	for len(c.rotated) > opts.MaxFiles-1 {
-		if err := os.Remove(c.rotated[0]); err != nil && !os.IsNotExist(err) {
+	old := append(c.files[c.run][:len(c.files[c.run])-1], rotated)
+	sort.Strings(old)
+	for len(old) > opts.MaxFiles-1 {
+		if err := os.Remove(old[0]); err != nil && !os.IsNotExist(err) {
 			return err
 		}
-		c.rotated = c.rotated[1:]
+		old = old[1:]
 	}
+	c.files[c.run] = append(old, cur)
 	return nil
-}
-
-// restart starts the log of a new instance: the current file becomes the previous instance's
-// (what previous=true serves), and the old instance's rotated files go, as the kubelet keeps only
-// the last dead instance.
-func (c *containerRun) restart(instance int32) error {
-	if err := os.Rename(c.current, c.previous); err != nil {
-		return err
-	}
-	for _, f := range c.rotated {
-		_ = os.Remove(f)
-	}
-	c.rotated, c.size, c.next, c.shutNext, c.lastAt = nil, 0, 0, 0, time.Time{}
-	c.instance = instance
-	c.written[instance] = &bytes.Buffer{}
-	return os.WriteFile(c.current, nil, 0o644)
 }

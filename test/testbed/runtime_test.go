@@ -116,7 +116,7 @@ func TestNodeRotatesLogs(t *testing.T) {
 	ns, node := env.Namespace(t), env.AddNode(t)
 	rt := env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 3})
 	out := busyOutput(40, 8<<10)
-	rt.Run(t, ns, "rotating", map[string]testbed.Output{"main": {Run: out, Every: 20 * time.Millisecond}})
+	rt.Run(t, ns, "rotating", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 20 * time.Millisecond}})
 	pod := barePod(ns, "rotating", node, 1, nil)
 	release(t, env, pod)
 	if err := env.Client.Create(t.Context(), pod); err != nil {
@@ -185,7 +185,7 @@ func TestNodeGracefulTermination(t *testing.T) {
 				shutdown = append(shutdown, testbed.Chunk{Stream: "stderr", Data: []byte(fmt.Sprintf("SIGTERM received, flushing %d\n", i))})
 			}
 			rt.Run(t, ns, tc.name, map[string]testbed.Output{"main": {
-				Run: []testbed.Chunk{{Stream: "stdout", Data: []byte("started\n")}}, Shutdown: shutdown, Every: 200 * time.Millisecond}})
+				Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: []byte("started\n")}}}, Shutdown: shutdown, Every: 200 * time.Millisecond}})
 			pod := barePod(ns, tc.name, node, 3, tc.annotations)
 			release(t, env, pod)
 			if err := env.Client.Create(t.Context(), pod); err != nil {
@@ -248,7 +248,7 @@ func TestNodeLoss(t *testing.T) {
 	}
 	ns, node := env.Namespace(t), env.AddNode(t)
 	rt := env.Runtime(t, testbed.RuntimeOptions{})
-	rt.Run(t, ns, "stranded", map[string]testbed.Output{"main": {Run: []testbed.Chunk{{Stream: "stdout", Data: []byte("hello\n")}}}})
+	rt.Run(t, ns, "stranded", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: []byte("hello\n")}}}}})
 	pod := barePod(ns, "stranded", node, 1, nil)
 	release(t, env, pod)
 	if err := env.Client.Create(t.Context(), pod); err != nil {
