@@ -302,7 +302,11 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 		releasesIncompleteTotal.WithLabelValues("log", string(gap)).Inc()
 		pod := &corev1.Pod{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod); err == nil {
-			r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogIncomplete", "Log of container %s (%s) is incomplete: %s", ref.Container, instance, gap)
+			if row.State == record.LogUnavailable {
+				r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogUnavailable", "Log of container %s (%s) recorded as unavailable: %s", ref.Container, instance, row.Reason)
+			} else {
+				r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogIncomplete", "Log of container %s (%s) is incomplete: %s", ref.Container, instance, gap)
+			}
 		}
 	}
 	return capture.Forget(ctx, r.Records, r.Store, ref)
