@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -180,6 +181,9 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 			_, due, rerr := r.runEnd(ctx, ref)
 			switch {
 			case rerr != nil:
+			case strings.Contains(unread.Err.Error(), "no such file or directory"):
+				// The kubelet's reader found no file: its container GC removed the logs.
+				gap, detail = record.GapCollected, unread.Err.Error()
 			case r.Clock.Since(due) >= r.LogDeadline:
 				gap, detail = record.GapUnreadable, fmt.Sprintf("deadline of %s passed: %v", r.LogDeadline, unread.Err)
 			}
