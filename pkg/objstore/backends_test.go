@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,6 +94,9 @@ func TestTimeoutsBoundEveryCall(t *testing.T) {
 			"Put": func(ctx context.Context) error {
 				return s.Put(ctx, "k", strings.NewReader("data"), PutOptions{})
 			},
+			"Compose": func(ctx context.Context) error {
+				return s.Compose(ctx, "k", []string{"a", "b"}, PutOptions{})
+			},
 			"Get": func(ctx context.Context) error {
 				rc, err := s.Get(ctx, "k")
 				if err == nil {
@@ -116,5 +121,89 @@ func TestTimeoutsBoundEveryCall(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestComposeRejectsBadArguments checks that every backend refuses what no backend may compose,
+// before it calls the service.
+func TestComposeRejectsBadArguments(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		http.Error(w, "no request expected", http.StatusTeapot)
+	}))
+	t.Cleanup(srv.Close)
+	s3, err := NewS3(S3Config{
+		Endpoint: strings.TrimPrefix(srv.URL, "http://"), Bucket: "archive", Region: "us-east-1",
+		PathStyle: true, AccessKey: "a", SecretKey: "s",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("STORAGE_EMULATOR_HOST", srv.Listener.Addr().String())
+	gcs, err := NewGCS(t.Context(), GCSConfig{Bucket: "archive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gcs.Close() })
+	fs, err := NewFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		dst  string
+		srcs []string
+		want string // in the error
+	}{
+		{"no sources", "log.gz", nil, "compose log.gz: no source objects"},
+		{"empty source list", "log.gz", []string{}, "compose log.gz: no source objects"},
+		{"destination among sources", "log.gz", []string{"seg-0", "log.gz", "seg-1"}, "compose log.gz: the destination is also source 1"},
+		{"invalid destination", "/log.gz", []string{"seg-0"}, `compose /log.gz: invalid object key "/log.gz"`},
+		{"invalid source", "log.gz", []string{"seg-0", "a//seg-1"}, `compose log.gz: source 1: invalid object key "a//seg-1"`},
+	} {
+		for name, s := range map[string]Store{"s3": s3, "gcs": gcs, "fs": fs} {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				err := s.Compose(t.Context(), tc.dst, tc.srcs, PutOptions{})
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Compose(%q, %q) error = %v, want it to contain %q", tc.dst, tc.srcs, err, tc.want)
+				}
+			})
+		}
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("the service got %d requests, want none", n)
+	}
+	if err := fs.List(t.Context(), "", func(o ObjectInfo) error {
+		t.Errorf("object %q stored by a refused Compose", o.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCopyable(t *testing.T) {
+	const small = MinPartSize - 1
+	for _, tc := range []struct {
+		name  string
+		sizes []int64
+		want  bool
+	}{
+		{"none", nil, false},
+		{"one small", []int64{1}, true},
+		{"one of the largest part size", []int64{MaxPartSize}, true},
+		{"one above the largest part size", []int64{MaxPartSize + 1}, false},
+		{"all but the last at least the smallest part size", []int64{MinPartSize, MaxPartSize, 1}, true},
+		{"a small one first", []int64{small, MinPartSize}, false},
+		{"a small one between", []int64{MinPartSize, small, MinPartSize}, false},
+		{"the most parts", slices.Repeat([]int64{MinPartSize}, maxParts), true},
+		{"one part too many", slices.Repeat([]int64{MinPartSize}, maxParts+1), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := copyable(tc.sizes); got != tc.want {
+				t.Errorf("copyable(%d sizes) = %v, want %v", len(tc.sizes), got, tc.want)
+			}
+		})
 	}
 }

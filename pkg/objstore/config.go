@@ -23,8 +23,9 @@ const (
 type Timeouts struct {
 	// Call bounds Stat, Delete and Ping. Zero means DefaultCallTimeout.
 	Call time.Duration
-	// Transfer bounds Put (the whole upload), Get (from the call until the reader is closed) and
-	// List (the whole listing), which move data or may page through many objects.
+	// Transfer bounds Put (the whole upload), Compose (all of it), Get (from the call until the
+	// reader is closed) and List (the whole listing), which move data or may page through many
+	// objects.
 	// Zero means DefaultTransferTimeout.
 	Transfer time.Duration
 }
@@ -72,7 +73,7 @@ func (c *Config) BindFlags(flags *flag.FlagSet) {
 	flags.DurationVar(&c.Timeouts.Call, "store-timeout", DefaultCallTimeout,
 		"Timeout of each object store metadata call (stat, delete, ping).")
 	flags.DurationVar(&c.Timeouts.Transfer, "store-transfer-timeout", DefaultTransferTimeout,
-		"Timeout of each object upload, download or listing.")
+		"Timeout of each object upload, download, compose or listing.")
 
 	flags.StringVar(&c.FSRoot, "store-fs-root", "",
 		"Root directory of the fs backend; created if missing.")

@@ -60,15 +60,48 @@ func (f *FS) path(key string) (string, error) {
 
 // Put writes r to a temporary file next to the target, syncs it and renames it over the target,
 // so readers and crashes see either the old object or the whole new one, never a partial file.
-func (f *FS) Put(ctx context.Context, key string, r io.Reader, _ PutOptions) (err error) {
+func (f *FS) Put(ctx context.Context, key string, r io.Reader, _ PutOptions) error {
 	p, err := f.path(key)
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
+	if err := write(ctx, p, newSource(ctx, r)); err != nil {
+		return fmt.Errorf("put %s: %w", f.URL(key), err)
+	}
+	return nil
+}
+
+// Compose writes the sources one after the other to a temporary file next to dst, syncs it and
+// renames it over dst, as Put does; a missing source removes the temporary file and fails the
+// call. One source file is open at a time.
+func (f *FS) Compose(ctx context.Context, dst string, srcs []string, _ PutOptions) error {
+	if err := checkCompose(dst, srcs); err != nil {
+		return fmt.Errorf("compose %s: %w", dst, err)
+	}
+	p, err := f.path(dst)
+	if err != nil {
+		return fmt.Errorf("compose %s: %w", dst, err)
+	}
+	for i, src := range srcs {
+		if _, err := f.path(src); err != nil {
+			return fmt.Errorf("compose %s: source %d: %w", dst, i, err)
+		}
+	}
+	c := &concat{open: f.open, keys: srcs}
+	defer c.Close()
+	if err := write(ctx, p, newSource(ctx, c)); err != nil {
+		return fmt.Errorf("compose %s: %w", f.URL(dst), err)
+	}
+	return nil
+}
+
+// write copies r to a temporary file in p's directory, syncs it and renames it to p. On failure
+// it removes the temporary file.
+func write(ctx context.Context, p string, r io.Reader) (err error) {
 	dir := filepath.Dir(p)
 	tmp, err := createTemp(dir)
 	if err != nil {
-		return fmt.Errorf("put %s: %w", f.URL(key), err)
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -76,29 +109,29 @@ func (f *FS) Put(ctx context.Context, key string, r io.Reader, _ PutOptions) (er
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	if _, err = io.Copy(tmp, newSource(ctx, r)); err != nil {
-		return fmt.Errorf("put %s: %w", f.URL(key), err)
+	if _, err = io.Copy(tmp, r); err != nil {
+		return err
 	}
 	// Sync before rename: otherwise a power loss can leave the renamed file empty or short.
 	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("put %s: sync: %w", f.URL(key), err)
+		return fmt.Errorf("sync: %w", err)
 	}
 	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("put %s: %w", f.URL(key), err)
+		return err
 	}
 	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("put %s: %w", f.URL(key), err)
+		return err
 	}
-	// A Put cancelled after the last byte must not store the object either.
+	// A write cancelled after the last byte must not store the object either.
 	if err = ctx.Err(); err != nil {
-		return fmt.Errorf("put %s: %w", f.URL(key), err)
+		return err
 	}
 	if err = os.Rename(tmp.Name(), p); err != nil {
-		return fmt.Errorf("put %s: %w", f.URL(key), err)
+		return err
 	}
 	// The rename is durable only once the directory entry is.
 	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("put %s: sync directory: %w", f.URL(key), err)
+		return fmt.Errorf("sync directory: %w", err)
 	}
 	return nil
 }
@@ -133,18 +166,40 @@ func (f *FS) Get(_ context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
+	file, err := openFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", f.URL(key), err)
+	}
+	return file, nil
+}
+
+// open opens the object's file, for Compose.
+func (f *FS) open(key string) (io.ReadCloser, error) {
+	p, err := f.path(key)
+	if err != nil {
+		return nil, err
+	}
+	file, err := openFile(p)
+	if err != nil {
+		return nil, err // not a nil *os.File in a non-nil io.ReadCloser
+	}
+	return file, nil
+}
+
+// openFile opens the regular file p; a missing file, or a directory, is ErrNotFound.
+func openFile(p string) (*os.File, error) {
 	file, err := os.Open(p)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", f.URL(key), notFound(err))
+		return nil, notFound(err)
 	}
 	fi, err := file.Stat()
 	if err != nil {
 		file.Close()
-		return nil, fmt.Errorf("get %s: %w", f.URL(key), err)
+		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
 		file.Close()
-		return nil, fmt.Errorf("get %s: %w", f.URL(key), ErrNotFound)
+		return nil, ErrNotFound
 	}
 	return file, nil
 }

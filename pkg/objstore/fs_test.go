@@ -88,6 +88,23 @@ func TestFSSkipsLeftoverTempFiles(t *testing.T) {
 	}
 }
 
+// TestFSComposeLeavesNoTempFile checks that a Compose failing on a missing source removes its
+// temporary file, which List would not show.
+func TestFSComposeLeavesNoTempFile(t *testing.T) {
+	root := t.TempDir()
+	s := newFS(t, root)
+	ctx := t.Context()
+	if err := s.Put(ctx, "a/seg-0", strings.NewReader("segment"), objstore.PutOptions{}); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	if err := s.Compose(ctx, "a/log", []string{"a/seg-0", "a/seg-1"}, objstore.PutOptions{}); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("Compose with a missing source: error = %v, want ErrNotFound", err)
+	}
+	if diff := cmp.Diff([]string{"a/seg-0"}, files(t, root)); diff != "" {
+		t.Errorf("files under root after a failed Compose (-want +got):\n%s", diff)
+	}
+}
+
 func TestNewFSErrors(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {

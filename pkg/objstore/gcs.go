@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/iterator"
@@ -136,6 +137,90 @@ func (g *GCS) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 		return ObjectInfo{}, fmt.Errorf("stat %s: %w", g.URL(key), gcsError(err))
 	}
 	return ObjectInfo{Key: key, Size: attrs.Size}, nil
+}
+
+// maxComposeSources is the most sources one GCS compose request takes.
+const maxComposeSources = 32
+
+// Compose has GCS compose dst from srcs, server-side. It first reads every source's metadata, to
+// report a missing source as ErrNotFound (fake-gcs-server answers a compose of a missing source
+// with a 500, which would be retried until the Transfer timeout) and to compose the generations
+// it saw, so a source overwritten meanwhile fails the call instead of mixing versions.
+//
+// A compose request takes at most 32 sources, so more are composed in rounds: each run of 32
+// into a temporary object "<dst>.compose-<n>", then those, until one request can compose dst.
+// The temporary objects are deleted before Compose returns, whether it succeeded or not (an
+// error deleting one fails the call, which may then be repeated); those a crash leaves behind are
+// overwritten and deleted by the next Compose of dst from as many sources.
+func (g *GCS) Compose(ctx context.Context, dst string, srcs []string, opts PutOptions) (err error) {
+	if err := checkCompose(dst, srcs); err != nil {
+		return fmt.Errorf("compose %s: %w", dst, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Transfer)
+	defer cancel()
+	parts := make([]*storage.ObjectHandle, len(srcs))
+	for i, src := range srcs {
+		attrs, err := g.bucket.Object(src).Attrs(ctx)
+		if err != nil {
+			return fmt.Errorf("compose %s: source %s: %w", g.URL(dst), src, gcsError(err))
+		}
+		parts[i] = g.bucket.Object(src).Generation(attrs.Generation)
+	}
+
+	var temps []*storage.ObjectHandle
+	defer func() {
+		if derr := g.deleteTemps(ctx, temps); derr != nil {
+			err = errors.Join(err, fmt.Errorf("compose %s: %w", g.URL(dst), derr))
+		}
+	}()
+	for len(parts) > maxComposeSources {
+		var next []*storage.ObjectHandle
+		for group := range slices.Chunk(parts, maxComposeSources) {
+			if len(group) == 1 {
+				next = append(next, group[0])
+				continue
+			}
+			name := fmt.Sprintf("%s.compose-%d", dst, len(temps))
+			if err := ValidateKey(name); err != nil {
+				return fmt.Errorf("compose %s: temporary object: %w", g.URL(dst), err)
+			}
+			if slices.Contains(srcs, name) {
+				return fmt.Errorf("compose %s: source %s has the name of a temporary object", g.URL(dst), name)
+			}
+			attrs, err := g.bucket.Object(name).ComposerFrom(group...).Run(ctx)
+			if err != nil {
+				return fmt.Errorf("compose %s: compose temporary object %s: %w", g.URL(dst), name, gcsError(err))
+			}
+			// Pinned, so that a concurrent Compose of dst overwriting it fails this one.
+			tmp := g.bucket.Object(name).Generation(attrs.Generation)
+			temps = append(temps, tmp)
+			next = append(next, tmp)
+		}
+		parts = next
+	}
+	c := g.bucket.Object(dst).ComposerFrom(parts...)
+	c.ContentType = opts.ContentType
+	c.ContentEncoding = opts.ContentEncoding
+	if _, err := c.Run(ctx); err != nil {
+		return fmt.Errorf("compose %s: %w", g.URL(dst), gcsError(err))
+	}
+	return nil
+}
+
+// deleteTemps deletes Compose's temporary objects, even after ctx ended.
+func (g *GCS) deleteTemps(ctx context.Context, temps []*storage.ObjectHandle) error {
+	if len(temps) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeouts.Call)
+	defer cancel()
+	var errs []error
+	for _, tmp := range temps {
+		if err := tmp.Delete(ctx); err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
+			errs = append(errs, fmt.Errorf("delete temporary object %s: %w", tmp.ObjectName(), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Delete removes the object; a missing object is not an error.

@@ -8,7 +8,8 @@ import (
 	"io"
 )
 
-// ErrNotFound is returned (wrapped) by Get and Stat when no object exists under the key.
+// ErrNotFound is returned (wrapped) by Get and Stat when no object exists under the key, and by
+// Compose when one of its sources does not exist.
 var ErrNotFound = errors.New("object not found")
 
 // PutOptions describe how an object is stored and served.
@@ -25,9 +26,10 @@ type ObjectInfo struct {
 	Size int64 // stored (possibly compressed) size in bytes
 }
 
-// Store is an object store. Every method is safe for concurrent use and idempotent: Put overwrites,
-// Delete of a missing key succeeds. A Put either stores the whole object or leaves no trace under
-// the key (backends upload to a temporary name or use the service's atomic upload).
+// Store is an object store. Every method is safe for concurrent use and idempotent: Put and Compose
+// overwrite, Delete of a missing key succeeds. A Put or Compose either stores the whole object or
+// leaves no trace under the key (backends upload to a temporary name or use the service's atomic
+// upload).
 type Store interface {
 	// Put streams r into the object key without buffering it whole.
 	Put(ctx context.Context, key string, r io.Reader, opts PutOptions) error
@@ -35,6 +37,10 @@ type Store interface {
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
 	// Stat returns the object's info.
 	Stat(ctx context.Context, key string) (ObjectInfo, error)
+	// Compose writes the concatenation of the objects srcs, in order, to dst, with opts, server-side
+	// where the service allows it. dst may not be one of srcs. Like Put, it either stores the whole
+	// object or leaves no trace under dst. The sources are left in place.
+	Compose(ctx context.Context, dst string, srcs []string, opts PutOptions) error
 	// Delete removes the object.
 	Delete(ctx context.Context, key string) error
 	// List calls fn for every object whose key starts with prefix, in lexical key order.

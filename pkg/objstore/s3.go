@@ -139,6 +139,13 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeouts.Transfer)
 	defer cancel()
+	if err := s.put(ctx, key, r, opts); err != nil {
+		return fmt.Errorf("put %s: %w", s.URL(key), err)
+	}
+	return nil
+}
+
+func (s *S3) put(ctx context.Context, key string, r io.Reader, opts PutOptions) error {
 	_, err := s.client.PutObject(ctx, s.bucket, key, newSource(ctx, r), -1, minio.PutObjectOptions{
 		ContentType:     opts.ContentType,
 		ContentEncoding: opts.ContentEncoding,
@@ -146,10 +153,142 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 		// allocates a ~528 MiB buffer per upload.
 		PartSize: s.partSize,
 	})
+	return err
+}
+
+// maxParts is the most parts an S3 multipart upload may have.
+const maxParts = 10_000
+
+// Compose first stats every source. When S3 can then assemble dst server-side (see copyable),
+// each non-empty source becomes one part of a multipart upload that the service copies
+// (UploadPartCopy), so no data passes through the client. Otherwise the sources are read in
+// order into one streaming Put, which holds one PartSize buffer whatever their number and size.
+// Either way each source is read at the version (ETag) stat saw, so a source overwritten
+// meanwhile fails the call instead of mixing versions, and the whole call is bounded by the
+// Transfer timeout.
+//
+// It does not use minio-go's ComposeObject: that stats the sources again with
+// context.Background(), beyond any timeout, ignores the destination's content type and encoding
+// unless they are passed as replacement metadata, and leaves the upload in place when completing
+// it fails.
+func (s *S3) Compose(ctx context.Context, dst string, srcs []string, opts PutOptions) error {
+	if err := checkCompose(dst, srcs); err != nil {
+		return fmt.Errorf("compose %s: %w", dst, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeouts.Transfer)
+	defer cancel()
+	var parts []s3Part // the non-empty sources: an empty one adds nothing
+	sizes := make([]int64, 0, len(srcs))
+	for _, src := range srcs {
+		info, err := s.client.StatObject(ctx, s.bucket, src, minio.StatObjectOptions{})
+		if err != nil {
+			return fmt.Errorf("compose %s: source %s: %w", s.URL(dst), src, s3Error(err))
+		}
+		if info.Size > 0 {
+			parts = append(parts, s3Part{key: src, etag: info.ETag})
+			sizes = append(sizes, info.Size)
+		}
+	}
+	var err error
+	if copyable(sizes) {
+		err = s.copyParts(ctx, dst, parts, opts)
+	} else {
+		err = s.streamParts(ctx, dst, parts, opts)
+	}
 	if err != nil {
-		return fmt.Errorf("put %s: %w", s.URL(key), err)
+		return fmt.Errorf("compose %s: %w", s.URL(dst), err)
 	}
 	return nil
+}
+
+// s3Part is a source of Compose at the version it was seen.
+type s3Part struct{ key, etag string }
+
+// copyable reports whether S3 can copy objects of these sizes, in order, as the parts of one
+// multipart upload: at least one and at most maxParts parts, each at most MaxPartSize, all but
+// the last at least MinPartSize.
+func copyable(sizes []int64) bool {
+	if len(sizes) == 0 || len(sizes) > maxParts {
+		return false
+	}
+	for i, size := range sizes {
+		if size > MaxPartSize || (size < MinPartSize && i < len(sizes)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// copyParts has S3 copy parts, in order, into a multipart upload of dst. A failed or cancelled
+// copy aborts the upload, so nothing appears under dst.
+func (s *S3) copyParts(ctx context.Context, dst string, parts []s3Part, opts PutOptions) (err error) {
+	core := minio.Core{Client: s.client}
+	id, err := core.NewMultipartUpload(ctx, s.bucket, dst, minio.PutObjectOptions{
+		ContentType:     opts.ContentType,
+		ContentEncoding: opts.ContentEncoding,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// Abort even after ctx ended, which is when a cancelled or timed-out Compose gets here.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeouts.Call)
+			defer cancel()
+			if aerr := core.AbortMultipartUpload(ctx, s.bucket, dst, id); aerr != nil {
+				err = errors.Join(err, fmt.Errorf("abort upload: %w", aerr))
+			}
+		}
+	}()
+	completed := make([]minio.CompletePart, 0, len(parts))
+	for i, part := range parts {
+		// Only the version whose size copyable checked.
+		var cond map[string]string
+		if part.etag != "" {
+			cond = map[string]string{"x-amz-copy-source-if-match": `"` + part.etag + `"`}
+		}
+		cp, err := core.CopyObjectPart(ctx, s.bucket, part.key, s.bucket, dst, id, i+1, 0, -1, cond) // -1: whole object
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", part.key, s3Error(err))
+		}
+		completed = append(completed, cp)
+	}
+	_, err = core.CompleteMultipartUpload(ctx, s.bucket, dst, id, completed, minio.PutObjectOptions{})
+	return err
+}
+
+// streamParts reads parts, in order, into one Put of dst.
+func (s *S3) streamParts(ctx context.Context, dst string, parts []s3Part, opts PutOptions) error {
+	etags := make(map[string]string, len(parts))
+	keys := make([]string, len(parts))
+	for i, part := range parts {
+		etags[part.key], keys[i] = part.etag, part.key
+	}
+	c := &concat{keys: keys, open: func(key string) (io.ReadCloser, error) {
+		return s.open(ctx, key, etags[key])
+	}}
+	defer c.Close()
+	return s.put(ctx, dst, c, opts)
+}
+
+// open opens the object at version etag (any version if etag is empty).
+func (s *S3) open(ctx context.Context, key, etag string) (io.ReadCloser, error) {
+	var opts minio.GetObjectOptions
+	if etag != "" {
+		if err := opts.SetMatchETag(etag); err != nil {
+			return nil, err
+		}
+	}
+	obj, err := s.client.GetObject(ctx, s.bucket, key, opts)
+	if err != nil {
+		return nil, s3Error(err)
+	}
+	// GetObject is lazy; Stat sends the request so a missing key fails here, not on first Read.
+	if _, err := obj.Stat(); err != nil {
+		obj.Close()
+		return nil, s3Error(err)
+	}
+	return obj, nil
 }
 
 // Get opens the object. The stored bytes are returned as they are, even with ContentEncoding gzip.

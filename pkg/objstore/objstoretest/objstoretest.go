@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/jobvault/jobvault/pkg/objstore"
 )
@@ -28,9 +30,20 @@ import (
 // PartSize MinPartSize and a ChunkSize of a few MiB to exercise multi-part uploads.
 const LargeObjectSize = 12<<20 + 4321
 
+// MetadataStore is a Store that also reports the content type and encoding stored with an object.
+// The Store interface cannot read them back (nothing in the archive needs to), so harnesses of
+// backends that keep them wrap the store to read them through the service's own API; the suite
+// then checks that Compose sets them. Stores without it (the filesystem keeps neither) skip that
+// check.
+type MetadataStore interface {
+	objstore.Store
+	Metadata(ctx context.Context, key string) (objstore.PutOptions, error)
+}
+
 // Run runs the conformance suite. newStore is called once per subtest and must return an empty
-// store, cleaned up through t.Cleanup. Subtests do not run in parallel, so newStore may call
-// t.Setenv (as the GCS emulator needs).
+// store, cleaned up through t.Cleanup; a MetadataStore also has its stored content types and
+// encodings checked. Subtests do not run in parallel, so newStore may call t.Setenv (as the GCS
+// emulator needs).
 func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 	t.Helper()
 	for _, tc := range []struct {
@@ -51,6 +64,12 @@ func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		{"ConcurrentOverwrites", testConcurrentOverwrites},
 		{"CancelledPutStoresNothing", testCancelledPut},
 		{"FailedSourceStoresNothing", testFailedSource},
+		{"Compose", testCompose},
+		{"ComposeLargeSources", testComposeLarge},
+		{"ComposeManySources", testComposeMany},
+		{"ComposeGzipMembers", testComposeGzipMembers},
+		{"ComposeMissingSourceStoresNothing", testComposeMissingSource},
+		{"ComposeRefusesBadArguments", testComposeRefused},
 		{"URL", testURL},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, newStore(t)) })
@@ -288,6 +307,12 @@ func testInvalidKeys(t *testing.T, s objstore.Store) {
 			if err := s.Delete(ctx, key); !errors.Is(err, objstore.ErrInvalidKey) {
 				t.Errorf("Delete error = %v, want ErrInvalidKey", err)
 			}
+			if err := s.Compose(ctx, key, []string{"src"}, objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Errorf("Compose to it: error = %v, want ErrInvalidKey", err)
+			}
+			if err := s.Compose(ctx, "dst", []string{"src", key}, objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Errorf("Compose from it: error = %v, want ErrInvalidKey", err)
+			}
 		})
 	}
 	if got := list(t, s, ""); len(got) != 0 {
@@ -411,6 +436,229 @@ func testFailedSource(t *testing.T, s objstore.Store) {
 	}
 }
 
+// testCompose checks that Compose concatenates small sources byte for byte, in order, including
+// empty and repeated ones, over an existing object too, and leaves the sources in place. S3
+// composes sources this small through the client.
+func testCompose(t *testing.T, s objstore.Store) {
+	sources := map[string][]byte{
+		"seg/0": []byte("first segment\n"),
+		"seg/1": {},
+		"seg/2": randomBytes(3, 100_000),
+		"seg/3": []byte("last segment\n"),
+	}
+	for key, data := range sources {
+		put(t, s, key, data)
+	}
+	want := slices.Collect(maps.Keys(sources))
+	for _, tc := range []struct {
+		name string
+		srcs []string
+		old  []byte // stored under the destination before; nil: none
+	}{
+		{name: "several with an empty one", srcs: []string{"seg/0", "seg/1", "seg/2", "seg/3"}},
+		{name: "a source twice", srcs: []string{"seg/3", "seg/0", "seg/3"}},
+		{name: "one source", srcs: []string{"seg/2"}},
+		{name: "only empty sources", srcs: []string{"seg/1", "seg/1"}},
+		{name: "over an existing object", srcs: []string{"seg/3", "seg/0"}, old: randomBytes(4, 1000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := "out/" + strings.ReplaceAll(tc.name, " ", "-")
+			want = append(want, dst)
+			if tc.old != nil {
+				put(t, s, dst, tc.old)
+			}
+			compose(t, s, dst, tc.srcs, objstore.PutOptions{})
+			var content []byte
+			for _, src := range tc.srcs {
+				content = append(content, sources[src]...)
+			}
+			assertContent(t, s, dst, content)
+		})
+	}
+	for key, data := range sources {
+		assertContent(t, s, key, data)
+	}
+	assertKeys(t, s, "", want)
+}
+
+// testComposeLarge composes sources of S3's minimum part size (5 MiB), which S3 copies
+// server-side as the parts of a multipart upload, and large sources after a small one, which it
+// streams through the client. No case exceeds LargeObjectSize.
+func testComposeLarge(t *testing.T, s objstore.Store) {
+	const minPart = objstore.MinPartSize
+	for i, tc := range []struct {
+		name  string
+		sizes []int
+	}{
+		{"each but the last at least 5 MiB", []int{minPart, minPart + 1, LargeObjectSize - 2*minPart - 1}},
+		{"empty sources between and after", []int{minPart, 0, minPart, 0}},
+		{"a small source first", []int{4321, minPart, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := fmt.Sprintf("large-%d/", i)
+			var srcs []string
+			var content []byte
+			for j, size := range tc.sizes {
+				key := fmt.Sprintf("%sseg-%d", dir, j)
+				data := randomBytes(uint64(100*i+j), size)
+				put(t, s, key, data)
+				srcs = append(srcs, key)
+				content = append(content, data...)
+			}
+			compose(t, s, dir+"composed", srcs, objstore.PutOptions{ContentType: "application/octet-stream"})
+			assertContent(t, s, dir+"composed", content)
+		})
+	}
+}
+
+// testComposeMany composes more sources than one GCS compose request takes (32), so GCS composes
+// in rounds through temporary objects, which must be gone afterwards.
+func testComposeMany(t *testing.T, s objstore.Store) {
+	const n, dst = 2*32 + 1, "many.log" // two runs of 32, and one source left over
+	var srcs []string
+	var content []byte
+	for i := range n {
+		key := fmt.Sprintf("many/seg-%03d", i)
+		data := fmt.Appendf(nil, "segment %d\n", i)
+		put(t, s, key, data)
+		srcs = append(srcs, key)
+		content = append(content, data...)
+	}
+	compose(t, s, dst, srcs, objstore.PutOptions{ContentType: "text/plain; charset=utf-8"})
+	assertContent(t, s, dst, content)
+	assertKeys(t, s, "", append(srcs, dst))
+}
+
+// testComposeGzipMembers composes gzip members, as live log capture stores each segment of a log,
+// with the content type and encoding of a compressed log: the object reads back as the members'
+// bytes, undecoded, decompresses as one stream to the segments' text, and carries the type and
+// encoding (checked where the store reports them). S3 composes the small members through the
+// client and those of at least 5 MiB server-side.
+func testComposeGzipMembers(t *testing.T, s objstore.Store) {
+	opts := objstore.PutOptions{ContentType: "text/plain; charset=utf-8", ContentEncoding: "gzip"}
+	for i, tc := range []struct {
+		name  string
+		texts [][]byte
+	}{
+		{"small members", [][]byte{logLines("first", 2000), {}, logLines("second", 3)}},
+		// Incompressible text, so each member but the last stays above 5 MiB.
+		{"members of at least 5 MiB", [][]byte{randomBytes(11, objstore.MinPartSize), randomBytes(12, objstore.MinPartSize), logLines("last", 3)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := fmt.Sprintf("gzip-%d/", i)
+			var srcs []string
+			var stored, text []byte
+			for j, segment := range tc.texts {
+				key := fmt.Sprintf("%ssegment-%d.log.gz", dir, j)
+				member := gzipped(t, segment)
+				if err := s.Put(t.Context(), key, bytes.NewReader(member), opts); err != nil {
+					t.Fatalf("Put(%q): %v", key, err)
+				}
+				srcs = append(srcs, key)
+				stored = append(stored, member...)
+				text = append(text, segment...)
+			}
+			dst := dir + "main.log.gz"
+			compose(t, s, dst, srcs, opts)
+			assertContent(t, s, dst, stored)
+
+			zr, err := gzip.NewReader(bytes.NewReader(get(t, s, dst))) // multistream: every member
+			if err != nil {
+				t.Fatalf("gzip header of %s: %v", dst, err)
+			}
+			got, err := io.ReadAll(zr)
+			if err != nil {
+				t.Fatalf("decompress %s: %v", dst, err)
+			}
+			if !bytes.Equal(got, text) {
+				t.Errorf("%s decompresses to %d bytes (sha256 %x), want the segments' %d bytes (sha256 %x)",
+					dst, len(got), sha256.Sum256(got), len(text), sha256.Sum256(text))
+			}
+
+			ms, ok := s.(MetadataStore)
+			if !ok {
+				t.Log("store reports no content type or encoding; not checked")
+				return
+			}
+			md, err := ms.Metadata(t.Context(), dst)
+			if err != nil {
+				t.Fatalf("Metadata(%q): %v", dst, err)
+			}
+			if diff := cmp.Diff(opts, md); diff != "" {
+				t.Errorf("content type and encoding of %s (-want +got):\n%s", dst, diff)
+			}
+		})
+	}
+}
+
+// testComposeMissingSource composes a list with a missing source past the first run of 32: the
+// call must fail with ErrNotFound and leave the destination as it was, with no temporary object.
+func testComposeMissingSource(t *testing.T, s objstore.Store) {
+	var srcs []string
+	for i := range 40 {
+		key := fmt.Sprintf("m/seg-%02d", i)
+		srcs = append(srcs, key)
+		if i != 35 {
+			put(t, s, key, []byte(key))
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		old  []byte // stored under the destination before; nil: none
+	}{
+		{"new key", nil},
+		{"existing key", []byte("the old version survives")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := "out/" + strings.ReplaceAll(tc.name, " ", "-")
+			var want []string
+			if tc.old != nil {
+				put(t, s, dst, tc.old)
+				want = []string{dst}
+			}
+			err := s.Compose(t.Context(), dst, srcs, objstore.PutOptions{})
+			if !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("Compose with a missing source: error = %v, want ErrNotFound", err)
+			}
+			t.Logf("Compose error (expected): %v", err)
+			if tc.old != nil {
+				assertContent(t, s, dst, tc.old)
+			} else if _, err := s.Stat(t.Context(), dst); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("Stat(%q) after failed Compose: error = %v, want ErrNotFound", dst, err)
+			}
+			assertKeys(t, s, dst, want) // nor any temporary object named after it
+		})
+	}
+}
+
+// testComposeRefused checks the arguments no backend takes, which must change nothing: no
+// sources, and the destination among the sources.
+func testComposeRefused(t *testing.T, s objstore.Store) {
+	put(t, s, "r/a", []byte("a"))
+	put(t, s, "r/b", []byte("b"))
+	for _, tc := range []struct {
+		name string
+		dst  string
+		srcs []string
+	}{
+		{"nil sources", "r/out", nil},
+		{"no sources", "r/out", []string{}},
+		{"destination last source", "r/a", []string{"r/b", "r/a"}},
+		{"destination only source", "r/a", []string{"r/a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := s.Compose(t.Context(), tc.dst, tc.srcs, objstore.PutOptions{})
+			if err == nil {
+				t.Fatalf("Compose(%q, %q) succeeded, want an error", tc.dst, tc.srcs)
+			}
+			t.Logf("Compose error (expected): %v", err)
+		})
+	}
+	assertContent(t, s, "r/a", []byte("a"))
+	assertContent(t, s, "r/b", []byte("b"))
+	assertKeys(t, s, "", []string{"r/a", "r/b"})
+}
+
 func testURL(t *testing.T, s objstore.Store) {
 	const key = "ns/job/pods/main.log.gz"
 	u := s.URL(key)
@@ -423,6 +671,13 @@ func put(t *testing.T, s objstore.Store, key string, data []byte) {
 	t.Helper()
 	if err := s.Put(t.Context(), key, bytes.NewReader(data), objstore.PutOptions{}); err != nil {
 		t.Fatalf("Put(%q): %v", key, err)
+	}
+}
+
+func compose(t *testing.T, s objstore.Store, dst string, srcs []string, opts objstore.PutOptions) {
+	t.Helper()
+	if err := s.Compose(t.Context(), dst, srcs, opts); err != nil {
+		t.Fatalf("Compose(%q, %d sources): %v", dst, len(srcs), err)
 	}
 }
 
@@ -472,6 +727,18 @@ func assertSize(t *testing.T, s objstore.Store, key string, want int64) {
 	}
 }
 
+// assertKeys checks that the keys under prefix are want, in any order.
+func assertKeys(t *testing.T, s objstore.Store, prefix string, want []string) {
+	t.Helper()
+	var got []string
+	for _, o := range list(t, s, prefix) {
+		got = append(got, o.Key)
+	}
+	if diff := cmp.Diff(slices.Sorted(slices.Values(want)), got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("keys under %q (-want +got):\n%s", prefix, diff)
+	}
+}
+
 // assertAbsentOr checks that key holds old, or no object at all when old is nil, and that no
 // other object appeared.
 func assertAbsentOr(t *testing.T, s objstore.Store, key string, old []byte) {
@@ -501,4 +768,30 @@ func fill(rng *rand.Rand, b []byte) {
 	for i := range b {
 		b[i] = byte(rng.Uint32())
 	}
+}
+
+// logLines returns n numbered log lines starting with word.
+func logLines(word string, n int) []byte {
+	var b []byte
+	for i := range n {
+		b = fmt.Appendf(b, "%s line %d of a container's log\n", word, i)
+	}
+	return b
+}
+
+// gzipped returns b compressed as one gzip member.
+func gzipped(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

@@ -1,0 +1,72 @@
+package objstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// checkCompose reports why Compose may not write srcs to dst on any backend: an invalid key, no
+// source at all, or dst among the sources (a service would read the object it is replacing).
+func checkCompose(dst string, srcs []string) error {
+	if err := ValidateKey(dst); err != nil {
+		return err
+	}
+	if len(srcs) == 0 {
+		return errors.New("no source objects")
+	}
+	for i, src := range srcs {
+		if err := ValidateKey(src); err != nil {
+			return fmt.Errorf("source %d: %w", i, err)
+		}
+		if src == dst {
+			return fmt.Errorf("the destination is also source %d", i)
+		}
+	}
+	return nil
+}
+
+// concat reads the objects keys one after the other, as one stream. It opens each object only
+// when the previous one is exhausted, so at most one is open; Close closes that one.
+type concat struct {
+	open func(key string) (io.ReadCloser, error)
+	keys []string // still to open
+	key  string   // of cur
+	cur  io.ReadCloser
+}
+
+func (c *concat) Read(p []byte) (int, error) {
+	for {
+		if c.cur == nil {
+			if len(c.keys) == 0 {
+				return 0, io.EOF
+			}
+			rc, err := c.open(c.keys[0])
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", c.keys[0], err)
+			}
+			c.key, c.cur, c.keys = c.keys[0], rc, c.keys[1:]
+		}
+		n, err := c.cur.Read(p)
+		if err == io.EOF {
+			err = c.cur.Close()
+			c.cur = nil
+			if err == nil && n == 0 {
+				continue // next object, without handing the caller an empty read
+			}
+		}
+		if err != nil {
+			return n, fmt.Errorf("%s: %w", c.key, err)
+		}
+		return n, nil
+	}
+}
+
+func (c *concat) Close() error {
+	if c.cur == nil {
+		return nil
+	}
+	err := c.cur.Close()
+	c.cur = nil
+	return err
+}
