@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/gzip"
-
+	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
@@ -207,19 +206,11 @@ func (r *rig) check(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := r.store.Get(t.Context(), a.Key)
-	if err != nil {
+	var buf bytes.Buffer
+	if err := inspect.Cat(t.Context(), r.store, a.Key, &buf); err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
-	zr, err := gzip.NewReader(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := buf.Bytes()
 	sum := sha256.Sum256(got)
 	if !bytes.Equal(got, r.want.Bytes()) || a.Bytes != int64(len(got)) || a.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Errorf("assembled %d bytes (recorded %d, sha256 %s), want the %d bytes written:\ngot  %q\nwant %q",
