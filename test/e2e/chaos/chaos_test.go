@@ -1,4 +1,4 @@
-package e2e
+package chaos
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -36,9 +37,9 @@ func TestBackendOutages(t *testing.T) {
 	for _, name := range []string{"minio", "postgres"} {
 		o := outages[name]
 		t.Run(name, func(t *testing.T) {
-			s := newRig(t, objstore.BackendS3)
-			job := testbed.Job(s.ns, "outage").Task("worker", 2, []string{"main"}).Obj()
-			want := podLogs(t, s.env, s.ns, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
+			s := stack.NewRig(t, objstore.BackendS3)
+			job := testbed.Job(s.NS, "outage").Task("worker", 2, []string{"main"}).Obj()
+			want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
 			o.stop(t)
 			up := false
 			t.Cleanup(func() {
@@ -46,14 +47,14 @@ func TestBackendOutages(t *testing.T) {
 					o.start(t)
 				}
 			})
-			createAs(t, s.env, "henry", job)
-			j := waitPhase(t, s.env, job, batchv1alpha1.Completed, 2*time.Minute)
+			stack.CreateAs(t, s.Env, "henry", job)
+			j := stack.WaitPhase(t, s.Env, job, batchv1alpha1.Completed, 2*time.Minute)
 			time.Sleep(5 * time.Second) // the archiver retries meanwhile
 			assertHeld(t, s, j)
 			o.start(t)
 			up = true
-			j = s.waitArchived(t, j, 3*time.Minute)
-			if logs := checkJobArchive(t, s, j, want); len(logs) != 2 {
+			j = s.WaitArchived(t, j, 3*time.Minute)
+			if logs := s.CheckJobArchive(t, j, want); len(logs) != 2 {
 				t.Errorf("%d log rows, want 2", len(logs))
 			}
 		})
@@ -61,9 +62,9 @@ func TestBackendOutages(t *testing.T) {
 }
 
 // assertHeld checks that the job and its pods still hold their finalizers.
-func assertHeld(t *testing.T, s *rig, job *batchv1alpha1.Job) {
+func assertHeld(t *testing.T, s *stack.Rig, job *batchv1alpha1.Job) {
 	t.Helper()
-	j := getJob(t, s.env, job)
+	j := stack.GetJob(t, s.Env, job)
 	if !controllerutil.ContainsFinalizer(j, tracking.JobFinalizer) {
 		t.Fatalf("job released while a backend was down")
 	}
@@ -81,22 +82,22 @@ func assertHeld(t *testing.T, s *rig, job *batchv1alpha1.Job) {
 // Case 7: the archiver is killed (SIGKILL) in the middle of an upload and restarted: the archive
 // completes, without duplicate rows and without objects under other keys.
 func TestArchiverKilledMidUpload(t *testing.T) {
-	s := newRig(t, objstore.BackendS3)
-	job := testbed.Job(s.ns, "killed").Task("worker", 1, []string{"main"}).Obj()
+	s := stack.NewRig(t, objstore.BackendS3)
+	job := testbed.Job(s.NS, "killed").Task("worker", 1, []string{"main"}).Obj()
 	pod := testbed.PodName(job.Name, "worker", 0)
 	// Large enough that the upload takes seconds (16 MiB parts: many of them).
 	line := strings.Repeat("the quick brown fox jumps over the lazy dog ", 20) + "\n"
 	big := bytes.Repeat([]byte(line), (256<<20)/len(line))
 	want := map[string]map[string]testbed.ContainerLogs{pod: {"main": {Current: []testbed.Chunk{{Stream: "stdout", Data: big}}}}}
-	s.env.SetPodLogs(t, s.ns, pod, want[pod])
+	s.Env.SetPodLogs(t, s.NS, pod, want[pod])
 
 	m := testbed.MinIOInstance(t)
 	mc, err := m.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket := argValue(s.Args, "--store-s3-bucket=")
-	createAs(t, s.env, "ivan", job)
+	bucket := stack.ArgValue(s.Args, "--store-s3-bucket=")
+	stack.CreateAs(t, s.Env, "ivan", job)
 
 	// Kill the archiver as soon as a multipart upload is in flight.
 	deadline := time.Now().Add(2 * time.Minute)
@@ -110,18 +111,18 @@ func TestArchiverKilledMidUpload(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.Proc.Kill()
-	if j := getJob(t, s.env, job); !controllerutil.ContainsFinalizer(j, tracking.JobFinalizer) {
+	if j := stack.GetJob(t, s.Env, job); !controllerutil.ContainsFinalizer(j, tracking.JobFinalizer) {
 		t.Fatalf("job released although its upload was killed")
 	}
 	s.Start(t)
-	j := s.waitArchived(t, job, 3*time.Minute)
-	logs := checkJobArchive(t, s, j, want)
+	j := s.WaitArchived(t, job, 3*time.Minute)
+	logs := s.CheckJobArchive(t, j, want)
 	if len(logs) != 1 {
 		t.Errorf("%d log rows, want 1", len(logs))
 	}
 	// Every object under the job's prefix is one the database and manifest name.
 	var keys []string
-	if err := s.store.List(t.Context(), "archive/", func(o objstore.ObjectInfo) error {
+	if err := s.Store.List(t.Context(), "archive/", func(o objstore.ObjectInfo) error {
 		keys = append(keys, o.Key)
 		return nil
 	}); err != nil {
@@ -148,19 +149,10 @@ func inFlight(ctx context.Context, mc *minio.Client, bucket string) bool {
 	return false
 }
 
-func argValue(args []string, prefix string) string {
-	for _, a := range args {
-		if strings.HasPrefix(a, prefix) {
-			return strings.TrimPrefix(a, prefix)
-		}
-	}
-	return ""
-}
-
-func jobPods(t *testing.T, s *rig, job *batchv1alpha1.Job) []corev1.Pod {
+func jobPods(t *testing.T, s *stack.Rig, job *batchv1alpha1.Job) []corev1.Pod {
 	t.Helper()
 	var pods corev1.PodList
-	if err := s.env.Client.List(t.Context(), &pods, client.InNamespace(job.Namespace)); err != nil {
+	if err := s.Env.Client.List(t.Context(), &pods, client.InNamespace(job.Namespace)); err != nil {
 		t.Fatal(err)
 	}
 	return pods.Items

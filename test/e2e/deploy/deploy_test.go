@@ -1,4 +1,4 @@
-package e2e
+package deploy
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ var clusterScoped = []string{"Namespace", "ClusterRole", "ClusterRoleBinding", "
 
 func configDir(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "config"))
+	dir, err := filepath.Abs(filepath.Join(testbed.ModuleRoot(), "config"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package e2e
+package db
 
 import (
 	"context"
@@ -23,11 +23,9 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
-
-// The database conformance suite: every case runs against a real Postgres from the testbed, each in
-// a fresh empty database.
 
 // t0 has microsecond precision, as Postgres stores it, so values round-trip exactly.
 var t0 = time.Date(2025, 3, 4, 5, 6, 7, 123456000, time.UTC)
@@ -35,18 +33,6 @@ var t0 = time.Date(2025, 3, 4, 5, 6, 7, 123456000, time.UTC)
 func at(d time.Duration) time.Time { return t0.Add(d) }
 
 func ptr[T any](v T) *T { return &v }
-
-// openDB opens a migrated store on a fresh database and returns it with the database's DSN.
-func openDB(t *testing.T) (*db.DB, string) {
-	t.Helper()
-	dsn := testbed.Postgres(t)
-	store, err := db.Open(t.Context(), dsn, db.Options{Migrate: true})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
-	return store, dsn
-}
 
 // rawDB is a plain connection for asserting on the schema and the views.
 func rawDB(t *testing.T, dsn string) *sql.DB {
@@ -113,16 +99,16 @@ func storedLog(podUID, container, instance string) db.LogObject {
 		SHA256: strings.Repeat("ab", 32), State: db.LogStored}
 }
 
-func mustUpsertJob(t *testing.T, store *db.DB, j db.Job) {
+func mustUpsertJob(t *testing.T, records *db.DB, j db.Job) {
 	t.Helper()
-	if err := store.UpsertJob(t.Context(), j); err != nil {
+	if err := records.UpsertJob(t.Context(), j); err != nil {
 		t.Fatalf("UpsertJob(%s): %v", j.UID, err)
 	}
 }
 
-func mustJob(t *testing.T, store *db.DB, uid string) db.Job {
+func mustJob(t *testing.T, records *db.DB, uid string) db.Job {
 	t.Helper()
-	j, err := store.Job(t.Context(), uid)
+	j, err := records.Job(t.Context(), uid)
 	if err != nil {
 		t.Fatalf("Job(%s): %v", uid, err)
 	}
@@ -136,12 +122,12 @@ func TestDBMigrations(t *testing.T) {
 	dsn := testbed.Postgres(t)
 	c := rawDB(t, dsn)
 
-	store, err := db.Open(ctx, dsn, db.Options{Migrate: true})
+	records, err := db.Open(ctx, dsn, db.Options{Migrate: true})
 	if err != nil {
 		t.Fatalf("Open with Migrate: %v", err)
 	}
-	defer store.Close()
-	assertVersion(t, store, db.LatestVersion)
+	defer records.Close()
+	assertVersion(t, records, db.LatestVersion)
 	// The migration lock is released, not parked on a pooled connection.
 	if n := queryInt(t, c, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
 WHERE l.locktype = 'advisory' AND d.datname = current_database()`); n != 0 {
@@ -155,8 +141,8 @@ WHERE l.locktype = 'advisory' AND d.datname = current_database()`); n != 0 {
 	}
 
 	// Re-applying is a no-op: same version, data untouched.
-	mustUpsertJob(t, store, newJob("u1").build())
-	if err := store.Migrate(ctx); err != nil {
+	mustUpsertJob(t, records, newJob("u1").build())
+	if err := records.Migrate(ctx); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
 	again, err := db.Open(ctx, dsn, db.Options{Migrate: true})
@@ -164,16 +150,16 @@ WHERE l.locktype = 'advisory' AND d.datname = current_database()`); n != 0 {
 		t.Fatalf("second Open with Migrate: %v", err)
 	}
 	again.Close()
-	assertVersion(t, store, db.LatestVersion)
+	assertVersion(t, records, db.LatestVersion)
 	if n := queryInt(t, c, `SELECT count(*) FROM jobs`); n != 1 {
 		t.Errorf("jobs after re-migrating = %d, want 1", n)
 	}
 
 	// Down removes every jobvault object; up again restores a working schema.
-	if err := store.MigrateDown(ctx); err != nil {
+	if err := records.MigrateDown(ctx); err != nil {
 		t.Fatalf("MigrateDown: %v", err)
 	}
-	assertVersion(t, store, 0)
+	assertVersion(t, records, 0)
 	left := queryInt(t, c, `
 SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'S') AND c.relname <> 'schema_migrations')
@@ -182,16 +168,16 @@ SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relname
 	if left != 0 {
 		t.Errorf("%d tables, views, sequences or functions left after MigrateDown", left)
 	}
-	if err := store.Migrate(ctx); err != nil {
+	if err := records.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate after down: %v", err)
 	}
-	assertVersion(t, store, db.LatestVersion)
-	mustUpsertJob(t, store, newJob("u1").build())
+	assertVersion(t, records, db.LatestVersion)
+	mustUpsertJob(t, records, newJob("u1").build())
 }
 
 // TestDBLatestVersion keeps db.LatestVersion in step with the migration files.
 func TestDBLatestVersion(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "pkg", "db", "migrations", "*.up.sql"))
+	files, err := filepath.Glob(filepath.Join(testbed.ModuleRoot(), "pkg", "db", "migrations", "*.up.sql"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no migrations found: %v", err)
 	}
@@ -211,9 +197,9 @@ func TestDBLatestVersion(t *testing.T) {
 	}
 }
 
-func assertVersion(t *testing.T, store *db.DB, want uint) {
+func assertVersion(t *testing.T, records *db.DB, want uint) {
 	t.Helper()
-	v, dirty, err := store.Version(t.Context())
+	v, dirty, err := records.Version(t.Context())
 	if err != nil {
 		t.Fatalf("Version: %v", err)
 	}
@@ -236,9 +222,9 @@ func TestDBConcurrentMigrate(t *testing.T) {
 	for i := range replicas {
 		wg.Go(func() {
 			<-start
-			store, err := db.Open(ctx, dsn, db.Options{Migrate: true, MaxOpenConns: 2})
+			records, err := db.Open(ctx, dsn, db.Options{Migrate: true, MaxOpenConns: 2})
 			if err == nil {
-				err = store.Close()
+				err = records.Close()
 			}
 			errs[i] = err
 		})
@@ -279,20 +265,20 @@ func TestDBMigrateWaitsForLockWithContext(t *testing.T) {
 
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if store, err := db.Open(short, dsn, db.Options{Migrate: true}); err == nil {
-		store.Close()
+	if records, err := db.Open(short, dsn, db.Options{Migrate: true}); err == nil {
+		records.Close()
 		t.Fatal("Open with Migrate succeeded while another session held the migration lock")
 	}
 
 	if _, err := holder.ExecContext(ctx, `SELECT pg_advisory_unlock($1::bigint)`, lockID); err != nil {
 		t.Fatal(err)
 	}
-	store, err := db.Open(ctx, dsn, db.Options{Migrate: true})
+	records, err := db.Open(ctx, dsn, db.Options{Migrate: true})
 	if err != nil {
 		t.Fatalf("Open with Migrate after the lock was released: %v", err)
 	}
-	defer store.Close()
-	assertVersion(t, store, db.LatestVersion)
+	defer records.Close()
+	assertVersion(t, records, db.LatestVersion)
 }
 
 func TestDBOpenRejectsBadInput(t *testing.T) {
@@ -313,13 +299,13 @@ func TestDBOpenRejectsBadInput(t *testing.T) {
 
 func TestDBUpsertJobIdempotent(t *testing.T) {
 	ctx := t.Context()
-	store, dsn := openDB(t)
+	records, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
 
 	want := newJob("u1").submitter("alice", "dev", "system:authenticated").retries(1).build()
 	want.Annotations = map[string]string{tracking.SubmitterAnnotation: "alice"}
-	mustUpsertJob(t, store, want)
-	first := mustJob(t, store, "u1")
+	mustUpsertJob(t, records, want)
+	first := mustJob(t, records, "u1")
 	want.ArchiveState = db.ArchivePending
 	if diff := cmp.Diff(want, first, ignoreDBStamps); diff != "" {
 		t.Errorf("Job after upsert (-want +got):\n%s", diff)
@@ -334,8 +320,8 @@ func TestDBUpsertJobIdempotent(t *testing.T) {
 		return x
 	}
 	before := xmin()
-	mustUpsertJob(t, store, want)
-	if diff := cmp.Diff(first, mustJob(t, store, "u1")); diff != "" {
+	mustUpsertJob(t, records, want)
+	if diff := cmp.Diff(first, mustJob(t, records, "u1")); diff != "" {
 		t.Errorf("Job after repeated upsert (-first +again):\n%s", diff)
 	}
 	if after := xmin(); after != before {
@@ -350,8 +336,8 @@ func TestDBUpsertJobIdempotent(t *testing.T) {
 	update := newJob("u1").phase("Running").build()
 	update.Submitter, update.SubmitterGroups = "mallory", []string{"evil"}
 	update.Queue, update.Spec = "", nil
-	mustUpsertJob(t, store, update)
-	got := mustJob(t, store, "u1")
+	mustUpsertJob(t, records, update)
+	got := mustJob(t, records, "u1")
 	if got.Submitter != "alice" || !slices.Equal(got.SubmitterGroups, []string{"dev", "system:authenticated"}) || got.AdmittedAt == nil {
 		t.Errorf("submitter after update = %q %v %v, want alice's, recorded first", got.Submitter, got.SubmitterGroups, got.AdmittedAt)
 	}
@@ -366,78 +352,78 @@ func TestDBUpsertJobIdempotent(t *testing.T) {
 	}
 
 	// A job with no submitter (admitted while the webhook was down) gets one later, once.
-	mustUpsertJob(t, store, newJob("u2").build())
-	if got := mustJob(t, store, "u2"); got.Submitter != "" || got.SubmitterGroups != nil || got.AdmittedAt != nil {
+	mustUpsertJob(t, records, newJob("u2").build())
+	if got := mustJob(t, records, "u2"); got.Submitter != "" || got.SubmitterGroups != nil || got.AdmittedAt != nil {
 		t.Errorf("unknown submitter recorded as %q %v %v", got.Submitter, got.SubmitterGroups, got.AdmittedAt)
 	}
-	mustUpsertJob(t, store, newJob("u2").submitter("bob").build())
-	if got := mustJob(t, store, "u2"); got.Submitter != "bob" {
+	mustUpsertJob(t, records, newJob("u2").submitter("bob").build())
+	if got := mustJob(t, records, "u2"); got.Submitter != "bob" {
 		t.Errorf("submitter = %q, want bob", got.Submitter)
 	}
 }
 
 func TestDBJobPhaseAndArchiveOnlyMoveForward(t *testing.T) {
 	ctx := t.Context()
-	store, _ := openDB(t)
+	records, _ := stack.OpenRecords(t)
 
 	done := newJob("u1").phase("Completed").finished(at(time.Hour)).build()
-	mustUpsertJob(t, store, done)
+	mustUpsertJob(t, records, done)
 	// A stale cache replays Running: phase, status and finish time stay.
-	mustUpsertJob(t, store, newJob("u1").phase("Running").build())
-	got := mustJob(t, store, "u1")
+	mustUpsertJob(t, records, newJob("u1").phase("Running").build())
+	got := mustJob(t, records, "u1")
 	if got.Phase != "Completed" || got.FinishedAt == nil || string(got.Status) != `{"state": {"phase": "Completed"}}` {
 		t.Errorf("after stale Running: phase %s, finished %v, status %s; want Completed kept", got.Phase, got.FinishedAt, got.Status)
 	}
 
 	// Aborted is not terminal: Volcano may resume the job.
-	mustUpsertJob(t, store, newJob("u2").phase("Aborted").build())
-	mustUpsertJob(t, store, newJob("u2").phase("Running").build())
-	if got := mustJob(t, store, "u2"); got.Phase != "Running" {
+	mustUpsertJob(t, records, newJob("u2").phase("Aborted").build())
+	mustUpsertJob(t, records, newJob("u2").phase("Running").build())
+	if got := mustJob(t, records, "u2"); got.Phase != "Running" {
 		t.Errorf("Aborted then Running: phase %s, want Running", got.Phase)
 	}
 
-	if err := store.MarkJobArchived(ctx, "u1", "s3://bucket/team-a/job-u1/u1/", at(2*time.Hour), ""); err != nil {
+	if err := records.MarkJobArchived(ctx, "u1", "s3://bucket/team-a/job-u1/u1/", at(2*time.Hour), ""); err != nil {
 		t.Fatalf("MarkJobArchived: %v", err)
 	}
-	archived := mustJob(t, store, "u1")
+	archived := mustJob(t, records, "u1")
 	if archived.ArchiveState != db.ArchiveArchived || archived.ArchivedAt == nil || !archived.ArchivedAt.Equal(at(2*time.Hour)) ||
 		archived.ArchiveLocation != "s3://bucket/team-a/job-u1/u1/" || archived.ReleaseReason != "" {
 		t.Errorf("after MarkJobArchived: %s %v %q %q", archived.ArchiveState, archived.ArchivedAt, archived.ArchiveLocation, archived.ReleaseReason)
 	}
 	// Repeating, releasing, or upserting a pending job never moves the archive state.
-	if err := store.MarkJobArchived(ctx, "u1", "elsewhere", at(3*time.Hour), ""); err != nil {
+	if err := records.MarkJobArchived(ctx, "u1", "elsewhere", at(3*time.Hour), ""); err != nil {
 		t.Fatalf("repeated MarkJobArchived: %v", err)
 	}
-	if err := store.MarkJobArchived(ctx, "u1", "", at(3*time.Hour), "deadline"); err != nil {
+	if err := records.MarkJobArchived(ctx, "u1", "", at(3*time.Hour), "deadline"); err != nil {
 		t.Fatalf("MarkJobArchived with release after archive: %v", err)
 	}
-	mustUpsertJob(t, store, done)
-	if diff := cmp.Diff(archived, mustJob(t, store, "u1")); diff != "" {
+	mustUpsertJob(t, records, done)
+	if diff := cmp.Diff(archived, mustJob(t, records, "u1")); diff != "" {
 		t.Errorf("archived job changed (-want +got):\n%s", diff)
 	}
 
 	// Released: with the reason.
-	if err := store.MarkJobArchived(ctx, "u2", "", time.Time{}, "escape hatch: operator"); err != nil {
+	if err := records.MarkJobArchived(ctx, "u2", "", time.Time{}, "escape hatch: operator"); err != nil {
 		t.Fatalf("MarkJobArchived (release): %v", err)
 	}
-	if got := mustJob(t, store, "u2"); got.ArchiveState != db.ArchiveReleased || got.ReleaseReason != "escape hatch: operator" || got.ArchivedAt == nil {
+	if got := mustJob(t, records, "u2"); got.ArchiveState != db.ArchiveReleased || got.ReleaseReason != "escape hatch: operator" || got.ArchivedAt == nil {
 		t.Errorf("released job: %s %q %v", got.ArchiveState, got.ReleaseReason, got.ArchivedAt)
 	}
 
-	if err := store.MarkJobArchived(ctx, "nope", "", at(0), ""); !errors.Is(err, db.ErrNotFound) {
+	if err := records.MarkJobArchived(ctx, "nope", "", at(0), ""); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("MarkJobArchived(unknown) = %v, want ErrNotFound", err)
 	}
-	if _, err := store.Job(ctx, "nope"); !errors.Is(err, db.ErrNotFound) {
+	if _, err := records.Job(ctx, "nope"); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("Job(unknown) = %v, want ErrNotFound", err)
 	}
 }
 
 func TestDBInvalidInputChangesNothing(t *testing.T) {
 	ctx := t.Context()
-	store, dsn := openDB(t)
+	records, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
-	mustUpsertJob(t, store, newJob("u1").build())
-	if err := store.UpsertPod(ctx, newPod("p1", "u1")); err != nil {
+	mustUpsertJob(t, records, newJob("u1").build())
+	if err := records.UpsertPod(ctx, newPod("p1", "u1")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -447,11 +433,11 @@ func TestDBInvalidInputChangesNothing(t *testing.T) {
 	badLog := storedLog("p1", "main", "previous")
 	badLog.SHA256 = "ABC"
 	for name, err := range map[string]error{
-		"job":        store.UpsertJob(ctx, badJob),
-		"pod":        store.UpsertPod(ctx, badPod),
-		"log object": store.PutLogObject(ctx, badLog),
+		"job":        records.UpsertJob(ctx, badJob),
+		"pod":        records.UpsertPod(ctx, badPod),
+		"log object": records.PutLogObject(ctx, badLog),
 		"transition": func() error {
-			_, err := store.RecordTransitions(ctx, "u1", []db.Transition{{Phase: "Running", Time: at(0), Source: "guess"}})
+			_, err := records.RecordTransitions(ctx, "u1", []db.Transition{{Phase: "Running", Time: at(0), Source: "guess"}})
 			return err
 		}(),
 	} {
@@ -460,7 +446,7 @@ func TestDBInvalidInputChangesNothing(t *testing.T) {
 		}
 	}
 	// Every problem is reported at once.
-	if err := store.UpsertJob(ctx, badJob); err == nil || !strings.Contains(err.Error(), "Name is empty") ||
+	if err := records.UpsertJob(ctx, badJob); err == nil || !strings.Contains(err.Error(), "Name is empty") ||
 		!strings.Contains(err.Error(), "Spec is not valid JSON") || !strings.Contains(err.Error(), "ArchiveState") {
 		t.Errorf("UpsertJob(bad) = %v, want every problem listed", err)
 	}
@@ -473,7 +459,7 @@ func TestDBInvalidInputChangesNothing(t *testing.T) {
 
 func TestDBTransitionsRecordedOnceAndNotified(t *testing.T) {
 	ctx := t.Context()
-	store, dsn := openDB(t)
+	records, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
 
 	listener := pq.NewListener(dsn, 10*time.Millisecond, time.Second, nil)
@@ -482,14 +468,14 @@ func TestDBTransitionsRecordedOnceAndNotified(t *testing.T) {
 		t.Fatalf("Listen: %v", err)
 	}
 
-	mustUpsertJob(t, store, newJob("u1").phase("Running").build())
+	mustUpsertJob(t, records, newJob("u1").phase("Running").build())
 	conditions := []db.Transition{
 		{Phase: "Pending", Time: at(0), Reason: "Created", ResourceVersion: "10", Source: db.SourceCondition},
 		{Phase: "Running", Time: at(time.Minute), ResourceVersion: "12", Source: db.SourceCondition},
 		{Phase: "Running", Time: at(time.Minute), ResourceVersion: "12", Source: db.SourceObserved}, // same transition, seen live
 		{Phase: "Restarting", Time: at(2 * time.Minute), Message: "pod failed", Source: db.SourceCondition, ObservedAt: at(3 * time.Minute)},
 	}
-	n, err := store.RecordTransitions(ctx, "u1", conditions)
+	n, err := records.RecordTransitions(ctx, "u1", conditions)
 	if err != nil {
 		t.Fatalf("RecordTransitions: %v", err)
 	}
@@ -497,15 +483,15 @@ func TestDBTransitionsRecordedOnceAndNotified(t *testing.T) {
 		t.Errorf("inserted = %d, want 3", n)
 	}
 	// The archiver passes the whole list again on every reconcile: nothing new.
-	if n, err := store.RecordTransitions(ctx, "u1", conditions); err != nil || n != 0 {
+	if n, err := records.RecordTransitions(ctx, "u1", conditions); err != nil || n != 0 {
 		t.Errorf("repeated RecordTransitions = %d, %v; want 0, nil", n, err)
 	}
 	// A new one later.
-	if n, err := store.RecordTransitions(ctx, "u1", append(conditions, db.Transition{Phase: "Running", Time: at(4 * time.Minute), Source: db.SourceObserved})); err != nil || n != 1 {
+	if n, err := records.RecordTransitions(ctx, "u1", append(conditions, db.Transition{Phase: "Running", Time: at(4 * time.Minute), Source: db.SourceObserved})); err != nil || n != 1 {
 		t.Errorf("RecordTransitions with one new = %d, %v; want 1, nil", n, err)
 	}
 
-	got, err := store.Transitions(ctx, "u1")
+	got, err := records.Transitions(ctx, "u1")
 	if err != nil {
 		t.Fatalf("Transitions: %v", err)
 	}
@@ -563,24 +549,24 @@ func TestDBTransitionsRecordedOnceAndNotified(t *testing.T) {
 	}
 
 	// The job row must exist.
-	if _, err := store.RecordTransitions(ctx, "nope", conditions[:1]); !errors.Is(err, db.ErrNotFound) {
+	if _, err := records.RecordTransitions(ctx, "nope", conditions[:1]); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("RecordTransitions(unknown job) = %v, want ErrNotFound", err)
 	}
 }
 
 func TestDBPodsAndLogObjects(t *testing.T) {
 	ctx := t.Context()
-	store, dsn := openDB(t)
+	records, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
 
 	// Pods are recorded before their job exists.
 	pod := newPod("p1", "u1")
 	for range 2 {
-		if err := store.UpsertPod(ctx, pod); err != nil {
+		if err := records.UpsertPod(ctx, pod); err != nil {
 			t.Fatalf("UpsertPod before the job: %v", err)
 		}
 	}
-	first, err := store.Pod(ctx, "p1")
+	first, err := records.Pod(ctx, "p1")
 	if err != nil {
 		t.Fatalf("Pod: %v", err)
 	}
@@ -592,13 +578,13 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 	// Deleted while running, then a stale Running update: terminal phase and the flag stick.
 	deleted := newPod("p1", "u1")
 	deleted.Phase, deleted.FinishedAt, deleted.DeletedBeforeTerminal, deleted.Node = "Failed", ptr(at(5*time.Minute)), true, ""
-	if err := store.UpsertPod(ctx, deleted); err != nil {
+	if err := records.UpsertPod(ctx, deleted); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.UpsertPod(ctx, newPod("p1", "u1")); err != nil {
+	if err := records.UpsertPod(ctx, newPod("p1", "u1")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := store.Pod(ctx, "p1")
+	got, err := records.Pod(ctx, "p1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +593,7 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 	}
 
 	// Log objects: the pod row must exist.
-	if err := store.PutLogObject(ctx, storedLog("nope", "main", db.InstanceCurrent)); !errors.Is(err, db.ErrNotFound) {
+	if err := records.PutLogObject(ctx, storedLog("nope", "main", db.InstanceCurrent)); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("PutLogObject(unknown pod) = %v, want ErrNotFound", err)
 	}
 
@@ -616,7 +602,7 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 	unavailable := db.LogObject{PodUID: "p1", Container: "main", ContainerType: db.ContainerRegular, Instance: db.InstanceCurrent,
 		State: db.LogUnavailable, Reason: "node gone"}
 	for _, l := range []db.LogObject{unavailable, main, main, unavailable} {
-		if err := store.PutLogObject(ctx, l); err != nil {
+		if err := records.PutLogObject(ctx, l); err != nil {
 			t.Fatalf("PutLogObject(%s %s): %v", l, l.State, err)
 		}
 	}
@@ -627,27 +613,27 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 	debug := db.LogObject{PodUID: "p1", Container: "debugger", ContainerType: db.ContainerEphemeral, Instance: db.InstanceCurrent,
 		State: db.LogUnavailable, Reason: "deadline exceeded"}
 	for _, l := range []db.LogObject{prev10, debug, prev2, initLog} {
-		if err := store.PutLogObject(ctx, l); err != nil {
+		if err := records.PutLogObject(ctx, l); err != nil {
 			t.Fatalf("PutLogObject(%s): %v", l, err)
 		}
 	}
 	// A stored re-upload (same deterministic key) replaces the sizes and hash.
 	reupload := prev2
 	reupload.Bytes, reupload.SHA256 = 1200, strings.Repeat("cd", 32)
-	if err := store.PutLogObject(ctx, reupload); err != nil {
+	if err := records.PutLogObject(ctx, reupload); err != nil {
 		t.Fatal(err)
 	}
 
 	wantLogs := []db.LogObject{initLog, reupload, prev10, main, debug}
 	ignoreStamps := cmpopts.IgnoreFields(db.LogObject{}, "CreatedAt", "UpdatedAt")
-	gotPod, err := store.PodLogObjects(ctx, "p1")
+	gotPod, err := records.PodLogObjects(ctx, "p1")
 	if err != nil {
 		t.Fatalf("PodLogObjects: %v", err)
 	}
 	if diff := cmp.Diff(wantLogs, gotPod, ignoreStamps); diff != "" {
 		t.Errorf("PodLogObjects (-want +got):\n%s", diff)
 	}
-	gotJob, err := store.LogObjects(ctx, "u1")
+	gotJob, err := records.LogObjects(ctx, "u1")
 	if err != nil {
 		t.Fatalf("LogObjects: %v", err)
 	}
@@ -659,26 +645,26 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 	}
 
 	// Archiving a pod is idempotent and moves forward only.
-	if err := store.MarkPodArchived(ctx, "p1", at(6*time.Minute), ""); err != nil {
+	if err := records.MarkPodArchived(ctx, "p1", at(6*time.Minute), ""); err != nil {
 		t.Fatalf("MarkPodArchived: %v", err)
 	}
-	if err := store.MarkPodArchived(ctx, "p1", at(7*time.Minute), "deadline"); err != nil {
+	if err := records.MarkPodArchived(ctx, "p1", at(7*time.Minute), "deadline"); err != nil {
 		t.Fatalf("repeated MarkPodArchived: %v", err)
 	}
-	if err := store.UpsertPod(ctx, deleted); err != nil {
+	if err := records.UpsertPod(ctx, deleted); err != nil {
 		t.Fatal(err)
 	}
-	got, err = store.Pod(ctx, "p1")
+	got, err = records.Pod(ctx, "p1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.ArchiveState != db.ArchiveArchived || got.ArchivedAt == nil || !got.ArchivedAt.Equal(at(6*time.Minute)) || got.ReleaseReason != "" {
 		t.Errorf("pod archive: %s %v %q, want archived at 6m", got.ArchiveState, got.ArchivedAt, got.ReleaseReason)
 	}
-	if err := store.MarkPodArchived(ctx, "nope", at(0), ""); !errors.Is(err, db.ErrNotFound) {
+	if err := records.MarkPodArchived(ctx, "nope", at(0), ""); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("MarkPodArchived(unknown) = %v, want ErrNotFound", err)
 	}
-	pods, err := store.Pods(ctx, "u1")
+	pods, err := records.Pods(ctx, "u1")
 	if err != nil || len(pods) != 1 || pods[0].UID != "p1" {
 		t.Errorf("Pods(u1) = %v, %v; want [p1]", pods, err)
 	}
@@ -686,7 +672,7 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 
 func TestDBListJobsKeyset(t *testing.T) {
 	ctx := t.Context()
-	store, _ := openDB(t)
+	records, _ := stack.OpenRecords(t)
 
 	// 23 jobs over two namespaces, in groups of three sharing a creation time (ties broken by UID),
 	// inserted out of order.
@@ -703,7 +689,7 @@ func TestDBListJobsKeyset(t *testing.T) {
 			f.submitter("bob")
 		}
 		j := f.build()
-		mustUpsertJob(t, store, j)
+		mustUpsertJob(t, records, j)
 		j.ArchiveState = db.ArchivePending
 		all = append(all, j)
 	}
@@ -744,7 +730,7 @@ func TestDBListJobsKeyset(t *testing.T) {
 				pages int
 			)
 			for {
-				page, next, err := store.ListJobs(ctx, tc.filter, after, 4)
+				page, next, err := records.ListJobs(ctx, tc.filter, after, 4)
 				if err != nil {
 					t.Fatalf("ListJobs: %v", err)
 				}
@@ -774,7 +760,7 @@ func TestDBListJobsKeyset(t *testing.T) {
 		})
 	}
 
-	bob, _, err := store.JobsBySubmitter(ctx, "bob", db.Cursor{}, 100)
+	bob, _, err := records.JobsBySubmitter(ctx, "bob", db.Cursor{}, 100)
 	if err != nil {
 		t.Fatalf("JobsBySubmitter: %v", err)
 	}
@@ -790,7 +776,7 @@ func TestDBListJobsKeyset(t *testing.T) {
 // of the whole table.
 func TestDBListJobsUsesIndexes(t *testing.T) {
 	ctx := t.Context()
-	_, dsn := openDB(t)
+	_, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
 	if _, err := c.ExecContext(ctx, `
 INSERT INTO jobs (uid, namespace, name, created_at, submitter, phase)
@@ -825,13 +811,13 @@ ANALYZE jobs`); err != nil {
 
 func TestDBAuditViews(t *testing.T) {
 	ctx := t.Context()
-	store, dsn := openDB(t)
+	records, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
 
 	// u1: submitted by alice, ran, restarted once, completed, archived with one stored log and one
 	// unavailable. u2: unknown submitter, still running, never retried.
-	mustUpsertJob(t, store, newJob("u1").submitter("alice", "dev").phase("Completed").retries(1).finished(at(time.Hour)).build())
-	mustUpsertJob(t, store, newJob("u2").namespace("team-b").created(at(time.Minute)).phase("Running").build())
+	mustUpsertJob(t, records, newJob("u1").submitter("alice", "dev").phase("Completed").retries(1).finished(at(time.Hour)).build())
+	mustUpsertJob(t, records, newJob("u2").namespace("team-b").created(at(time.Minute)).phase("Running").build())
 	for uid, ts := range map[string][]db.Transition{
 		"u1": {
 			{Phase: "Pending", Time: at(0), Source: db.SourceCondition},
@@ -842,14 +828,14 @@ func TestDBAuditViews(t *testing.T) {
 		},
 		"u2": {{Phase: "Running", Time: at(2 * time.Minute), Source: db.SourceObserved}},
 	} {
-		if _, err := store.RecordTransitions(ctx, uid, ts); err != nil {
+		if _, err := records.RecordTransitions(ctx, uid, ts); err != nil {
 			t.Fatal(err)
 		}
 	}
 	deleted := newPod("p1", "u1")
 	deleted.DeletedBeforeTerminal = true
 	for _, p := range []db.Pod{deleted, newPod("p2", "u1")} {
-		if err := store.UpsertPod(ctx, p); err != nil {
+		if err := records.UpsertPod(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -857,11 +843,11 @@ func TestDBAuditViews(t *testing.T) {
 		storedLog("p1", "main", db.InstanceCurrent),
 		{PodUID: "p2", Container: "main", ContainerType: db.ContainerRegular, Instance: db.InstanceCurrent, State: db.LogUnavailable, Reason: "node gone"},
 	} {
-		if err := store.PutLogObject(ctx, l); err != nil {
+		if err := records.PutLogObject(ctx, l); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := store.MarkJobArchived(ctx, "u1", "s3://b/team-a/job-u1/u1/", at(2*time.Hour), ""); err != nil {
+	if err := records.MarkJobArchived(ctx, "u1", "s3://b/team-a/job-u1/u1/", at(2*time.Hour), ""); err != nil {
 		t.Fatal(err)
 	}
 
@@ -992,7 +978,7 @@ FROM audit_log_objects ORDER BY pod_name`)
 // TestDBTerminalPhasesMatchTracking keeps the schema's notion of a terminal phase in step with
 // tracking.IsTerminal.
 func TestDBTerminalPhasesMatchTracking(t *testing.T) {
-	_, dsn := openDB(t)
+	_, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
 	for _, phase := range []batchv1alpha1.JobPhase{
 		batchv1alpha1.Pending, batchv1alpha1.Aborting, batchv1alpha1.Aborted, batchv1alpha1.Running,

@@ -1,13 +1,7 @@
-// Package stack runs jobvault's own programs on the testbed, wired as in a cluster: the webhook
-// binary serving TLS and registered by config/webhook's MutatingWebhookConfiguration, and the
-// archiver binary with its own database and object store. The end-to-end suites and the demo
-// share it.
 package stack
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,83 +10,15 @@ import (
 	"sync"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/jobvault/jobvault/certs/certgen"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/test/testbed"
 )
-
-// WebhookConfigName is the name under which the stack registers the webhook.
-const WebhookConfigName = "jobvault-testbed"
-
-var (
-	webhookMu   sync.Mutex
-	webhookProc *testbed.Process
-)
-
-// Webhook runs the webhook binary on 127.0.0.1 with a freshly minted CA and serving certificate and
-// registers it cluster-wide with config/webhook's MutatingWebhookConfiguration, its clientConfig
-// pointed at that address. Once per process: the registration is cluster-wide.
-func Webhook(t testbed.T, env *testbed.Env) *testbed.Process {
-	t.Helper()
-	webhookMu.Lock()
-	defer webhookMu.Unlock()
-	if webhookProc != nil {
-		return webhookProc
-	}
-	dir, err := os.MkdirTemp(testbed.WorkDir(), "webhook-certs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bundle, err := certgen.Generate(certgen.Options{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bundle.WriteDir(dir); err != nil {
-		t.Fatal(err)
-	}
-	port, probe := testbed.FreePort(t), testbed.FreePort(t)
-	cmd := exec.Command(testbed.GoBuild(t, "./webhook"), "--kubeconfig="+env.KubeconfigPath, "--cert-dir="+dir, "--bind-address=127.0.0.1",
-		"--port="+strconv.Itoa(port), "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe))
-	p := testbed.StartShared(t, "webhook", cmd)
-	p.WaitReady(t, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", time.Minute)
-
-	cfg, err := WebhookConfiguration("https://127.0.0.1:"+strconv.Itoa(port), bundle.CACert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Create(context.Background(), cfg); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("register webhook: %v", err)
-	}
-	webhookProc = p
-	return p
-}
-
-// WebhookConfiguration reads config/webhook's MutatingWebhookConfiguration and points both of its
-// webhooks at baseURL (plus each one's path), trusting caBundle.
-func WebhookConfiguration(baseURL string, caBundle []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
-	raw, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), "config", "webhook", "mutatingwebhookconfiguration.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	var cfg admissionregistrationv1.MutatingWebhookConfiguration
-	if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("parse config/webhook's MutatingWebhookConfiguration: %w", err)
-	}
-	cfg.Name = WebhookConfigName
-	for i := range cfg.Webhooks {
-		w := &cfg.Webhooks[i]
-		url := baseURL + *w.ClientConfig.Service.Path
-		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
-	}
-	return &cfg, nil
-}
 
 // ArchiverUser is the identity the stack's archivers run as, with config/archiver's ClusterRole.
 const ArchiverUser = "system:serviceaccount:jobvault-system:jobvault-archiver"
@@ -215,4 +141,15 @@ func (a *Archiver) Store(t testbed.T) objstore.Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// ArgValue returns the value of the first of args that starts with prefix (e.g.
+// "--store-s3-bucket="), "" if none does.
+func ArgValue(args []string, prefix string) string {
+	for _, a := range args {
+		if strings.HasPrefix(a, prefix) {
+			return strings.TrimPrefix(a, prefix)
+		}
+	}
+	return ""
 }

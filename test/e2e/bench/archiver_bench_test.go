@@ -1,4 +1,4 @@
-package e2e
+package bench
 
 import (
 	"bufio"
@@ -24,6 +24,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -66,17 +67,17 @@ func BenchmarkArchiveLargeLog(b *testing.B) {
 		size, _ = strconv.ParseInt(v, 10, 64)
 	}
 	for range b.N {
-		s := newRig(b, objstore.BackendS3)
-		job := testbed.Job(s.ns, "big").Task("worker", 1, []string{"main"}, testbed.RunsFor("3s")).Obj()
+		s := stack.NewRig(b, objstore.BackendS3)
+		job := testbed.Job(s.NS, "big").Task("worker", 1, []string{"main"}, testbed.RunsFor("3s")).Obj()
 		pod := testbed.PodName(job.Name, "worker", 0)
 		path := filepath.Join(b.TempDir(), "big.log")
 		sum, n := writeBigCRILog(b, path, size)
-		s.env.SetPodLogFiles(b, s.ns, pod, map[string]string{"main": path})
-		createAs(b, s.env, "bench", job)
+		s.Env.SetPodLogFiles(b, s.NS, pod, map[string]string{"main": path})
+		stack.CreateAs(b, s.Env, "bench", job)
 
 		var p corev1.Pod
 		for {
-			if err := s.env.Client.Get(b.Context(), client.ObjectKey{Namespace: s.ns, Name: pod}, &p); err == nil && p.Status.Phase == corev1.PodSucceeded {
+			if err := s.Env.Client.Get(b.Context(), client.ObjectKey{Namespace: s.NS, Name: pod}, &p); err == nil && p.Status.Phase == corev1.PodSucceeded {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -84,7 +85,7 @@ func BenchmarkArchiveLargeLog(b *testing.B) {
 		t0 := time.Now()
 		var row db.LogObject
 		for {
-			logs, err := s.records.PodLogObjects(b.Context(), string(p.UID))
+			logs, err := s.Records.PodLogObjects(b.Context(), string(p.UID))
 			if err == nil && len(logs) == 1 {
 				row = logs[0]
 				break
@@ -98,7 +99,7 @@ func BenchmarkArchiveLargeLog(b *testing.B) {
 		}
 
 		// Baseline, same log, same run: pods/log straight into MinIO.
-		cs, err := kubernetes.NewForConfig(s.env.Config)
+		cs, err := kubernetes.NewForConfig(s.Env.Config)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -107,9 +108,9 @@ func BenchmarkArchiveLargeLog(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bucket := argValue(s.Args, "--store-s3-bucket=")
+		bucket := stack.ArgValue(s.Args, "--store-s3-bucket=")
 		t1 := time.Now()
-		rc, err := cs.CoreV1().Pods(s.ns).GetLogs(pod, &corev1.PodLogOptions{Container: "main"}).Stream(b.Context())
+		rc, err := cs.CoreV1().Pods(s.NS).GetLogs(pod, &corev1.PodLogOptions{Container: "main"}).Stream(b.Context())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -156,11 +157,11 @@ func peakRSS(b testing.TB, pid int) int64 {
 func BenchmarkReleaseLatency(b *testing.B) {
 	const jobs = 200
 	for range b.N {
-		s := newRig(b, objstore.BackendS3)
+		s := stack.NewRig(b, objstore.BackendS3)
 		for i := range jobs {
-			job := testbed.Job(s.ns, fmt.Sprintf("small-%03d", i)).Task("t", 1, []string{"main"}, testbed.RunsFor("15s")).Obj()
-			s.env.SetPodLogs(b, s.ns, testbed.PodName(job.Name, "t", 0), map[string]testbed.ContainerLogs{"main": {Current: sampleChunks(job.Name)}})
-			if err := s.env.Client.Create(b.Context(), job); err != nil {
+			job := testbed.Job(s.NS, fmt.Sprintf("small-%03d", i)).Task("t", 1, []string{"main"}, testbed.RunsFor("15s")).Obj()
+			s.Env.SetPodLogs(b, s.NS, testbed.PodName(job.Name, "t", 0), map[string]testbed.ContainerLogs{"main": {Current: stack.SampleChunks(job.Name)}})
+			if err := s.Env.Client.Create(b.Context(), job); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -171,7 +172,7 @@ func BenchmarkReleaseLatency(b *testing.B) {
 				b.Fatalf("%d of %d jobs released after 10 minutes; archiver log %s", len(released), jobs, s.Proc.LogPath)
 			}
 			var list batchv1alpha1.JobList
-			if err := s.env.Client.List(b.Context(), &list, client.InNamespace(s.ns)); err != nil {
+			if err := s.Env.Client.List(b.Context(), &list, client.InNamespace(s.NS)); err != nil {
 				b.Fatal(err)
 			}
 			now := time.Now()

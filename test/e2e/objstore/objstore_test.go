@@ -1,4 +1,4 @@
-package e2e
+package objstore
 
 import (
 	"bytes"
@@ -16,9 +16,7 @@ import (
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
-// The object store conformance suite against real services: MinIO for the S3 backend and
-// fake-gcs-server for the GCS backend. The filesystem backend runs the same suite in
-// pkg/objstore's unit tests.
+// The filesystem backend runs the same conformance suite in pkg/objstore's unit tests.
 
 func TestObjstoreConformance(t *testing.T) {
 	t.Run("S3", func(t *testing.T) { objstoretest.Run(t, newMinIOStore) })

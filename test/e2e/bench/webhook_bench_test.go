@@ -1,4 +1,4 @@
-package e2e
+package bench
 
 import (
 	"bytes"
@@ -33,6 +33,7 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/admission"
 	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -40,12 +41,12 @@ import (
 // the webhook at most 1.25 times slower at p99 than without. A missed target is logged, not
 // failed: this machine's neighbours make absolute timings noisy.
 const (
-	whHandlerP99Target = time.Millisecond
-	whE2ERatioTarget   = 1.25
+	handlerP99Target = time.Millisecond
+	e2eRatioTarget   = 1.25
 )
 
-// whQuantile returns the q-quantile of sorted durations (nearest rank).
-func whQuantile(sorted []time.Duration, q float64) time.Duration {
+// quantile returns the q-quantile of sorted durations (nearest rank).
+func quantile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
@@ -125,20 +126,20 @@ func BenchmarkHandler(b *testing.B) {
 			elapsed := time.Since(start)
 			b.StopTimer()
 			slices.Sort(latencies)
-			p50, p99 := whQuantile(latencies, 0.50), whQuantile(latencies, 0.99)
+			p50, p99 := quantile(latencies, 0.50), quantile(latencies, 0.99)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "reviews/s")
 			b.ReportMetric(float64(p50.Microseconds()), "p50-µs")
 			b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
-			if b.N >= 100 && p99 > whHandlerP99Target {
-				b.Logf("p99 %v misses the %v target", p99, whHandlerP99Target)
+			if b.N >= 100 && p99 > handlerP99Target {
+				b.Logf("p99 %v misses the %v target", p99, handlerP99Target)
 			}
 		})
 	}
 }
 
-// whServerLatency reads the sum (seconds) and count of controller-runtime's webhook latency
+// serverLatency reads the sum (seconds) and count of controller-runtime's webhook latency
 // histogram for path from the in-process registry.
-func whServerLatency(b *testing.B, path string) (float64, uint64) {
+func serverLatency(b *testing.B, path string) (float64, uint64) {
 	b.Helper()
 	families, err := crmetrics.Registry.Gather()
 	if err != nil {
@@ -159,8 +160,8 @@ func whServerLatency(b *testing.B, path string) (float64, uint64) {
 	return 0, 0
 }
 
-// whCreateRate is the pace of BenchmarkCreateVcJob: creates per second, all namespaces together.
-var whCreateRate = flag.Float64("create-rate", 20, "VcJob creates per second in BenchmarkCreateVcJob, spread evenly over its four namespaces")
+// createRate is the pace of BenchmarkCreateVcJob: creates per second, all namespaces together.
+var createRate = flag.Float64("create-rate", 20, "VcJob creates per second in BenchmarkCreateVcJob, spread evenly over its four namespaces")
 
 // BenchmarkCreateVcJob creates VcJobs through the real API server in four namespaces in turn:
 //   - with: our webhook is registered for it (config/webhook's configuration);
@@ -180,7 +181,7 @@ var whCreateRate = flag.Float64("create-rate", 20, "VcJob creates per second in 
 // The load is open-loop at -create-rate, as Kubernetes' own API latency SLOs are measured
 // (clusterloader2 creates at a fixed QPS): each create starts on schedule whether or not the
 // previous one has returned, so a slow create is not hidden by delaying the next. The flag goes
-// after the package: go test -run '^$' -bench CreateVcJob -benchtime 1000x ./test/e2e -create-rate=10
+// after the package: go test -run '^$' -bench CreateVcJob -benchtime 1000x ./test/e2e/bench -create-rate=10
 func BenchmarkCreateVcJob(b *testing.B) {
 	admission.TuneGC() // the webhook server runs in this process, as the webhook binary would
 	env := testbed.Cluster(b)
@@ -198,12 +199,12 @@ func BenchmarkCreateVcJob(b *testing.B) {
 			}
 		}
 	}
-	if *whCreateRate <= 0 {
-		b.Fatalf("-create-rate must be positive, not %v", *whCreateRate)
+	if *createRate <= 0 {
+		b.Fatalf("-create-rate must be positive, not %v", *createRate)
 	}
 
-	srv := whStart(b, env)
-	c := whUnthrottled(b, env, env.Config)
+	srv := stack.ServeWebhook(b, env)
+	c := stack.Unthrottled(b, env, env.Config)
 	type arm struct {
 		name string
 		ns   string
@@ -218,23 +219,23 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	var arms []*arm
 	for _, name := range []string{"with", "onepatch", "noop", "without"} {
 		a := &arm{name: name, ns: env.Namespace(b), lat: make([]time.Duration, b.N)}
-		b.Cleanup(func() { whRelease(b, env, a.ns) })
+		b.Cleanup(func() { stack.ReleaseNamespace(b, env, a.ns) })
 		arms = append(arms, a)
 		switch resp, floor := floors[name]; {
 		case name == "with":
-			srv.register(b, env, []string{a.ns}, func(w *admissionregistrationv1.MutatingWebhook) {
-				if whIsJobHook(w) {
+			srv.Register(b, env, []string{a.ns}, func(w *admissionregistrationv1.MutatingWebhook) {
+				if isJobHook(w) {
 					a.hook = w.Name
 				}
 			})
 		case floor:
 			path := "/e2e-" + name
-			srv.server.Register(path, &cradmission.Webhook{Handler: cradmission.HandlerFunc(
+			srv.Server.Register(path, &cradmission.Webhook{Handler: cradmission.HandlerFunc(
 				func(context.Context, cradmission.Request) cradmission.Response { return resp })})
-			srv.register(b, env, []string{a.ns}, func(w *admissionregistrationv1.MutatingWebhook) {
-				if whIsJobHook(w) {
+			srv.Register(b, env, []string{a.ns}, func(w *admissionregistrationv1.MutatingWebhook) {
+				if isJobHook(w) {
 					a.hook = name + ".e2e.jobvault.io"
-					w.Name, w.ClientConfig.URL = a.hook, utilptr.To("https://"+srv.addr+path)
+					w.Name, w.ClientConfig.URL = a.hook, utilptr.To("https://"+srv.Addr+path)
 				}
 			})
 		}
@@ -242,7 +243,7 @@ func BenchmarkCreateVcJob(b *testing.B) {
 
 	create := func(a *arm, i int) time.Duration {
 		job := testbed.Job(a.ns, fmt.Sprintf("bench-%d", i)).Task("main", 1, []string{"main"}).Obj()
-		job.Spec.Queue = whAbsentQueue
+		job.Spec.Queue = absentQueue
 		t0 := time.Now()
 		if err := c.Create(ctx, job); err != nil {
 			b.Errorf("create VcJob in %s: %v", a.ns, err)
@@ -266,10 +267,10 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	// square: over four rounds each arm takes every position once and follows every other arm
 	// once, so that none benefits from another's warm-up or load.
 	order := [4][4]int{{0, 1, 3, 2}, {1, 2, 0, 3}, {2, 3, 1, 0}, {3, 0, 2, 1}}
-	interval := time.Duration(float64(time.Second) / *whCreateRate)
-	serverSum, serverCount := whServerLatency(b, admission.JobPath)
-	callsBefore := whAPIServerCallLatency(b, env)
-	cpu0 := whCPUTimes(b)
+	interval := time.Duration(float64(time.Second) / *createRate)
+	serverSum, serverCount := serverLatency(b, admission.JobPath)
+	callsBefore := apiServerCallLatency(b, env)
+	cpu0 := cpuTimes(b)
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -280,7 +281,7 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	cpu1 := whCPUTimes(b)
+	cpu1 := cpuTimes(b)
 	if b.Failed() {
 		return
 	}
@@ -288,21 +289,21 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	ms := func(sec float64) float64 { return sec * 1000 }
 	// The webhook calls as the API server timed them (request encoding, the HTTPS round trip, the
 	// patch applied) and, within ours, the time our handler spent.
-	calls := whAPIServerCallLatency(b, env)
+	calls := apiServerCallLatency(b, env)
 	for _, a := range arms {
 		if after, before := calls[a.hook], callsBefore[a.hook]; a.hook != "" && after.count > before.count {
 			b.ReportMetric(ms((after.sum-before.sum)/(after.count-before.count)), "call-mean-ms-"+a.name)
 		}
 	}
-	if sum, count := whServerLatency(b, admission.JobPath); count > serverCount {
+	if sum, count := serverLatency(b, admission.JobPath); count > serverCount {
 		b.ReportMetric(ms((sum-serverSum)/float64(count-serverCount)), "server-mean-ms")
 	}
-	b.ReportMetric(100*(1-(cpu1.Idle+cpu1.Iowait-cpu0.Idle-cpu0.Iowait)/(whCPUTotal(cpu1)-whCPUTotal(cpu0))), "cpu-busy-%")
+	b.ReportMetric(100*(1-(cpu1.Idle+cpu1.Iowait-cpu0.Idle-cpu0.Iowait)/(cpuTotal(cpu1)-cpuTotal(cpu0))), "cpu-busy-%")
 	p99 := map[string]time.Duration{}
 	for _, a := range arms {
 		slices.Sort(a.lat)
-		p99[a.name] = whQuantile(a.lat, 0.99)
-		b.ReportMetric(whQuantile(a.lat, 0.50).Seconds()*1000, "p50-ms-"+a.name)
+		p99[a.name] = quantile(a.lat, 0.99)
+		b.ReportMetric(quantile(a.lat, 0.50).Seconds()*1000, "p50-ms-"+a.name)
 		b.ReportMetric(p99[a.name].Seconds()*1000, "p99-ms-"+a.name)
 	}
 	for _, name := range []string{"onepatch", "noop"} {
@@ -310,33 +311,33 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	}
 	ratio := float64(p99["with"]) / float64(p99["without"])
 	b.ReportMetric(ratio, "p99-ratio")
-	if b.N >= 100 && ratio > whE2ERatioTarget {
+	if b.N >= 100 && ratio > e2eRatioTarget {
 		b.Logf("p99 ratio %.2f misses the %.2f target (with %v, without %v; one-patch webhook %v, no-op webhook %v)",
-			ratio, whE2ERatioTarget, p99["with"], p99["without"], p99["onepatch"], p99["noop"])
+			ratio, e2eRatioTarget, p99["with"], p99["without"], p99["onepatch"], p99["noop"])
 	}
 }
 
-// whIsJobHook reports whether w is the configuration's VcJob webhook.
-func whIsJobHook(w *admissionregistrationv1.MutatingWebhook) bool {
+// isJobHook reports whether w is the configuration's VcJob webhook.
+func isJobHook(w *admissionregistrationv1.MutatingWebhook) bool {
 	return slices.ContainsFunc(w.Rules, func(r admissionregistrationv1.RuleWithOperations) bool {
 		return slices.Contains(r.APIGroups, batchv1alpha1.SchemeGroupVersion.Group)
 	})
 }
 
-// whAbsentQueue is the Volcano queue of BenchmarkCreateVcJob's jobs. It does not exist, so the
+// absentQueue is the Volcano queue of BenchmarkCreateVcJob's jobs. It does not exist, so the
 // Volcano scheduler leaves them out of its snapshot and the job controller creates no PodGroup or
 // pods for them: Volcano's work does not depend on the webhook and does not grow with the number
 // of jobs the benchmark has created. Kept pending in a real queue, every job joins every
 // scheduling cycle: the scheduler's CPU doubled within a minute, both cores were saturated, and
 // that load, not the webhook, decided the latency.
-const whAbsentQueue = "jobvault-bench-absent"
+const absentQueue = "jobvault-bench-absent"
 
-// whHistogram is the sum (seconds) and count of a latency histogram.
-type whHistogram struct{ sum, count float64 }
+// histogram is the sum (seconds) and count of a latency histogram.
+type histogram struct{ sum, count float64 }
 
-// whAPIServerCallLatency reads the API server's histogram of calls to each mutating webhook on
+// apiServerCallLatency reads the API server's histogram of calls to each mutating webhook on
 // CREATE (apiserver_admission_webhook_admission_duration_seconds), by webhook name.
-func whAPIServerCallLatency(b *testing.B, env *testbed.Env) map[string]whHistogram {
+func apiServerCallLatency(b *testing.B, env *testbed.Env) map[string]histogram {
 	b.Helper()
 	const name = "apiserver_admission_webhook_admission_duration_seconds"
 	raw, err := kubernetes.NewForConfigOrDie(env.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
@@ -355,7 +356,7 @@ func whAPIServerCallLatency(b *testing.B, env *testbed.Env) map[string]whHistogr
 	if err != nil {
 		b.Fatalf("parse the API server's %s: %v", name, err)
 	}
-	byHook := map[string]whHistogram{}
+	byHook := map[string]histogram{}
 	for _, m := range families[name].GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
@@ -371,8 +372,8 @@ func whAPIServerCallLatency(b *testing.B, env *testbed.Env) map[string]whHistogr
 	return byHook
 }
 
-// whCPUTimes reads the machine's CPU time counters.
-func whCPUTimes(b *testing.B) procfs.CPUStat {
+// cpuTimes reads the machine's CPU time counters.
+func cpuTimes(b *testing.B) procfs.CPUStat {
 	b.Helper()
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
@@ -385,6 +386,6 @@ func whCPUTimes(b *testing.B) procfs.CPUStat {
 	return stat.CPUTotal
 }
 
-func whCPUTotal(s procfs.CPUStat) float64 {
+func cpuTotal(s procfs.CPUStat) float64 {
 	return s.User + s.Nice + s.System + s.Idle + s.Iowait + s.IRQ + s.SoftIRQ + s.Steal
 }

@@ -1,4 +1,4 @@
-package e2e
+package inspect
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -27,11 +28,11 @@ import (
 // filesystem store: archives are built with the same calls the archiver makes (archive.Upload, the
 // db upserts, archive.BuildManifest), then damaged on purpose.
 
-// inspLayout is the layout of every archive here; a non-empty prefix proves Verify honours it.
-var inspLayout = archive.Layout{Prefix: "audit"}
+// auditLayout is the layout of every archive here; a non-empty prefix proves Verify honours it.
+var auditLayout = archive.Layout{Prefix: "audit"}
 
-// inspArchive is a job archived the way the archiver does it.
-type inspArchive struct {
+// jobArchive is a job archived the way the archiver does it.
+type jobArchive struct {
 	ref  archive.JobRef
 	root string // the filesystem store's root
 	// keys of the stored logs by "<pod>/<pod-uid>/<container>/<instance>"; content by key.
@@ -41,7 +42,7 @@ type inspArchive struct {
 	workerUIDs [2]string
 }
 
-func (a *inspArchive) key(t *testing.T, id string) string {
+func (a *jobArchive) key(t *testing.T, id string) string {
 	t.Helper()
 	k, ok := a.keys[id]
 	if !ok {
@@ -50,8 +51,8 @@ func (a *inspArchive) key(t *testing.T, id string) string {
 	return k
 }
 
-// inspLogSpec is one container log of the fixture; reason set means unavailable.
-type inspLogSpec struct {
+// logSpec is one container log of the fixture; reason set means unavailable.
+type logSpec struct {
 	pod       int // index in the pods below
 	container string
 	ctype     db.ContainerType
@@ -60,10 +61,10 @@ type inspLogSpec struct {
 	reason    string
 }
 
-// newInspArchive records a job with three pods (a master, and a worker recreated under the same
+// newJobArchive records a job with three pods (a master, and a worker recreated under the same
 // name) and five logs, four stored and one unavailable, in records and a fresh filesystem store.
 // With archived, it also stores job.json and manifest.json and marks everything archived.
-func newInspArchive(t *testing.T, records *db.DB, archived bool) (*inspArchive, objstore.Store) {
+func newJobArchive(t *testing.T, records *db.DB, archived bool) (*jobArchive, objstore.Store) {
 	t.Helper()
 	ctx := t.Context()
 	root := t.TempDir()
@@ -72,7 +73,7 @@ func newInspArchive(t *testing.T, records *db.DB, archived bool) (*inspArchive, 
 		t.Fatal(err)
 	}
 	uid := "job-" + strings.ToLower(rand.Text())
-	a := &inspArchive{ref: archive.JobRef{Namespace: "audit-team", Name: "train", UID: uid}, root: root,
+	a := &jobArchive{ref: archive.JobRef{Namespace: "audit-team", Name: "train", UID: uid}, root: root,
 		keys: map[string]string{}, content: map[string][]byte{}}
 	created := time.Date(2025, 6, 1, 8, 0, 0, 0, time.UTC)
 	job := db.Job{UID: uid, Cluster: "test", Namespace: a.ref.Namespace, Name: a.ref.Name, Queue: "default",
@@ -94,7 +95,7 @@ func newInspArchive(t *testing.T, records *db.DB, archived bool) (*inspArchive, 
 			t.Fatal(err)
 		}
 	}
-	specs := []inspLogSpec{
+	specs := []logSpec{
 		{pod: 0, container: "setup", ctype: db.ContainerInit, instance: db.InstanceCurrent, lines: 10},
 		{pod: 0, container: "main", ctype: db.ContainerRegular, instance: db.PreviousInstance(1), lines: 2000},
 		{pod: 0, container: "main", ctype: db.ContainerRegular, instance: db.InstanceCurrent, lines: 5000},
@@ -111,7 +112,7 @@ func newInspArchive(t *testing.T, records *db.DB, archived bool) (*inspArchive, 
 			for i := range s.lines {
 				fmt.Fprintf(&b, "%s %s/%s line %d: loss=%.4f\n", created.Add(time.Duration(i)*time.Second).Format(time.RFC3339), p.Name, s.container, i, 1/float64(i+1))
 			}
-			key := inspLayout.PodLog(a.ref, p.Name, p.UID, s.container, s.instance)
+			key := auditLayout.PodLog(a.ref, p.Name, p.UID, s.container, s.instance)
 			st, err := archive.Upload(ctx, store, key, bytes.NewReader(b.Bytes()))
 			if err != nil {
 				t.Fatal(err)
@@ -137,7 +138,7 @@ func newInspArchive(t *testing.T, records *db.DB, archived bool) (*inspArchive, 
 	obj := map[string]any{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
 		"metadata": map[string]any{"namespace": a.ref.Namespace, "name": a.ref.Name, "uid": uid},
 		"status":   map[string]any{"state": map[string]any{"phase": "Completed"}}}
-	inspPutJSON(t, store, inspLayout.JobObject(a.ref), obj)
+	putJSON(t, store, auditLayout.JobObject(a.ref), obj)
 	row, err := records.Job(ctx, uid)
 	if err != nil {
 		t.Fatal(err)
@@ -150,14 +151,14 @@ func newInspArchive(t *testing.T, records *db.DB, archived bool) (*inspArchive, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	inspPutJSON(t, store, inspLayout.Manifest(a.ref), archive.BuildManifest(a.ref, row, dbPods, logs, inspLayout.JobObject(a.ref), now))
-	if err := records.MarkJobArchived(ctx, uid, store.URL(inspLayout.JobDir(a.ref)+"/"), now, ""); err != nil {
+	putJSON(t, store, auditLayout.Manifest(a.ref), archive.BuildManifest(a.ref, row, dbPods, logs, auditLayout.JobObject(a.ref), now))
+	if err := records.MarkJobArchived(ctx, uid, store.URL(auditLayout.JobDir(a.ref)+"/"), now, ""); err != nil {
 		t.Fatal(err)
 	}
 	return a, store
 }
 
-func inspPutJSON(t *testing.T, store objstore.Store, key string, v any) {
+func putJSON(t *testing.T, store objstore.Store, key string, v any) {
 	t.Helper()
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -168,7 +169,7 @@ func inspPutJSON(t *testing.T, store objstore.Store, key string, v any) {
 	}
 }
 
-func inspGzip(t *testing.T, b []byte) []byte {
+func gzipBytes(t *testing.T, b []byte) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	zw := gzip.NewWriter(&out)
@@ -181,42 +182,30 @@ func inspGzip(t *testing.T, b []byte) []byte {
 	return out.Bytes()
 }
 
-func inspPut(t *testing.T, store objstore.Store, key string, b []byte) {
+func put(t *testing.T, store objstore.Store, key string, b []byte) {
 	t.Helper()
 	if err := store.Put(t.Context(), key, bytes.NewReader(b), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// inspOpenDB is a migrated database for the inspection tests, with its DSN.
-func inspOpenDB(t *testing.T) (*db.DB, string) {
-	t.Helper()
-	dsn := testbed.Postgres(t)
-	records, err := db.Open(t.Context(), dsn, db.Options{Migrate: true})
-	if err != nil {
-		t.Fatalf("open database: %v", err)
-	}
-	t.Cleanup(func() { records.Close() })
-	return records, dsn
-}
-
-// inspProblem is what the tests compare of a Problem: the detail is prose.
-type inspProblem struct {
+// problem is what the tests compare of a Problem: the detail is prose.
+type problem struct {
 	Kind inspect.ProblemKind
 	Key  string
 }
 
-func inspProblems(r inspect.Report) []inspProblem {
-	out := []inspProblem{}
+func problems(r inspect.Report) []problem {
+	out := []problem{}
 	for _, p := range r.Problems {
-		out = append(out, inspProblem{p.Kind, p.Key})
+		out = append(out, problem{p.Kind, p.Key})
 	}
 	return out
 }
 
 func TestInspectList(t *testing.T) {
-	records, _ := inspOpenDB(t)
-	a, store := newInspArchive(t, records, true)
+	records, _ := stack.OpenRecords(t)
+	a, store := newJobArchive(t, records, true)
 	ctx := t.Context()
 
 	logs, err := inspect.List(ctx, records, a.ref.UID)
@@ -297,64 +286,64 @@ func TestInspectList(t *testing.T) {
 }
 
 func TestInspectVerify(t *testing.T) {
-	records, _ := inspOpenDB(t)
-	masterMain := func(a *inspArchive) string {
+	records, _ := stack.OpenRecords(t)
+	masterMain := func(a *jobArchive) string {
 		return a.keys["train-master-0/"+a.ref.UID+"-m0/main/current"]
 	}
-	masterPrev := func(a *inspArchive) string {
+	masterPrev := func(a *jobArchive) string {
 		return a.keys["train-master-0/"+a.ref.UID+"-m0/main/previous-1"]
 	}
-	workerMain := func(a *inspArchive) string {
+	workerMain := func(a *jobArchive) string {
 		return a.keys["train-worker-0/"+a.workerUIDs[1]+"/main/current"]
 	}
 	tests := []struct {
 		name string
 		// damage changes the archive after it was written; want returns the expected problems.
-		damage func(t *testing.T, a *inspArchive, store objstore.Store)
-		want   func(a *inspArchive) []inspProblem
-		// layout, when set, is what Verify is given in place of inspLayout.
+		damage func(t *testing.T, a *jobArchive, store objstore.Store)
+		want   func(a *jobArchive) []problem
+		// layout, when set, is what Verify is given in place of auditLayout.
 		layout *archive.Layout
 	}{{
 		name: "intact",
-		want: func(*inspArchive) []inspProblem { return []inspProblem{} },
+		want: func(*jobArchive) []problem { return []problem{} },
 	}, {
 		name: "log overwritten with other gzip content",
-		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
+		damage: func(t *testing.T, a *jobArchive, store objstore.Store) {
 			changed := bytes.Clone(a.content[masterMain(a)])
 			changed[100] ^= 1 // one bit: same size, other sha256
-			inspPut(t, store, masterMain(a), inspGzip(t, changed))
+			put(t, store, masterMain(a), gzipBytes(t, changed))
 		},
-		want: func(a *inspArchive) []inspProblem { return []inspProblem{{inspect.ProblemMismatch, masterMain(a)}} },
+		want: func(a *jobArchive) []problem { return []problem{{inspect.ProblemMismatch, masterMain(a)}} },
 	}, {
 		name: "log deleted",
-		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
+		damage: func(t *testing.T, a *jobArchive, store objstore.Store) {
 			if err := store.Delete(t.Context(), workerMain(a)); err != nil {
 				t.Fatal(err)
 			}
 		},
-		want: func(a *inspArchive) []inspProblem { return []inspProblem{{inspect.ProblemMissing, workerMain(a)}} },
+		want: func(a *jobArchive) []problem { return []problem{{inspect.ProblemMissing, workerMain(a)}} },
 	}, {
 		name: "every damaged object is reported, not only the first",
-		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
-			inspPut(t, store, masterPrev(a), inspGzip(t, []byte("forged\n")))
-			inspPut(t, store, masterMain(a), []byte("plain text, not gzip\n"))
+		damage: func(t *testing.T, a *jobArchive, store objstore.Store) {
+			put(t, store, masterPrev(a), gzipBytes(t, []byte("forged\n")))
+			put(t, store, masterMain(a), []byte("plain text, not gzip\n"))
 			if err := store.Delete(t.Context(), workerMain(a)); err != nil {
 				t.Fatal(err)
 			}
 		},
-		want: func(a *inspArchive) []inspProblem {
-			return []inspProblem{{inspect.ProblemMismatch, masterPrev(a)}, {inspect.ProblemCorrupt, masterMain(a)}, {inspect.ProblemMissing, workerMain(a)}}
+		want: func(a *jobArchive) []problem {
+			return []problem{{inspect.ProblemMismatch, masterPrev(a)}, {inspect.ProblemCorrupt, masterMain(a)}, {inspect.ProblemMissing, workerMain(a)}}
 		},
 	}, {
 		name: "truncated gzip",
-		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
-			z := inspGzip(t, a.content[masterMain(a)])
-			inspPut(t, store, masterMain(a), z[:len(z)/2])
+		damage: func(t *testing.T, a *jobArchive, store objstore.Store) {
+			z := gzipBytes(t, a.content[masterMain(a)])
+			put(t, store, masterMain(a), z[:len(z)/2])
 		},
-		want: func(a *inspArchive) []inspProblem { return []inspProblem{{inspect.ProblemCorrupt, masterMain(a)}} },
+		want: func(a *jobArchive) []problem { return []problem{{inspect.ProblemCorrupt, masterMain(a)}} },
 	}, {
 		name: "same content recompressed: only the stored size differs",
-		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
+		damage: func(t *testing.T, a *jobArchive, store objstore.Store) {
 			var out bytes.Buffer
 			zw, err := gzip.NewWriterLevel(&out, gzip.NoCompression)
 			if err != nil {
@@ -366,67 +355,67 @@ func TestInspectVerify(t *testing.T) {
 			if err := zw.Close(); err != nil {
 				t.Fatal(err)
 			}
-			inspPut(t, store, masterMain(a), out.Bytes())
+			put(t, store, masterMain(a), out.Bytes())
 		},
-		want: func(a *inspArchive) []inspProblem { return []inspProblem{{inspect.ProblemMismatch, masterMain(a)}} },
+		want: func(a *jobArchive) []problem { return []problem{{inspect.ProblemMismatch, masterMain(a)}} },
 	}, {
 		name: "job.json and manifest.json deleted",
-		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
-			for _, k := range []string{inspLayout.JobObject(a.ref), inspLayout.Manifest(a.ref)} {
+		damage: func(t *testing.T, a *jobArchive, store objstore.Store) {
+			for _, k := range []string{auditLayout.JobObject(a.ref), auditLayout.Manifest(a.ref)} {
 				if err := store.Delete(t.Context(), k); err != nil {
 					t.Fatal(err)
 				}
 			}
 		},
-		want: func(a *inspArchive) []inspProblem {
-			return []inspProblem{{inspect.ProblemMissing, inspLayout.JobObject(a.ref)}, {inspect.ProblemMissing, inspLayout.Manifest(a.ref)}}
+		want: func(a *jobArchive) []problem {
+			return []problem{{inspect.ProblemMissing, auditLayout.JobObject(a.ref)}, {inspect.ProblemMissing, auditLayout.Manifest(a.ref)}}
 		},
 	}, {
 		name: "job.json of another job",
-		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
-			inspPutJSON(t, store, inspLayout.JobObject(a.ref), map[string]any{"kind": "Job",
+		damage: func(t *testing.T, a *jobArchive, store objstore.Store) {
+			putJSON(t, store, auditLayout.JobObject(a.ref), map[string]any{"kind": "Job",
 				"metadata": map[string]any{"namespace": a.ref.Namespace, "name": a.ref.Name, "uid": "another-uid"}})
 		},
-		want: func(a *inspArchive) []inspProblem {
-			return []inspProblem{{inspect.ProblemMismatch, inspLayout.JobObject(a.ref)}}
+		want: func(a *jobArchive) []problem {
+			return []problem{{inspect.ProblemMismatch, auditLayout.JobObject(a.ref)}}
 		},
 	}, {
 		name: "manifest disagrees with the database",
-		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
+		damage: func(t *testing.T, a *jobArchive, store objstore.Store) {
 			var m archive.Manifest
-			inspGetJSON(t, store, inspLayout.Manifest(a.ref), &m)
+			getJSON(t, store, auditLayout.Manifest(a.ref), &m)
 			m.Pods[0].Logs[2].SHA256 = strings.Repeat("0", 64) // a log's checksum
 			m.Pods = m.Pods[:2]                                // drops the replacement worker
-			inspPutJSON(t, store, inspLayout.Manifest(a.ref), m)
+			putJSON(t, store, auditLayout.Manifest(a.ref), m)
 		},
-		want: func(a *inspArchive) []inspProblem {
-			return []inspProblem{{inspect.ProblemManifest, inspLayout.Manifest(a.ref)}, {inspect.ProblemManifest, inspLayout.Manifest(a.ref)}}
+		want: func(a *jobArchive) []problem {
+			return []problem{{inspect.ProblemManifest, auditLayout.Manifest(a.ref)}, {inspect.ProblemManifest, auditLayout.Manifest(a.ref)}}
 		},
 	}, {
 		name: "manifest not JSON",
-		damage: func(t *testing.T, a *inspArchive, store objstore.Store) {
-			inspPut(t, store, inspLayout.Manifest(a.ref), []byte("{\"version\": 1, \"pods\": ["))
+		damage: func(t *testing.T, a *jobArchive, store objstore.Store) {
+			put(t, store, auditLayout.Manifest(a.ref), []byte("{\"version\": 1, \"pods\": ["))
 		},
-		want: func(a *inspArchive) []inspProblem {
-			return []inspProblem{{inspect.ProblemCorrupt, inspLayout.Manifest(a.ref)}}
+		want: func(a *jobArchive) []problem {
+			return []problem{{inspect.ProblemCorrupt, auditLayout.Manifest(a.ref)}}
 		},
 	}, {
 		name:   "wrong store prefix",
 		layout: &archive.Layout{Prefix: "elsewhere"},
-		want: func(a *inspArchive) []inspProblem {
+		want: func(a *jobArchive) []problem {
 			other := archive.Layout{Prefix: "elsewhere"}
 			// The logs are found by their recorded keys; the job's own objects are looked for
 			// where the given prefix puts them.
-			return []inspProblem{{inspect.ProblemLocation, ""}, {inspect.ProblemMissing, other.JobObject(a.ref)}, {inspect.ProblemMissing, other.Manifest(a.ref)}}
+			return []problem{{inspect.ProblemLocation, ""}, {inspect.ProblemMissing, other.JobObject(a.ref)}, {inspect.ProblemMissing, other.Manifest(a.ref)}}
 		},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a, store := newInspArchive(t, records, true)
+			a, store := newJobArchive(t, records, true)
 			if tc.damage != nil {
 				tc.damage(t, a, store)
 			}
-			layout := inspLayout
+			layout := auditLayout
 			if tc.layout != nil {
 				layout = *tc.layout
 			}
@@ -435,8 +424,8 @@ func TestInspectVerify(t *testing.T) {
 				t.Fatalf("Verify: %v", err)
 			}
 			want := tc.want(a)
-			if diff := cmp.Diff(want, inspProblems(rep)); diff != "" {
-				t.Errorf("problems (-want +got):\n%s\nreport:\n%s", diff, inspText(t, rep))
+			if diff := cmp.Diff(want, problems(rep)); diff != "" {
+				t.Errorf("problems (-want +got):\n%s\nreport:\n%s", diff, reportText(t, rep))
 			}
 			if rep.OK() != (len(want) == 0) {
 				t.Errorf("OK() = %v with %d problems", rep.OK(), len(rep.Problems))
@@ -453,13 +442,13 @@ func TestInspectVerify(t *testing.T) {
 	}
 
 	t.Run("mismatch detail names both values", func(t *testing.T) {
-		a, store := newInspArchive(t, records, true)
-		inspPut(t, store, masterMain(a), inspGzip(t, []byte("short\n")))
-		rep, err := inspect.Verify(t.Context(), records, store, inspLayout, a.ref.UID)
+		a, store := newJobArchive(t, records, true)
+		put(t, store, masterMain(a), gzipBytes(t, []byte("short\n")))
+		rep, err := inspect.Verify(t.Context(), records, store, auditLayout, a.ref.UID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		text := inspText(t, rep)
+		text := reportText(t, rep)
 		for _, want := range []string{"uncompressed size is 6 bytes, the record says " + fmt.Sprint(len(a.content[masterMain(a)])),
 			"sha256 is ", "MISMATCH", masterMain(a), "FAILED: 1 problem"} {
 			if !strings.Contains(text, want) {
@@ -469,35 +458,35 @@ func TestInspectVerify(t *testing.T) {
 	})
 
 	t.Run("unreferenced object is noted, not a failure", func(t *testing.T) {
-		a, store := newInspArchive(t, records, true)
-		extra := inspLayout.JobDir(a.ref) + "/pods/stray/uid/x.log.gz"
-		inspPut(t, store, extra, inspGzip(t, []byte("x")))
-		rep, err := inspect.Verify(t.Context(), records, store, inspLayout, a.ref.UID)
+		a, store := newJobArchive(t, records, true)
+		extra := auditLayout.JobDir(a.ref) + "/pods/stray/uid/x.log.gz"
+		put(t, store, extra, gzipBytes(t, []byte("x")))
+		rep, err := inspect.Verify(t.Context(), records, store, auditLayout, a.ref.UID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !rep.OK() || !cmp.Equal(rep.Unreferenced, []string{extra}) {
-			t.Errorf("OK %v, unreferenced %q; want OK and [%s]\n%s", rep.OK(), rep.Unreferenced, extra, inspText(t, rep))
+			t.Errorf("OK %v, unreferenced %q; want OK and [%s]\n%s", rep.OK(), rep.Unreferenced, extra, reportText(t, rep))
 		}
 	})
 
 	t.Run("job not archived yet: logs only", func(t *testing.T) {
-		a, store := newInspArchive(t, records, false)
-		rep, err := inspect.Verify(t.Context(), records, store, inspLayout, a.ref.UID)
+		a, store := newJobArchive(t, records, false)
+		rep, err := inspect.Verify(t.Context(), records, store, auditLayout, a.ref.UID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !rep.OK() || rep.ArchiveState != db.ArchivePending || rep.Stored != 4 {
-			t.Errorf("pending job: %s", inspText(t, rep))
+			t.Errorf("pending job: %s", reportText(t, rep))
 		}
 		if err := store.Delete(t.Context(), workerMain(a)); err != nil {
 			t.Fatal(err)
 		}
-		rep, err = inspect.Verify(t.Context(), records, store, inspLayout, a.ref.UID)
+		rep, err = inspect.Verify(t.Context(), records, store, auditLayout, a.ref.UID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]inspProblem{{inspect.ProblemMissing, workerMain(a)}}, inspProblems(rep)); diff != "" {
+		if diff := cmp.Diff([]problem{{inspect.ProblemMissing, workerMain(a)}}, problems(rep)); diff != "" {
 			t.Errorf("problems (-want +got):\n%s", diff)
 		}
 	})
@@ -507,13 +496,13 @@ func TestInspectVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := inspect.Verify(t.Context(), records, store, inspLayout, "no-such-job"); !errors.Is(err, db.ErrNotFound) {
+		if _, err := inspect.Verify(t.Context(), records, store, auditLayout, "no-such-job"); !errors.Is(err, db.ErrNotFound) {
 			t.Errorf("Verify of an unknown job: %v, want ErrNotFound", err)
 		}
 	})
 }
 
-func inspGetJSON(t *testing.T, store objstore.Store, key string, v any) {
+func getJSON(t *testing.T, store objstore.Store, key string, v any) {
 	t.Helper()
 	rc, err := store.Get(t.Context(), key)
 	if err != nil {
@@ -525,7 +514,7 @@ func inspGetJSON(t *testing.T, store objstore.Store, key string, v any) {
 	}
 }
 
-func inspText(t *testing.T, r inspect.Report) string {
+func reportText(t *testing.T, r inspect.Report) string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := r.WriteText(&b); err != nil {
@@ -536,8 +525,8 @@ func inspText(t *testing.T, r inspect.Report) string {
 
 // TestInspectCommand runs the real `archiver logs` command: what auditors run.
 func TestInspectCommand(t *testing.T) {
-	records, dsn := inspOpenDB(t)
-	a, store := newInspArchive(t, records, true)
+	records, dsn := stack.OpenRecords(t)
+	a, store := newJobArchive(t, records, true)
 	bin := testbed.GoBuild(t, "./archiver")
 
 	run := func(t *testing.T, args ...string) (stdout, stderr string, code int) {
@@ -562,7 +551,7 @@ func TestInspectCommand(t *testing.T) {
 		// these arguments.
 		t.Fatalf("archiver logs help: exit %d, want 0 and the usage (does archiver/main.go hand `logs` to runInspect?):\n%s%s", code, out, errOut)
 	}
-	storeFlags := []string{"--store-backend=fs", "--store-fs-root=" + a.root, "--store-prefix=" + inspLayout.Prefix}
+	storeFlags := []string{"--store-backend=fs", "--store-fs-root=" + a.root, "--store-prefix=" + auditLayout.Prefix}
 	masterMain := a.keys["train-master-0/"+a.ref.UID+"-m0/main/current"]
 
 	t.Run("ls", func(t *testing.T) {
@@ -616,7 +605,7 @@ func TestInspectCommand(t *testing.T) {
 			t.Fatalf("verify of an intact archive: exit %d\n%s%s", code, out, errOut)
 		}
 		// Corrupt one object and delete another: both are printed, and the exit status is 1.
-		inspPut(t, store, masterMain, inspGzip(t, []byte("tampered\n")))
+		put(t, store, masterMain, gzipBytes(t, []byte("tampered\n")))
 		workerMain := a.keys["train-worker-0/"+a.workerUIDs[1]+"/main/current"]
 		if err := os.Remove(filepath.Join(a.root, filepath.FromSlash(workerMain))); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,280 @@
+package archiver
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	busv1alpha1 "volcano.sh/apis/pkg/apis/bus/v1alpha1"
+
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/stack"
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+// Case 1 and 8: a two-task job completes; everything is archived byte-exact on every backend.
+func TestArchiveCompletedJob(t *testing.T) {
+	for _, backend := range []string{objstore.BackendS3, objstore.BackendGCS, objstore.BackendFS} {
+		t.Run(backend, func(t *testing.T) {
+			s := stack.NewRig(t, backend)
+			job := testbed.Job(s.NS, "two-tasks").Task("ps", 1, []string{"main"}).Task("worker", 2, []string{"main"}).Obj()
+			want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"ps": 1, "worker": 2}, []string{"main"}, false)
+			stack.CreateAs(t, s.Env, "alice", job)
+			j := s.WaitArchived(t, job, 2*time.Minute)
+			if j.Status.State.Phase != batchv1alpha1.Completed {
+				t.Errorf("phase %s, want Completed", j.Status.State.Phase)
+			}
+			logs := s.CheckJobArchive(t, j, want)
+			if len(logs) != 3 {
+				t.Errorf("%d log objects, want 3", len(logs))
+			}
+			row, _ := s.Records.Job(t.Context(), string(j.UID))
+			if row.Submitter != "alice" {
+				t.Errorf("submitter %q, want alice", row.Submitter)
+			}
+			if err := s.Env.Client.Delete(t.Context(), j); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, s.Env, j, time.Minute)
+		})
+	}
+}
+
+func waitGone(t *testing.T, env *testbed.Env, obj client.Object, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still exists after %s (finalizers %v, err %v)", obj.GetName(), timeout, obj.GetFinalizers(), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Case 2: a job whose pods fail is restarted by its policy; every attempt's pods are archived
+// under distinct keys.
+func TestArchiveRestartedJob(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3)
+	job := testbed.Job(s.NS, "restarts").Task("worker", 1, []string{"main"}, testbed.Fails()).
+		Policy(busv1alpha1.PodFailedEvent, busv1alpha1.RestartJobAction).MaxRetry(2).Obj()
+	want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
+	stack.CreateAs(t, s.Env, "bob", job)
+	j := s.WaitArchived(t, job, 3*time.Minute)
+	if j.Status.State.Phase != batchv1alpha1.Failed || j.Status.RetryCount < 1 {
+		t.Errorf("phase %s after %d retries, want Failed after at least 1", j.Status.State.Phase, j.Status.RetryCount)
+	}
+	logs := s.CheckJobArchive(t, j, want)
+	keys := map[string]bool{}
+	for _, l := range logs {
+		keys[l.ObjectKey] = true
+	}
+	if len(keys) < 2 || len(keys) != len(logs) {
+		t.Errorf("%d distinct keys for %d logs, want one per attempt (at least 2)", len(keys), len(logs))
+	}
+}
+
+// Case 3: a running job deleted by a user, in background and in foreground cascade: every log is
+// archived before the pods vanish.
+func TestArchiveDeletedRunningJob(t *testing.T) {
+	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
+		t.Run(string(policy), func(t *testing.T) {
+			s := stack.NewRig(t, objstore.BackendS3)
+			job := testbed.Job(s.NS, "deleted").Task("worker", 2, []string{"main"}, testbed.RunsFor("1h")).Obj()
+			want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
+			stack.CreateAs(t, s.Env, "carol", job)
+			j := stack.WaitPhase(t, s.Env, job, batchv1alpha1.Running, 2*time.Minute)
+			waitPodsRunning(t, s.Env, s.NS, 2)
+			if err := s.Env.Client.Delete(t.Context(), j, client.PropagationPolicy(policy)); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, s.Env, j, 2*time.Minute)
+			waitNoPods(t, s.Env, s.NS, time.Minute)
+			pods, err := s.Records.Pods(t.Context(), string(j.UID))
+			if err != nil || len(pods) != 2 {
+				t.Fatalf("%d pod rows (%v), want 2", len(pods), err)
+			}
+			logs, err := s.Records.LogObjects(t.Context(), string(j.UID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			byUID := map[string]string{}
+			for _, p := range pods {
+				byUID[p.UID] = p.Name
+				if p.ArchiveState != db.ArchiveArchived {
+					t.Errorf("pod %s: %s, want archived", p.Name, p.ArchiveState)
+				}
+			}
+			if len(logs) != 2 {
+				t.Errorf("%d logs, want 2", len(logs))
+			}
+			for _, l := range logs {
+				s.CheckLog(t, l, testbed.Bytes(want[byUID[l.PodUID]]["main"].Current))
+			}
+			row, err := s.Records.Job(t.Context(), string(j.UID))
+			if err != nil || row.ArchiveState != db.ArchiveArchived {
+				t.Errorf("job row %s (%v), want archived", row.ArchiveState, err)
+			}
+		})
+	}
+}
+
+func waitPodsRunning(t *testing.T, env *testbed.Env, ns string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var pods corev1.PodList
+		if err := env.Client.List(t.Context(), &pods, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pods running", running, n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func waitNoPods(t *testing.T, env *testbed.Env, ns string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var pods corev1.PodList
+		if err := env.Client.List(t.Context(), &pods, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pods remain in %s", len(pods.Items), ns)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Case 4: init containers, several containers, and a restart whose previous log is captured.
+func TestArchiveMultiContainerRestart(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3)
+	job := testbed.Job(s.NS, "multi").Task("main", 1, []string{"app", "sidecar"}, testbed.InitContainers("init"), testbed.RestartsOnce()).Obj()
+	pod := testbed.PodName(job.Name, "main", 0)
+	want := map[string]map[string]testbed.ContainerLogs{pod: {
+		"init":    {Current: stack.SampleChunks(pod + "/init")},
+		"app":     {Current: stack.SampleChunks(pod + "/app"), Previous: []testbed.Chunk{{Stream: "stderr", Data: []byte("app crashed ✗\n")}}},
+		"sidecar": {Current: stack.SampleChunks(pod + "/sidecar"), Previous: []testbed.Chunk{{Stream: "stdout", Data: []byte("sidecar first run\n")}}},
+	}}
+	s.Env.SetPodLogs(t, s.NS, pod, want[pod])
+	stack.CreateAs(t, s.Env, "dave", job)
+	j := s.WaitArchived(t, job, 2*time.Minute)
+	logs := s.CheckJobArchive(t, j, want)
+	var got []string
+	for _, l := range logs {
+		got = append(got, fmt.Sprintf("%s:%s:%s", l.ContainerType, l.Container, l.Instance))
+	}
+	sort.Strings(got)
+	wantRows := []string{"init:init:current", "regular:app:current", "regular:app:previous-1", "regular:sidecar:current", "regular:sidecar:previous-1"}
+	if strings.Join(got, " ") != strings.Join(wantRows, " ") {
+		t.Errorf("log rows %v, want %v", got, wantRows)
+	}
+}
+
+// Case 5: the archiver is down for the job's whole life; started afterwards it records everything,
+// every transition included.
+func TestArchiverDownForWholeJob(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3)
+	s.Proc.Stop()
+	job := testbed.Job(s.NS, "unattended").Task("worker", 2, []string{"main"}).Obj()
+	want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
+	stack.CreateAs(t, s.Env, "erin", job)
+	j := stack.WaitPhase(t, s.Env, job, batchv1alpha1.Completed, 2*time.Minute)
+	if len(j.Finalizers) == 0 {
+		t.Fatalf("job completed without the webhook's finalizer")
+	}
+	s.Start(t)
+	j = s.WaitArchived(t, j, 2*time.Minute)
+	s.CheckJobArchive(t, j, want)
+}
+
+// Case 9: a pod whose logs can never be read is released after the deadline and recorded as
+// unavailable, with an Event.
+func TestUnreadableLogsReleasedAfterDeadline(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3, "--log-deadline=3s")
+	job := testbed.Job(s.NS, "nologs").Task("worker", 1, []string{"main"}).Obj() // no logs prepared: KWOK cannot serve any
+	stack.CreateAs(t, s.Env, "frank", job)
+	j := s.WaitArchived(t, job, 2*time.Minute)
+	logs, err := s.Records.LogObjects(t.Context(), string(j.UID))
+	if err != nil || len(logs) != 1 {
+		t.Fatalf("%d logs (%v), want 1", len(logs), err)
+	}
+	if logs[0].State != db.LogUnavailable || !strings.Contains(logs[0].Reason, "deadline") {
+		t.Errorf("log %s: %s (%s), want unavailable after the deadline", logs[0], logs[0].State, logs[0].Reason)
+	}
+	s.ExpectEvent(t, "LogUnavailable")
+}
+
+// The escape hatch: an operator releases a job stuck on unreadable logs at once.
+func TestOperatorReleasesJob(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3, "--log-deadline=1h")
+	job := testbed.Job(s.NS, "stuck").Task("worker", 1, []string{"main"}).Obj()
+	stack.CreateAs(t, s.Env, "gina", job)
+	j := stack.WaitPhase(t, s.Env, job, batchv1alpha1.Completed, 2*time.Minute)
+	time.Sleep(2 * time.Second)
+	if j = stack.GetJob(t, s.Env, j); len(j.Finalizers) == 0 {
+		t.Fatalf("job released before the deadline with unreadable logs")
+	}
+	patch := client.MergeFrom(j.DeepCopy())
+	metav1.SetMetaDataAnnotation(&j.ObjectMeta, tracking.ReleaseAnnotation, "ticket-42")
+	if err := s.Env.Client.Patch(t.Context(), j, patch); err != nil {
+		t.Fatal(err)
+	}
+	j = s.WaitArchived(t, j, time.Minute)
+	row, err := s.Records.Job(t.Context(), string(j.UID))
+	if err != nil || row.ArchiveState != db.ArchiveReleased || !strings.Contains(row.ReleaseReason, "ticket-42") {
+		t.Errorf("job row %s %q (%v), want released with the operator's reason", row.ArchiveState, row.ReleaseReason, err)
+	}
+}
+
+// The backstop: a job that lacks the finalizer and label (admitted while the webhook was down,
+// which fails open for VcJobs) gets them from the archiver and is archived as usual.
+func TestBackstopsMissingFinalizer(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendFS)
+	job := testbed.Job(s.NS, "unstamped").Task("worker", 1, []string{"main"}, testbed.RunsFor("5s")).Obj()
+	want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
+	s.Proc.Stop() // so the archiver cannot re-add them before the patch below lands
+	stack.CreateAs(t, s.Env, "kim", job)
+	j := stack.GetJob(t, s.Env, job)
+	patch := client.MergeFrom(j.DeepCopy())
+	j.Finalizers = nil
+	delete(j.Labels, tracking.TrackedLabel)
+	if err := s.Env.Client.Patch(t.Context(), j, patch); err != nil {
+		t.Fatal(err)
+	}
+	s.Start(t)
+	j = s.WaitArchived(t, j, 2*time.Minute)
+	if !tracking.IsTracked(j.Labels) {
+		t.Errorf("job labels %v: tracking label not restored", j.Labels)
+	}
+	s.CheckJobArchive(t, j, want)
+	s.ExpectEvent(t, "Backstopped")
+}

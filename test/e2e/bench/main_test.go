@@ -1,0 +1,12 @@
+// Package bench holds the benchmarks (`make bench`): the webhook's handler and VcJob creates
+// through the API server with and without it, archive throughput and release latency. It has no
+// tests, so `go test ./...` starts nothing here.
+package bench
+
+import (
+	"testing"
+
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+func TestMain(m *testing.M) { testbed.Main(m) }

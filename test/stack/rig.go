@@ -1,0 +1,209 @@
+package stack
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+// Rig is one archiver process (the real binary) with its own namespace, database and store,
+// behind the real webhook.
+type Rig struct {
+	*Archiver
+	// NS is the rig's namespace; its archiver watches only this one.
+	NS string
+	// Records is the archiver's database.
+	Records *db.DB
+	// Store is the archiver's object store, opened for reading back what it wrote
+	// (Archiver.Store).
+	Store objstore.Store
+}
+
+// NewRig registers the webhook, makes a namespace, a database and a store of the given backend
+// (s3 = MinIO, gcs = the GCS emulator, fs = a directory) and starts the archiver for them.
+func NewRig(t testing.TB, backend string, flags ...string) *Rig {
+	t.Helper()
+	env := testbed.Cluster(t)
+	Webhook(t, env)
+	s := &Rig{NS: env.Namespace(t)}
+	s.Archiver = NewArchiver(t, env, testbed.Postgres(t), Options{Backend: backend, FSRoot: t.TempDir(),
+		Namespaces: []string{s.NS}, Flags: flags})
+	s.Store = s.Archiver.Store(t)
+	s.Start(t)
+	var err error
+	if s.Records, err = db.Open(context.Background(), s.DSN, db.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Records.Close() })
+	return s
+}
+
+// WaitArchived waits until the job's finalizer is released and returns the job as last seen.
+func (s *Rig) WaitArchived(t testing.TB, job *batchv1alpha1.Job, timeout time.Duration) *batchv1alpha1.Job {
+	t.Helper()
+	var j batchv1alpha1.Job
+	deadline := time.Now().Add(timeout)
+	for {
+		err := s.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(job), &j)
+		if err == nil && j.Annotations[tracking.ArchivedAtAnnotation] != "" && !controllerutil.ContainsFinalizer(&j, tracking.JobFinalizer) {
+			return &j
+		}
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s/%s not archived within %s (phase %q, finalizers %v, err %v); archiver log: %s",
+				job.Namespace, job.Name, timeout, j.Status.State.Phase, j.Finalizers, err, s.Proc.LogPath)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// ReadLog reads an archived log object back, decompressed, with its sha256.
+func (s *Rig) ReadLog(t testing.TB, key string) ([]byte, string) {
+	t.Helper()
+	rc, err := s.Store.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	defer rc.Close()
+	zr, err := gzip.NewReader(rc)
+	if err != nil {
+		t.Fatalf("gunzip %s: %v", key, err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	sum := sha256.Sum256(b)
+	return b, hex.EncodeToString(sum[:])
+}
+
+// CheckLog asserts that the log object row is stored and its object holds exactly want.
+func (s *Rig) CheckLog(t testing.TB, row db.LogObject, want []byte) {
+	t.Helper()
+	if row.State != db.LogStored {
+		t.Errorf("log %s: state %s (%s), want stored", row, row.State, row.Reason)
+		return
+	}
+	got, sum := s.ReadLog(t, row.ObjectKey)
+	wantSum := sha256.Sum256(want)
+	if !bytes.Equal(got, want) || sum != hex.EncodeToString(wantSum[:]) || row.SHA256 != sum || row.Bytes != int64(len(want)) {
+		t.Errorf("log %s at %s: got %d bytes sha256 %s (row: %d bytes, %s), want %d bytes sha256 %x",
+			row, row.ObjectKey, len(got), sum, row.Bytes, row.SHA256, len(want), wantSum)
+	}
+}
+
+// CheckJobArchive asserts the whole record of an archived job: the row, every transition of
+// Volcano's conditions once, every pod's logs byte-exact, job.json and manifest.json.
+func (s *Rig) CheckJobArchive(t testing.TB, job *batchv1alpha1.Job, want map[string]map[string]testbed.ContainerLogs) []db.LogObject {
+	t.Helper()
+	ctx := t.Context()
+	row, err := s.Records.Job(ctx, string(job.UID))
+	if err != nil {
+		t.Fatalf("job row: %v", err)
+	}
+	if row.ArchiveState != db.ArchiveArchived || row.ArchiveLocation == "" || row.Phase != string(job.Status.State.Phase) {
+		t.Errorf("job row: state %s location %q phase %s; want archived with a location, phase %s", row.ArchiveState, row.ArchiveLocation, row.Phase, job.Status.State.Phase)
+	}
+	s.CheckTransitions(t, job)
+	logs, err := s.Records.LogObjects(ctx, string(job.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := s.Records.Pods(ctx, string(job.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	podName := map[string]string{}
+	for _, p := range pods {
+		podName[p.UID] = p.Name
+		if p.ArchiveState != db.ArchiveArchived {
+			t.Errorf("pod %s (%s): archive state %s, want archived", p.Name, p.UID, p.ArchiveState)
+		}
+	}
+	seen := map[string]bool{}
+	for _, l := range logs {
+		name := podName[l.PodUID]
+		cl, ok := want[name][l.Container]
+		if !ok {
+			t.Errorf("unexpected log %s of pod %s", l, name)
+			continue
+		}
+		w := cl.Current
+		if l.Instance != db.InstanceCurrent {
+			w = cl.Previous
+		}
+		s.CheckLog(t, l, testbed.Bytes(w))
+		seen[name+"/"+l.Container+"/"+l.Instance] = true
+	}
+	for pod, cs := range want {
+		for c, cl := range cs {
+			if !seen[pod+"/"+c+"/current"] {
+				t.Errorf("no archived current log for %s/%s", pod, c)
+			}
+			if cl.Previous != nil && !seen[pod+"/"+c+"/"+db.PreviousInstance(1)] {
+				t.Errorf("no archived previous log for %s/%s", pod, c)
+			}
+		}
+	}
+	for _, key := range []string{"job.json", "manifest.json"} {
+		if _, err := s.Store.Stat(ctx, "archive/"+job.Namespace+"/"+job.Name+"/"+string(job.UID)+"/"+key); err != nil {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+	return logs
+}
+
+// CheckTransitions asserts that every phase change Volcano recorded is in the database once.
+func (s *Rig) CheckTransitions(t testing.TB, job *batchv1alpha1.Job) {
+	t.Helper()
+	ts, err := s.Records.Transitions(t.Context(), string(job.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, tr := range ts {
+		got[tr.Phase+"@"+tr.Time.UTC().Format(time.RFC3339)]++
+	}
+	for _, c := range job.Status.Conditions {
+		k := string(c.Status) + "@" + c.LastTransitionTime.UTC().Format(time.RFC3339)
+		if got[k] != 1 {
+			t.Errorf("transition %s recorded %d times, want once (recorded: %v)", k, got[k], got)
+		}
+	}
+	if len(job.Status.Conditions) == 0 {
+		t.Errorf("job has no conditions to compare")
+	}
+}
+
+// ExpectEvent asserts that an Event with the reason was recorded in the rig's namespace.
+func (s *Rig) ExpectEvent(t testing.TB, reason string) {
+	t.Helper()
+	var events corev1.EventList
+	if err := s.Env.Client.List(t.Context(), &events, client.InNamespace(s.NS)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Reason == reason {
+			return
+		}
+	}
+	t.Errorf("no %s event in %s", reason, s.NS)
+}
