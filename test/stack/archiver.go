@@ -88,7 +88,7 @@ type Options struct {
 func NewArchiver(t testbed.T, env *testbed.Env, dsn string, o Options) *Archiver {
 	t.Helper()
 	a := &Archiver{Env: env, DSN: dsn, Kubeconfig: ArchiverIdentity(t, env)}
-	cfg := objstore.Config{Backend: o.Backend, Prefix: "archive"}
+	cfg := objstore.Config{Backend: o.Backend}
 	switch o.Backend {
 	case objstore.BackendS3:
 		m := testbed.MinIO(t)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 	"github.com/jobvault/jobvault/test/testbed"
 )
@@ -96,9 +97,9 @@ func (s *Rig) ReadLog(t testing.TB, key string) ([]byte, string) {
 }
 
 // CheckLog asserts that the log object row is stored and its object holds exactly want.
-func (s *Rig) CheckLog(t testing.TB, row db.LogObject, want []byte) {
+func (s *Rig) CheckLog(t testing.TB, row record.LogObject, want []byte) {
 	t.Helper()
-	if row.State != db.LogStored {
+	if row.State != record.LogStored {
 		t.Errorf("log %s: state %s (%s), want stored", row, row.State, row.Reason)
 		return
 	}
@@ -112,14 +113,14 @@ func (s *Rig) CheckLog(t testing.TB, row db.LogObject, want []byte) {
 
 // CheckJobArchive asserts the whole record of an archived job: the row, every transition of
 // Volcano's conditions once, every pod's logs byte-exact, job.json and manifest.json.
-func (s *Rig) CheckJobArchive(t testing.TB, job *batchv1alpha1.Job, want map[string]map[string]testbed.ContainerLogs) []db.LogObject {
+func (s *Rig) CheckJobArchive(t testing.TB, job *batchv1alpha1.Job, want map[string]map[string]testbed.ContainerLogs) []record.LogObject {
 	t.Helper()
 	ctx := t.Context()
 	row, err := s.Records.Job(ctx, string(job.UID))
 	if err != nil {
 		t.Fatalf("job row: %v", err)
 	}
-	if row.ArchiveState != db.ArchiveArchived || row.ArchiveLocation == "" || row.Phase != string(job.Status.State.Phase) {
+	if row.ArchiveState != record.ArchiveArchived || row.ArchiveLocation == "" || row.Phase != string(job.Status.State.Phase) {
 		t.Errorf("job row: state %s location %q phase %s; want archived with a location, phase %s", row.ArchiveState, row.ArchiveLocation, row.Phase, job.Status.State.Phase)
 	}
 	s.CheckTransitions(t, job)
@@ -134,7 +135,7 @@ func (s *Rig) CheckJobArchive(t testing.TB, job *batchv1alpha1.Job, want map[str
 	podName := map[string]string{}
 	for _, p := range pods {
 		podName[p.UID] = p.Name
-		if p.ArchiveState != db.ArchiveArchived {
+		if p.ArchiveState != record.ArchiveArchived {
 			t.Errorf("pod %s (%s): archive state %s, want archived", p.Name, p.UID, p.ArchiveState)
 		}
 	}
@@ -147,7 +148,7 @@ func (s *Rig) CheckJobArchive(t testing.TB, job *batchv1alpha1.Job, want map[str
 			continue
 		}
 		w := cl.Current
-		if l.Instance != db.InstanceCurrent {
+		if l.Instance != record.InstanceCurrent {
 			w = cl.Previous
 		}
 		s.CheckLog(t, l, testbed.Bytes(w))
@@ -158,7 +159,7 @@ func (s *Rig) CheckJobArchive(t testing.TB, job *batchv1alpha1.Job, want map[str
 			if !seen[pod+"/"+c+"/current"] {
 				t.Errorf("no archived current log for %s/%s", pod, c)
 			}
-			if cl.Previous != nil && !seen[pod+"/"+c+"/"+db.PreviousInstance(1)] {
+			if cl.Previous != nil && !seen[pod+"/"+c+"/"+record.PreviousInstance(1)] {
 				t.Errorf("no archived previous log for %s/%s", pod, c)
 			}
 		}

@@ -15,8 +15,8 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	busv1alpha1 "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 
-	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -114,7 +114,7 @@ func TestArchiveDeletedRunningJob(t *testing.T) {
 			byUID := map[string]string{}
 			for _, p := range pods {
 				byUID[p.UID] = p.Name
-				if p.ArchiveState != db.ArchiveArchived {
+				if p.ArchiveState != record.ArchiveArchived {
 					t.Errorf("pod %s: %s, want archived", p.Name, p.ArchiveState)
 				}
 			}
@@ -125,7 +125,7 @@ func TestArchiveDeletedRunningJob(t *testing.T) {
 				s.CheckLog(t, l, testbed.Bytes(want[byUID[l.PodUID]]["main"].Current))
 			}
 			row, err := s.Records.Job(t.Context(), string(j.UID))
-			if err != nil || row.ArchiveState != db.ArchiveArchived {
+			if err != nil || row.ArchiveState != record.ArchiveArchived {
 				t.Errorf("job row %s (%v), want archived", row.ArchiveState, err)
 			}
 		})
@@ -227,7 +227,7 @@ func TestUnreadableLogsReleasedAfterDeadline(t *testing.T) {
 	if err != nil || len(logs) != 1 {
 		t.Fatalf("%d logs (%v), want 1", len(logs), err)
 	}
-	if logs[0].State != db.LogUnavailable || !strings.Contains(logs[0].Reason, "deadline") {
+	if logs[0].State != record.LogUnavailable || !strings.Contains(logs[0].Reason, "deadline") {
 		t.Errorf("log %s: %s (%s), want unavailable after the deadline", logs[0], logs[0].State, logs[0].Reason)
 	}
 	s.ExpectEvent(t, "LogUnavailable")
@@ -250,7 +250,7 @@ func TestOperatorReleasesJob(t *testing.T) {
 	}
 	j = s.WaitArchived(t, j, time.Minute)
 	row, err := s.Records.Job(t.Context(), string(j.UID))
-	if err != nil || row.ArchiveState != db.ArchiveReleased || !strings.Contains(row.ReleaseReason, "ticket-42") {
+	if err != nil || row.ArchiveState != record.ArchiveReleased || !strings.Contains(row.ReleaseReason, "ticket-42") {
 		t.Errorf("job row %s %q (%v), want released with the operator's reason", row.ArchiveState, row.ReleaseReason, err)
 	}
 }

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
-	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -83,7 +83,7 @@ func BenchmarkArchiveLargeLog(b *testing.B) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		t0 := time.Now()
-		var row db.LogObject
+		var row record.LogObject
 		for {
 			logs, err := s.Records.PodLogObjects(b.Context(), string(p.UID))
 			if err == nil && len(logs) == 1 {

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
-	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -135,7 +135,7 @@ func TestArchiverKilledMidUpload(t *testing.T) {
 	if strings.Join(keys, "\n") != strings.Join(wantKeys, "\n") {
 		t.Errorf("objects in the bucket:\n%s\nwant exactly:\n%s", strings.Join(keys, "\n"), strings.Join(wantKeys, "\n"))
 	}
-	if logs[0].State != db.LogStored {
+	if logs[0].State != record.LogStored {
 		t.Errorf("log %s: %s", logs[0], logs[0].State)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -54,11 +55,11 @@ func queryInt(t *testing.T, c *sql.DB, query string, args ...any) int {
 	return n
 }
 
-// jobFixture is a small builder for db.Job values.
-type jobFixture struct{ db.Job }
+// jobFixture is a small builder for record.Job values.
+type jobFixture struct{ record.Job }
 
 func newJob(uid string) *jobFixture {
-	return &jobFixture{db.Job{
+	return &jobFixture{record.Job{
 		UID:       uid,
 		Cluster:   "test",
 		Namespace: "team-a",
@@ -86,27 +87,27 @@ func (f *jobFixture) submitter(u string, groups ...string) *jobFixture {
 	f.Submitter, f.SubmitterGroups, f.AdmittedAt = u, groups, ptr(f.CreatedAt.Add(-time.Second))
 	return f
 }
-func (f *jobFixture) build() db.Job { return f.Job }
+func (f *jobFixture) build() record.Job { return f.Job }
 
-func newPod(uid, jobUID string) db.Pod {
-	return db.Pod{UID: uid, JobUID: jobUID, Namespace: "team-a", Name: "pod-" + uid, Task: "worker", Node: "node-1",
+func newPod(uid, jobUID string) record.Pod {
+	return record.Pod{UID: uid, JobUID: jobUID, Namespace: "team-a", Name: "pod-" + uid, Task: "worker", Node: "node-1",
 		Phase: "Running", CreatedAt: at(time.Minute), StartedAt: ptr(at(2 * time.Minute))}
 }
 
-func storedLog(podUID, container, instance string) db.LogObject {
-	return db.LogObject{PodUID: podUID, Container: container, ContainerType: db.ContainerRegular, Instance: instance,
+func storedLog(podUID, container, instance string) record.LogObject {
+	return record.LogObject{PodUID: podUID, Container: container, ContainerType: record.ContainerRegular, Instance: instance,
 		ObjectKey: "logs/team-a/" + podUID + "/" + container + "." + instance + ".log.gz", Bytes: 1000, StoredBytes: 200,
-		SHA256: strings.Repeat("ab", 32), State: db.LogStored}
+		SHA256: strings.Repeat("ab", 32), State: record.LogStored}
 }
 
-func mustUpsertJob(t *testing.T, records *db.DB, j db.Job) {
+func mustUpsertJob(t *testing.T, records *db.DB, j record.Job) {
 	t.Helper()
 	if err := records.UpsertJob(t.Context(), j); err != nil {
 		t.Fatalf("UpsertJob(%s): %v", j.UID, err)
 	}
 }
 
-func mustJob(t *testing.T, records *db.DB, uid string) db.Job {
+func mustJob(t *testing.T, records *db.DB, uid string) record.Job {
 	t.Helper()
 	j, err := records.Job(t.Context(), uid)
 	if err != nil {
@@ -115,7 +116,7 @@ func mustJob(t *testing.T, records *db.DB, uid string) db.Job {
 	return j
 }
 
-var ignoreDBStamps = cmpopts.IgnoreFields(db.Job{}, "RecordedAt", "UpdatedAt")
+var ignoreDBStamps = cmpopts.IgnoreFields(record.Job{}, "RecordedAt", "UpdatedAt")
 
 func TestDBMigrations(t *testing.T) {
 	ctx := t.Context()
@@ -306,7 +307,7 @@ func TestDBUpsertJobIdempotent(t *testing.T) {
 	want.Annotations = map[string]string{tracking.SubmitterAnnotation: "alice"}
 	mustUpsertJob(t, records, want)
 	first := mustJob(t, records, "u1")
-	want.ArchiveState = db.ArchivePending
+	want.ArchiveState = record.ArchivePending
 	if diff := cmp.Diff(want, first, ignoreDBStamps); diff != "" {
 		t.Errorf("Job after upsert (-want +got):\n%s", diff)
 	}
@@ -386,7 +387,7 @@ func TestDBJobPhaseAndArchiveOnlyMoveForward(t *testing.T) {
 		t.Fatalf("MarkJobArchived: %v", err)
 	}
 	archived := mustJob(t, records, "u1")
-	if archived.ArchiveState != db.ArchiveArchived || archived.ArchivedAt == nil || !archived.ArchivedAt.Equal(at(2*time.Hour)) ||
+	if archived.ArchiveState != record.ArchiveArchived || archived.ArchivedAt == nil || !archived.ArchivedAt.Equal(at(2*time.Hour)) ||
 		archived.ArchiveLocation != "s3://bucket/team-a/job-u1/u1/" || archived.ReleaseReason != "" {
 		t.Errorf("after MarkJobArchived: %s %v %q %q", archived.ArchiveState, archived.ArchivedAt, archived.ArchiveLocation, archived.ReleaseReason)
 	}
@@ -406,7 +407,7 @@ func TestDBJobPhaseAndArchiveOnlyMoveForward(t *testing.T) {
 	if err := records.MarkJobArchived(ctx, "u2", "", time.Time{}, "escape hatch: operator"); err != nil {
 		t.Fatalf("MarkJobArchived (release): %v", err)
 	}
-	if got := mustJob(t, records, "u2"); got.ArchiveState != db.ArchiveReleased || got.ReleaseReason != "escape hatch: operator" || got.ArchivedAt == nil {
+	if got := mustJob(t, records, "u2"); got.ArchiveState != record.ArchiveReleased || got.ReleaseReason != "escape hatch: operator" || got.ArchivedAt == nil {
 		t.Errorf("released job: %s %q %v", got.ArchiveState, got.ReleaseReason, got.ArchivedAt)
 	}
 
@@ -437,7 +438,7 @@ func TestDBInvalidInputChangesNothing(t *testing.T) {
 		"pod":        records.UpsertPod(ctx, badPod),
 		"log object": records.PutLogObject(ctx, badLog),
 		"transition": func() error {
-			_, err := records.RecordTransitions(ctx, "u1", []db.Transition{{Phase: "Running", Time: at(0), Source: "guess"}})
+			_, err := records.RecordTransitions(ctx, "u1", []record.Transition{{Phase: "Running", Time: at(0), Source: "guess"}})
 			return err
 		}(),
 	} {
@@ -469,11 +470,11 @@ func TestDBTransitionsRecordedOnceAndNotified(t *testing.T) {
 	}
 
 	mustUpsertJob(t, records, newJob("u1").phase("Running").build())
-	conditions := []db.Transition{
-		{Phase: "Pending", Time: at(0), Reason: "Created", ResourceVersion: "10", Source: db.SourceCondition},
-		{Phase: "Running", Time: at(time.Minute), ResourceVersion: "12", Source: db.SourceCondition},
-		{Phase: "Running", Time: at(time.Minute), ResourceVersion: "12", Source: db.SourceObserved}, // same transition, seen live
-		{Phase: "Restarting", Time: at(2 * time.Minute), Message: "pod failed", Source: db.SourceCondition, ObservedAt: at(3 * time.Minute)},
+	conditions := []record.Transition{
+		{Phase: "Pending", Time: at(0), Reason: "Created", ResourceVersion: "10", Source: record.SourceCondition},
+		{Phase: "Running", Time: at(time.Minute), ResourceVersion: "12", Source: record.SourceCondition},
+		{Phase: "Running", Time: at(time.Minute), ResourceVersion: "12", Source: record.SourceObserved}, // same transition, seen live
+		{Phase: "Restarting", Time: at(2 * time.Minute), Message: "pod failed", Source: record.SourceCondition, ObservedAt: at(3 * time.Minute)},
 	}
 	n, err := records.RecordTransitions(ctx, "u1", conditions)
 	if err != nil {
@@ -487,7 +488,7 @@ func TestDBTransitionsRecordedOnceAndNotified(t *testing.T) {
 		t.Errorf("repeated RecordTransitions = %d, %v; want 0, nil", n, err)
 	}
 	// A new one later.
-	if n, err := records.RecordTransitions(ctx, "u1", append(conditions, db.Transition{Phase: "Running", Time: at(4 * time.Minute), Source: db.SourceObserved})); err != nil || n != 1 {
+	if n, err := records.RecordTransitions(ctx, "u1", append(conditions, record.Transition{Phase: "Running", Time: at(4 * time.Minute), Source: record.SourceObserved})); err != nil || n != 1 {
 		t.Errorf("RecordTransitions with one new = %d, %v; want 1, nil", n, err)
 	}
 
@@ -495,13 +496,13 @@ func TestDBTransitionsRecordedOnceAndNotified(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Transitions: %v", err)
 	}
-	want := []db.Transition{
-		{Phase: "Pending", Time: at(0), Reason: "Created", ResourceVersion: "10", Source: db.SourceCondition},
-		{Phase: "Running", Time: at(time.Minute), ResourceVersion: "12", Source: db.SourceCondition},
-		{Phase: "Restarting", Time: at(2 * time.Minute), Message: "pod failed", Source: db.SourceCondition, ObservedAt: at(3 * time.Minute)},
-		{Phase: "Running", Time: at(4 * time.Minute), Source: db.SourceObserved},
+	want := []record.Transition{
+		{Phase: "Pending", Time: at(0), Reason: "Created", ResourceVersion: "10", Source: record.SourceCondition},
+		{Phase: "Running", Time: at(time.Minute), ResourceVersion: "12", Source: record.SourceCondition},
+		{Phase: "Restarting", Time: at(2 * time.Minute), Message: "pod failed", Source: record.SourceCondition, ObservedAt: at(3 * time.Minute)},
+		{Phase: "Running", Time: at(4 * time.Minute), Source: record.SourceObserved},
 	}
-	ignore := cmpopts.IgnoreFields(db.Transition{}, "ID", "ObservedAt")
+	ignore := cmpopts.IgnoreFields(record.Transition{}, "ID", "ObservedAt")
 	if diff := cmp.Diff(want, got, ignore); diff != "" {
 		t.Errorf("Transitions (-want +got):\n%s", diff)
 	}
@@ -570,8 +571,8 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Pod: %v", err)
 	}
-	pod.ArchiveState = db.ArchivePending
-	if diff := cmp.Diff(pod, first, cmpopts.IgnoreFields(db.Pod{}, "RecordedAt", "UpdatedAt")); diff != "" {
+	pod.ArchiveState = record.ArchivePending
+	if diff := cmp.Diff(pod, first, cmpopts.IgnoreFields(record.Pod{}, "RecordedAt", "UpdatedAt")); diff != "" {
 		t.Errorf("Pod (-want +got):\n%s", diff)
 	}
 
@@ -593,26 +594,26 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 	}
 
 	// Log objects: the pod row must exist.
-	if err := records.PutLogObject(ctx, storedLog("nope", "main", db.InstanceCurrent)); !errors.Is(err, db.ErrNotFound) {
+	if err := records.PutLogObject(ctx, storedLog("nope", "main", record.InstanceCurrent)); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("PutLogObject(unknown pod) = %v, want ErrNotFound", err)
 	}
 
 	// unavailable -> stored upgrades; stored -> unavailable is ignored.
-	main := storedLog("p1", "main", db.InstanceCurrent)
-	unavailable := db.LogObject{PodUID: "p1", Container: "main", ContainerType: db.ContainerRegular, Instance: db.InstanceCurrent,
-		State: db.LogUnavailable, Reason: "node gone"}
-	for _, l := range []db.LogObject{unavailable, main, main, unavailable} {
+	main := storedLog("p1", "main", record.InstanceCurrent)
+	unavailable := record.LogObject{PodUID: "p1", Container: "main", ContainerType: record.ContainerRegular, Instance: record.InstanceCurrent,
+		State: record.LogUnavailable, Reason: "node gone"}
+	for _, l := range []record.LogObject{unavailable, main, main, unavailable} {
 		if err := records.PutLogObject(ctx, l); err != nil {
 			t.Fatalf("PutLogObject(%s %s): %v", l, l.State, err)
 		}
 	}
-	prev2 := storedLog("p1", "main", db.PreviousInstance(2))
-	prev10 := storedLog("p1", "main", db.PreviousInstance(10))
-	initLog := storedLog("p1", "setup", db.InstanceCurrent)
-	initLog.ContainerType = db.ContainerInit
-	debug := db.LogObject{PodUID: "p1", Container: "debugger", ContainerType: db.ContainerEphemeral, Instance: db.InstanceCurrent,
-		State: db.LogUnavailable, Reason: "deadline exceeded"}
-	for _, l := range []db.LogObject{prev10, debug, prev2, initLog} {
+	prev2 := storedLog("p1", "main", record.PreviousInstance(2))
+	prev10 := storedLog("p1", "main", record.PreviousInstance(10))
+	initLog := storedLog("p1", "setup", record.InstanceCurrent)
+	initLog.ContainerType = record.ContainerInit
+	debug := record.LogObject{PodUID: "p1", Container: "debugger", ContainerType: record.ContainerEphemeral, Instance: record.InstanceCurrent,
+		State: record.LogUnavailable, Reason: "deadline exceeded"}
+	for _, l := range []record.LogObject{prev10, debug, prev2, initLog} {
 		if err := records.PutLogObject(ctx, l); err != nil {
 			t.Fatalf("PutLogObject(%s): %v", l, err)
 		}
@@ -624,8 +625,8 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wantLogs := []db.LogObject{initLog, reupload, prev10, main, debug}
-	ignoreStamps := cmpopts.IgnoreFields(db.LogObject{}, "CreatedAt", "UpdatedAt")
+	wantLogs := []record.LogObject{initLog, reupload, prev10, main, debug}
+	ignoreStamps := cmpopts.IgnoreFields(record.LogObject{}, "CreatedAt", "UpdatedAt")
 	gotPod, err := records.PodLogObjects(ctx, "p1")
 	if err != nil {
 		t.Fatalf("PodLogObjects: %v", err)
@@ -658,7 +659,7 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ArchiveState != db.ArchiveArchived || got.ArchivedAt == nil || !got.ArchivedAt.Equal(at(6*time.Minute)) || got.ReleaseReason != "" {
+	if got.ArchiveState != record.ArchiveArchived || got.ArchivedAt == nil || !got.ArchivedAt.Equal(at(6*time.Minute)) || got.ReleaseReason != "" {
 		t.Errorf("pod archive: %s %v %q, want archived at 6m", got.ArchiveState, got.ArchivedAt, got.ReleaseReason)
 	}
 	if err := records.MarkPodArchived(ctx, "nope", at(0), ""); !errors.Is(err, db.ErrNotFound) {
@@ -676,7 +677,7 @@ func TestDBListJobsKeyset(t *testing.T) {
 
 	// 23 jobs over two namespaces, in groups of three sharing a creation time (ties broken by UID),
 	// inserted out of order.
-	var all []db.Job
+	var all []record.Job
 	for i := range 23 {
 		ns := "team-a"
 		if i%4 == 0 {
@@ -690,17 +691,17 @@ func TestDBListJobsKeyset(t *testing.T) {
 		}
 		j := f.build()
 		mustUpsertJob(t, records, j)
-		j.ArchiveState = db.ArchivePending
+		j.ArchiveState = record.ArchivePending
 		all = append(all, j)
 	}
-	slices.SortFunc(all, func(a, b db.Job) int {
+	slices.SortFunc(all, func(a, b record.Job) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
 		return strings.Compare(a.UID, b.UID)
 	})
-	filter := func(keep func(db.Job) bool) []db.Job {
-		var out []db.Job
+	filter := func(keep func(record.Job) bool) []record.Job {
+		var out []record.Job
 		for _, j := range all {
 			if keep(j) {
 				out = append(out, j)
@@ -711,21 +712,21 @@ func TestDBListJobsKeyset(t *testing.T) {
 
 	for name, tc := range map[string]struct {
 		filter db.JobFilter
-		want   []db.Job
+		want   []record.Job
 	}{
 		"all":       {db.JobFilter{}, all},
-		"namespace": {db.JobFilter{Namespace: "team-a"}, filter(func(j db.Job) bool { return j.Namespace == "team-a" })},
+		"namespace": {db.JobFilter{Namespace: "team-a"}, filter(func(j record.Job) bool { return j.Namespace == "team-a" })},
 		"time range": {db.JobFilter{CreatedFrom: at(2 * time.Hour), CreatedBefore: at(5 * time.Hour)},
-			filter(func(j db.Job) bool {
+			filter(func(j record.Job) bool {
 				return !j.CreatedAt.Before(at(2*time.Hour)) && j.CreatedAt.Before(at(5*time.Hour))
 			})},
 		"namespace, submitter and phase": {db.JobFilter{Namespace: "team-b", Submitter: "alice", Phase: "Pending"},
-			filter(func(j db.Job) bool { return j.Namespace == "team-b" && j.Submitter == "alice" })},
+			filter(func(j record.Job) bool { return j.Namespace == "team-b" && j.Submitter == "alice" })},
 		"none": {db.JobFilter{Namespace: "team-z"}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var (
-				got   []db.Job
+				got   []record.Job
 				after db.Cursor
 				pages int
 			)
@@ -742,11 +743,7 @@ func TestDBListJobsKeyset(t *testing.T) {
 				if next.IsZero() {
 					break
 				}
-				// Cursors survive a round trip through an API token.
-				after, err = db.ParseCursor(next.String())
-				if err != nil {
-					t.Fatalf("ParseCursor: %v", err)
-				}
+				after = next
 				if pages > 20 {
 					t.Fatal("pagination does not end")
 				}
@@ -758,17 +755,6 @@ func TestDBListJobsKeyset(t *testing.T) {
 				t.Errorf("pages = %d, want %d", pages, wantPages)
 			}
 		})
-	}
-
-	bob, _, err := records.JobsBySubmitter(ctx, "bob", db.Cursor{}, 100)
-	if err != nil {
-		t.Fatalf("JobsBySubmitter: %v", err)
-	}
-	if diff := cmp.Diff(filter(func(j db.Job) bool { return j.Submitter == "bob" }), bob, ignoreDBStamps); diff != "" {
-		t.Errorf("JobsBySubmitter(bob) (-want +got):\n%s", diff)
-	}
-	if _, err := db.ParseCursor("!!"); !errors.Is(err, db.ErrInvalid) {
-		t.Errorf("ParseCursor(garbage) = %v, want ErrInvalid", err)
 	}
 }
 
@@ -818,15 +804,15 @@ func TestDBAuditViews(t *testing.T) {
 	// unavailable. u2: unknown submitter, still running, never retried.
 	mustUpsertJob(t, records, newJob("u1").submitter("alice", "dev").phase("Completed").retries(1).finished(at(time.Hour)).build())
 	mustUpsertJob(t, records, newJob("u2").namespace("team-b").created(at(time.Minute)).phase("Running").build())
-	for uid, ts := range map[string][]db.Transition{
+	for uid, ts := range map[string][]record.Transition{
 		"u1": {
-			{Phase: "Pending", Time: at(0), Source: db.SourceCondition},
-			{Phase: "Running", Time: at(10 * time.Minute), Source: db.SourceCondition},
-			{Phase: "Restarting", Time: at(20 * time.Minute), Reason: "PodFailed", Source: db.SourceCondition},
-			{Phase: "Running", Time: at(25 * time.Minute), Source: db.SourceCondition},
-			{Phase: "Completed", Time: at(time.Hour), Source: db.SourceCondition},
+			{Phase: "Pending", Time: at(0), Source: record.SourceCondition},
+			{Phase: "Running", Time: at(10 * time.Minute), Source: record.SourceCondition},
+			{Phase: "Restarting", Time: at(20 * time.Minute), Reason: "PodFailed", Source: record.SourceCondition},
+			{Phase: "Running", Time: at(25 * time.Minute), Source: record.SourceCondition},
+			{Phase: "Completed", Time: at(time.Hour), Source: record.SourceCondition},
 		},
-		"u2": {{Phase: "Running", Time: at(2 * time.Minute), Source: db.SourceObserved}},
+		"u2": {{Phase: "Running", Time: at(2 * time.Minute), Source: record.SourceObserved}},
 	} {
 		if _, err := records.RecordTransitions(ctx, uid, ts); err != nil {
 			t.Fatal(err)
@@ -834,14 +820,14 @@ func TestDBAuditViews(t *testing.T) {
 	}
 	deleted := newPod("p1", "u1")
 	deleted.DeletedBeforeTerminal = true
-	for _, p := range []db.Pod{deleted, newPod("p2", "u1")} {
+	for _, p := range []record.Pod{deleted, newPod("p2", "u1")} {
 		if err := records.UpsertPod(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, l := range []db.LogObject{
-		storedLog("p1", "main", db.InstanceCurrent),
-		{PodUID: "p2", Container: "main", ContainerType: db.ContainerRegular, Instance: db.InstanceCurrent, State: db.LogUnavailable, Reason: "node gone"},
+	for _, l := range []record.LogObject{
+		storedLog("p1", "main", record.InstanceCurrent),
+		{PodUID: "p2", Container: "main", ContainerType: record.ContainerRegular, Instance: record.InstanceCurrent, State: record.LogUnavailable, Reason: "node gone"},
 	} {
 		if err := records.PutLogObject(ctx, l); err != nil {
 			t.Fatal(err)
@@ -964,7 +950,7 @@ FROM audit_log_objects ORDER BY pod_name`)
 			}
 			got = append(got, strings.Join([]string{job, pod, container, ctype, instance, key, fmt.Sprint(bytes), fmt.Sprint(stored), sha, state, reason}, " "))
 		}
-		l := storedLog("p1", "main", db.InstanceCurrent)
+		l := storedLog("p1", "main", record.InstanceCurrent)
 		want := []string{
 			strings.Join([]string{"job-u1", "pod-p1", "main", "regular", "current", l.ObjectKey, "1000", "200", l.SHA256, "stored", ""}, " "),
 			strings.Join([]string{"job-u1", "pod-p2", "main", "regular", "current", "", "0", "0", "", "unavailable", "node gone"}, " "),
