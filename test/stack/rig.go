@@ -147,11 +147,20 @@ func (s *Rig) CheckJobArchive(t testing.TB, job *batchv1alpha1.Job, want map[str
 			t.Errorf("unexpected log %s of pod %s", l, name)
 			continue
 		}
-		w := cl.Current
-		if l.Instance != record.InstanceCurrent {
-			w = cl.Previous
+		// Byte-exact against what the container wrote (the node's runtime keeps it), which must
+		// also be what the test meant it to write.
+		w, run := cl.Current, int32(0)
+		if cl.Previous != nil {
+			run = 1
 		}
-		s.CheckLog(t, l, testbed.Bytes(w))
+		if l.Instance != record.InstanceCurrent {
+			w, run = cl.Previous, 0
+		}
+		written := s.Env.Written(job.Namespace, name, l.Container, run)
+		if !bytes.Equal(written, testbed.Bytes(w)) {
+			t.Errorf("container %s of pod %s wrote %d bytes in run %d, the test meant %d", l.Container, name, len(written), run, len(testbed.Bytes(w)))
+		}
+		s.CheckLog(t, l, written)
 		seen[name+"/"+l.Container+"/"+l.Instance] = true
 	}
 	for pod, cs := range want {

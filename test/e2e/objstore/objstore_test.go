@@ -2,21 +2,35 @@ package objstore
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"cloud.google.com/go/storage"
+	"github.com/minio/minio-go/v7"
+	"google.golang.org/api/option"
 
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/objstore/objstoretest"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
-// The filesystem backend runs the same conformance suite in pkg/objstore's unit tests.
+// The object store conformance suite against real services: MinIO for the S3 backend and
+// fake-gcs-server for the GCS backend, each store wrapped to report the content type and encoding
+// it keeps (objstoretest.MetadataStore). The filesystem backend runs the same suite in
+// pkg/objstore's unit tests.
 
 func TestObjstoreConformance(t *testing.T) {
 	t.Run("S3", func(t *testing.T) { objstoretest.Run(t, newMinIOStore) })
@@ -34,7 +48,28 @@ func newMinIOStore(t *testing.T) objstore.Store {
 	if err != nil {
 		t.Fatalf("NewS3: %v", err)
 	}
-	return s
+	client, err := testbed.MinIOInstance(t).Client()
+	if err != nil {
+		t.Fatalf("MinIO client: %v", err)
+	}
+	return s3Metadata{Store: s, client: client, bucket: m.Bucket}
+}
+
+// s3Metadata reads what S3 stored with an object through minio-go, for the suite's checks.
+type s3Metadata struct {
+	objstore.Store
+	client *minio.Client
+	bucket string
+}
+
+var _ objstoretest.MetadataStore = s3Metadata{}
+
+func (s s3Metadata) Metadata(ctx context.Context, key string) (objstore.PutOptions, error) {
+	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return objstore.PutOptions{}, err
+	}
+	return objstore.PutOptions{ContentType: info.ContentType, ContentEncoding: info.Metadata.Get("Content-Encoding")}, nil
 }
 
 // newGCSStore uses 4 MiB chunks, so the suite's large object is a multi-chunk resumable upload;
@@ -47,7 +82,155 @@ func newGCSStore(t *testing.T) objstore.Store {
 		t.Fatalf("NewGCS: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
+	client, err := storage.NewClient(t.Context(), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatalf("GCS client: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return gcsMetadata{Store: s, bucket: client.Bucket(g.Bucket)}
+}
+
+// gcsMetadata reads what GCS stored with an object through the Go client, for the suite's checks.
+type gcsMetadata struct {
+	objstore.Store
+	bucket *storage.BucketHandle
+}
+
+var _ objstoretest.MetadataStore = gcsMetadata{}
+
+func (g gcsMetadata) Metadata(ctx context.Context, key string) (objstore.PutOptions, error) {
+	attrs, err := g.bucket.Object(key).Attrs(ctx)
+	if err != nil {
+		return objstore.PutOptions{}, err
+	}
+	return objstore.PutOptions{ContentType: attrs.ContentType, ContentEncoding: attrs.ContentEncoding}, nil
+}
+
+// TestObjstoreS3ComposeCopiesServerSide checks where S3 composes: sources of at least the
+// smallest part size but the last are copied by the service, their bytes never passing through
+// the client, and other sources are streamed through it.
+func TestObjstoreS3ComposeCopiesServerSide(t *testing.T) {
+	m := testbed.MinIO(t)
+	var moved atomic.Int64
+	direct := newS3Store(t, m, m.Endpoint)
+	proxied := newS3Store(t, m, s3Proxy(t, m, &moved, nil))
+	for _, tc := range []struct {
+		name       string
+		sizes      []int
+		serverSide bool
+	}{
+		{"each but the last at least 5 MiB", []int{objstore.MinPartSize, objstore.MinPartSize, 1000}, true},
+		{"a small source first", []int{1000, objstore.MinPartSize}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := strings.ReplaceAll(tc.name, " ", "-")
+			srcs, total := putSources(t, direct, dst, tc.sizes)
+			moved.Store(0)
+			if err := proxied.Compose(t.Context(), dst, srcs, objstore.PutOptions{ContentType: "text/plain"}); err != nil {
+				t.Fatalf("Compose: %v", err)
+			}
+			t.Logf("Compose of %d bytes moved %d bytes through the client", total, moved.Load())
+			if tc.serverSide && moved.Load() > 64<<10 {
+				t.Errorf("Compose moved %d bytes through the client, want a few requests' worth: copied server-side", moved.Load())
+			}
+			if !tc.serverSide && moved.Load() < 2*total {
+				t.Errorf("Compose moved %d bytes through the client, want every byte down and up again (%d)", moved.Load(), 2*total)
+			}
+			if info, err := direct.Stat(t.Context(), dst); err != nil || info.Size != total {
+				t.Errorf("Stat = %+v, %v; want size %d", info, err, total)
+			}
+		})
+	}
+}
+
+// TestObjstoreS3FailedComposeLeavesNoUpload fails the server-side copy of the second source: the
+// Compose must fail and abort its multipart upload, leaving neither an object nor parts behind.
+func TestObjstoreS3FailedComposeLeavesNoUpload(t *testing.T) {
+	m := testbed.MinIO(t)
+	var moved atomic.Int64
+	direct := newS3Store(t, m, m.Endpoint)
+	proxied := newS3Store(t, m, s3Proxy(t, m, &moved, func(r *http.Request) bool {
+		return r.Header.Get("X-Amz-Copy-Source") != "" && r.URL.Query().Get("partNumber") == "2"
+	}))
+	const dst = "composed"
+	srcs, _ := putSources(t, direct, dst, []int{objstore.MinPartSize, objstore.MinPartSize, 1000})
+	err := proxied.Compose(t.Context(), dst, srcs, objstore.PutOptions{})
+	if err == nil {
+		t.Fatal("Compose succeeded although copying a part failed")
+	}
+	t.Logf("Compose error (expected): %v", err)
+	if _, err := direct.Stat(t.Context(), dst); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("Stat after failed Compose: error = %v, want ErrNotFound", err)
+	}
+	client, err := testbed.MinIOInstance(t).Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u := range client.ListIncompleteUploads(t.Context(), m.Bucket, dst, true) {
+		t.Errorf("upload left behind: %+v", u)
+	}
+}
+
+func newS3Store(t *testing.T, m testbed.S3, endpoint string) objstore.Store {
+	t.Helper()
+	s, err := objstore.NewS3(objstore.S3Config{Endpoint: endpoint, Bucket: m.Bucket,
+		AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true, PartSize: objstore.MinPartSize})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return s
+}
+
+// s3Proxy returns the address of a proxy to m that adds the bytes of every request and response
+// body to moved, and answers the requests fail selects with an S3 error that is not retried. The
+// Host header passes unchanged, so request signatures made for the proxy's address still match.
+func s3Proxy(t *testing.T, m testbed.S3, moved *atomic.Int64, fail func(*http.Request) bool) string {
+	t.Helper()
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: m.Endpoint})
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: moved}
+		return nil
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail != nil && fail(r) {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>failed by the test</Message></Error>`)
+			return
+		}
+		r.Body = &countingBody{ReadCloser: r.Body, n: moved}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// putSources stores objects of sizes under prefix, and returns their keys and total size.
+func putSources(t *testing.T, s objstore.Store, prefix string, sizes []int) ([]string, int64) {
+	t.Helper()
+	var keys []string
+	var total int64
+	for i, size := range sizes {
+		key := fmt.Sprintf("%s/seg-%d", prefix, i)
+		if err := s.Put(t.Context(), key, &pattern{left: size}, objstore.PutOptions{}); err != nil {
+			t.Fatalf("Put(%q): %v", key, err)
+		}
+		keys = append(keys, key)
+		total += int64(size)
+	}
+	return keys, total
+}
+
+// countingBody adds the bytes read through it to n.
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // TestObjstoreMemoryStaysFlat streams an object of unknown length several times the part size

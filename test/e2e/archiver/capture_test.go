@@ -1,0 +1,252 @@
+package archiver
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/stack"
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+// The live capture proofs run on the faithful node model (testbed.Runtime): containers write
+// over time, the node rotates their logs and deletes a deleted pod's logs after its containers
+// stop. Byte-exact is against what the container wrote (Runtime.Written).
+
+// steadyOutput is n chunks of about size bytes each, lines of every kind a log holds: both streams,
+// non-UTF-8 bytes, CRLF.
+func steadyOutput(tag string, n, size int) []testbed.Chunk {
+	var out []testbed.Chunk
+	for i := range n {
+		var b bytes.Buffer
+		for b.Len() < size {
+			fmt.Fprintf(&b, "%s chunk %d at %d: %s\n", tag, i, b.Len(), strings.Repeat("=", 90))
+		}
+		stream := "stdout"
+		if i%4 == 3 {
+			stream = "stderr"
+			b.WriteString("crlf line\r\n\xff\xfe binary\n")
+		}
+		out = append(out, testbed.Chunk{Stream: stream, Data: b.Bytes()})
+	}
+	return out
+}
+
+// logRow returns the recorded log of the container's instance of the job's only pod.
+func logRow(t *testing.T, s *stack.Rig, jobUID, container, instance string) record.LogObject {
+	t.Helper()
+	logs, err := s.Records.LogObjects(t.Context(), jobUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range logs {
+		if l.Container == container && l.Instance == instance {
+			return l
+		}
+	}
+	t.Fatalf("no log %s (%s) recorded among %v", container, instance, logs)
+	return record.LogObject{}
+}
+
+func gaps(t *testing.T, s *stack.Rig, jobUID string) []record.Gap {
+	t.Helper()
+	g, err := s.Records.Gaps(t.Context(), jobUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestCaptureThroughRotation: a container writes 6 MiB over 6 s while its node rotates the log
+// every 256 KiB and keeps two files; a read at the end would return at most 256 KiB. The archive
+// holds every byte, with no gap.
+func TestCaptureThroughRotation(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3)
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 256 << 10, MaxFiles: 2})
+	job := testbed.Job(s.NS, "rotating").Task("w", 1, []string{"main"}, testbed.RunsFor("8s")).Obj()
+	pod := testbed.PodName(job.Name, "w", 0)
+	out := steadyOutput("rotating", 60, 100<<10)
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 100 * time.Millisecond}})
+	stack.CreateAs(t, s.Env, "erin", job)
+	j := s.WaitArchived(t, job, 3*time.Minute)
+	written := rt.Written(s.NS, pod, "main", 0)
+	if !bytes.Equal(written, testbed.Bytes(out)) {
+		t.Fatalf("the container wrote %d of %d bytes before it ended: the test's timing is off", len(written), len(testbed.Bytes(out)))
+	}
+	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
+	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+		t.Errorf("gaps %+v, want none", g)
+	}
+	if row, err := s.Records.Job(t.Context(), string(j.UID)); err != nil || row.ArchiveState != record.ArchiveArchived {
+		t.Errorf("job row %s (%v), want archived", row.ArchiveState, err)
+	}
+}
+
+// TestCaptureGracePeriodTail: a user deletes a running job; its pod keeps writing shutdown output
+// through its 4 s grace period. The archive holds that tail, and the pod is released only once
+// its container terminated.
+func TestCaptureGracePeriodTail(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendFS)
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{GCDelay: 5 * time.Second})
+	job := testbed.Job(s.NS, "cancelled").Task("w", 1, []string{"main"}, testbed.RunsFor("1h"), testbed.GracePeriod(4)).Obj()
+	pod := testbed.PodName(job.Name, "w", 0)
+	var shutdown []testbed.Chunk
+	for i := range 6 {
+		shutdown = append(shutdown, testbed.Chunk{Stream: "stderr", Data: []byte(fmt.Sprintf("SIGTERM: checkpoint %d of 6 written\n", i+1))})
+	}
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {
+		Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: []byte("training...\n")}}}, Shutdown: shutdown, Every: 400 * time.Millisecond}})
+	stack.CreateAs(t, s.Env, "erin", job)
+	for len(rt.Written(s.NS, pod, "main", 0)) == 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := s.Env.Client.Delete(t.Context(), stack.GetJob(t, s.Env, job)); err != nil {
+		t.Fatal(err)
+	}
+	// Watch the pod until it is gone: its finalizer must hold it until its container terminated.
+	var last corev1.Pod
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var p corev1.Pod
+		err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: pod}, &p)
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err == nil {
+			if !controllerutil.ContainsFinalizer(&p, tracking.PodFinalizer) && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Terminated == nil {
+				t.Fatalf("pod released while its container still ran (%+v)", p.Status.ContainerStatuses[0].State)
+			}
+			last = p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod not gone within 2 minutes (phase %s)", last.Status.Phase)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	written := rt.Written(s.NS, pod, "main", 0)
+	if !bytes.Contains(written, []byte("checkpoint 6 of 6")) {
+		t.Fatalf("the container wrote %q: not its whole shutdown output within its grace period", written)
+	}
+	logs, err := s.Records.LogObjects(t.Context(), string(last.OwnerReferences[0].UID))
+	if err != nil || len(logs) != 1 {
+		t.Fatalf("log rows %v (%v), want one", logs, err)
+	}
+	s.CheckLog(t, logs[0], written)
+}
+
+// TestCaptureSurvivesArchiverKill: the archiver is SIGKILLed while it follows a container and
+// restarted 5 s later: the archive has no duplicate byte and no hole.
+func TestCaptureSurvivesArchiverKill(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3, "--capture-segment-bytes=65536")
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
+	job := testbed.Job(s.NS, "killed").Task("w", 1, []string{"main"}, testbed.RunsFor("14s")).Obj()
+	pod := testbed.PodName(job.Name, "w", 0)
+	out := steadyOutput("killed", 100, 10<<10)
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 100 * time.Millisecond}})
+	stack.CreateAs(t, s.Env, "erin", job)
+	for len(rt.Written(s.NS, pod, "main", 0)) < 300<<10 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.Proc.Kill()
+	time.Sleep(5 * time.Second)
+	s.Start(t)
+	j := s.WaitArchived(t, job, 3*time.Minute)
+	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), rt.Written(s.NS, pod, "main", 0))
+	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+		t.Errorf("gaps %+v, want none: nothing was rotated away", g)
+	}
+}
+
+// TestCaptureRecordsGapWhenStopped: the archiver is stopped (SIGSTOP) while the node rotates the
+// log past what it read: the archive keeps what was captured before and after, the loss is a
+// recorded gap, and the job is released with the reason, never archived.
+func TestCaptureRecordsGapWhenStopped(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=65536")
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
+	job := testbed.Job(s.NS, "stopped").Task("w", 1, []string{"main"}, testbed.RunsFor("12s")).Obj()
+	pod := testbed.PodName(job.Name, "w", 0)
+	out := steadyOutput("stopped", 100, 8<<10)
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 100 * time.Millisecond}})
+	stack.CreateAs(t, s.Env, "erin", job)
+	for len(rt.Written(s.NS, pod, "main", 0)) < 100<<10 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := syscall.Kill(s.Proc.PID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	before := len(rt.Written(s.NS, pod, "main", 0))
+	for len(rt.Written(s.NS, pod, "main", 0)) < before+300<<10 { // several rotations of 64 KiB
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := syscall.Kill(s.Proc.PID(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	j := s.WaitArchived(t, job, 3*time.Minute)
+	written := rt.Written(s.NS, pod, "main", 0)
+	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
+	got, _ := s.ReadLog(t, row.ObjectKey)
+	// What was archived is what was written, less one range in the middle.
+	p := commonPrefix(got, written)
+	q := commonSuffix(got[p:], written[p:])
+	if p+q != len(got) || p < 100<<10 || q == 0 || len(written)-len(got) < 100<<10 {
+		t.Errorf("archived %d of %d bytes written: %d of them the start, %d the end; want the start and the end, less what rotated away while stopped",
+			len(got), len(written), p, q)
+	}
+	g := gaps(t, s, string(j.UID))
+	if len(g) != 1 || g[0].Reason != record.GapRotated || !g[0].Before.After(g[0].After) {
+		t.Errorf("gaps %+v, want one rotated-away range", g)
+	}
+	jr, err := s.Records.Job(t.Context(), string(j.UID))
+	if err != nil || jr.ArchiveState != record.ArchiveReleased || !strings.Contains(jr.ReleaseReason, string(record.GapRotated)) {
+		t.Errorf("job row %s %q (%v), want released with the gap as reason", jr.ArchiveState, jr.ReleaseReason, err)
+	}
+}
+
+func commonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+func commonSuffix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[len(a)-1-n] == b[len(b)-1-n] {
+		n++
+	}
+	return n
+}
+
+// TestCaptureLongAndBinaryLines: lines of 1 MiB (partial records), binary bytes, CRLF and a last
+// line without newline are archived byte-exact.
+func TestCaptureLongAndBinaryLines(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendGCS)
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
+	job := testbed.Job(s.NS, "odd").Task("w", 1, []string{"main"}, testbed.RunsFor("3s")).Obj()
+	pod := testbed.PodName(job.Name, "w", 0)
+	out := []testbed.Chunk{
+		{Stream: "stdout", Data: append(bytes.Repeat([]byte("M"), 1<<20), '\n')},
+		{Stream: "stderr", Data: []byte("windows line\r\n\x00\x01\x02\xff binary\n")},
+		{Stream: "stdout", Data: bytes.Repeat([]byte("no newline at the end "), 50_000)},
+	}
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 300 * time.Millisecond}})
+	stack.CreateAs(t, s.Env, "erin", job)
+	j := s.WaitArchived(t, job, 2*time.Minute)
+	written := rt.Written(s.NS, pod, "main", 0)
+	if !bytes.Equal(written, testbed.Bytes(out)) {
+		t.Fatalf("the container wrote %d of %d bytes before it ended", len(written), len(testbed.Bytes(out)))
+	}
+	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
+}
