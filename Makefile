@@ -36,9 +36,9 @@ test-unit: ## Quick unit-only run for local iteration (no testbed parts; not wha
 
 .PHONY: bench
 bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's end-to-end one needs a cluster of its own
-	$(GO) test -count=1 -run '^$$' -bench 'Handler' -benchtime 20000x -timeout $(TEST_TIMEOUT) ./test/e2e
-	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/e2e
-	$(GO) test -count=1 -run '^$$' -bench 'ArchiveLargeLog|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e
+	$(GO) test -count=1 -run '^$$' -bench 'Handler' -benchtime 20000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
+	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
+	$(GO) test -count=1 -run '^$$' -bench 'ArchiveLargeLog|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 
 # DEMO_ARGS: --store=s3 archives to a local MinIO instead of .demo/archive; --exit stops after the summary.
 DEMO_ARGS ?=
