@@ -179,8 +179,11 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 			gap = lost.Reason
 		case errors.As(err, &unread):
 			_, due, rerr := r.runEnd(ctx, ref)
+			released := r.released(ctx, ref)
 			switch {
 			case rerr != nil:
+			case released != "":
+				gap, detail = record.GapReleased, fmt.Sprintf("%s (log unreadable: %v)", released, unread.Err)
 			case strings.Contains(unread.Err.Error(), "no such file or directory"):
 				// The kubelet's reader found no file: its container GC removed the logs.
 				gap, detail = record.GapCollected, unread.Err.Error()
@@ -254,6 +257,15 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 	// A terminated container may still restart while its pod runs: its run is named only once the
 	// pod is finished.
 	return capture.End{Over: finished}, due, nil
+}
+
+// released is the release reason an operator gave the run's pod, if any.
+func (r *PodReconciler) released(ctx context.Context, ref capture.Ref) string {
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod); err != nil || string(pod.UID) != ref.PodUID {
+		return ""
+	}
+	return releaseReason(pod)
 }
 
 // recordRun assembles a captured run into its log object and records it, with its gap if any,

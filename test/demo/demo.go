@@ -59,6 +59,12 @@ func samples(ns string) []sample {
 	}
 }
 
+// demoOutput is what a container of the demo writes.
+func demoOutput(pod, container string) []testbed.Chunk {
+	return []testbed.Chunk{{Stream: "stdout", Data: []byte(fmt.Sprintf("%s/%s: step 1 of 2 ✓\n%s/%s: done\n", pod, container, pod, container))},
+		{Stream: "stderr", Data: []byte("a warning on stderr\n")}}
+}
+
 func step(w io.Writer, start time.Time, format string, args ...any) {
 	fmt.Fprintf(w, "[demo %5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 }
@@ -98,10 +104,15 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 			for i := range int(task.Replicas) {
 				pod := testbed.PodName(s.job.Name, task.Name, i)
 				logs := map[string]testbed.ContainerLogs{}
-				for _, c := range append(task.Template.Spec.InitContainers, task.Template.Spec.Containers...) {
-					logs[c.Name] = testbed.ContainerLogs{
-						Current:  []testbed.Chunk{{Stream: "stdout", Data: []byte(fmt.Sprintf("%s/%s: step 1 of 2 ✓\n%s/%s: done\n", pod, c.Name, pod, c.Name))}, {Stream: "stderr", Data: []byte("a warning on stderr\n")}},
-						Previous: []testbed.Chunk{{Stream: "stderr", Data: []byte(pod + "/" + c.Name + ": first run crashed\n")}},
+				for _, c := range task.Template.Spec.InitContainers {
+					logs[c.Name] = testbed.ContainerLogs{Current: demoOutput(pod, c.Name)}
+				}
+				for _, c := range task.Template.Spec.Containers {
+					logs[c.Name] = testbed.ContainerLogs{Current: demoOutput(pod, c.Name)}
+					if task.Template.Labels[testbed.RestartOnceLabel] == "true" {
+						// What its first run wrote before it crashed and was restarted.
+						logs[c.Name] = testbed.ContainerLogs{Current: demoOutput(pod, c.Name),
+							Previous: []testbed.Chunk{{Stream: "stderr", Data: []byte(pod + "/" + c.Name + ": first run crashed\n")}}}
 					}
 				}
 				env.SetPodLogs(t, ns, pod, logs)
@@ -149,7 +160,7 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 // from the repository's root (TestDemo runs them).
 func exploreCommands(env *testbed.Env, a *stack.Archiver, dsn, ns string, o options, jobUID string) []string {
 	cmds := []string{
-		fmt.Sprintf("export KUBECONFIG=%s; kubectl get vcjobs -n %s -o yaml", env.KubeconfigPath, ns),
+		fmt.Sprintf("export KUBECONFIG=%s; kubectl get vcjob -n %s -o yaml", env.KubeconfigPath, ns),
 		fmt.Sprintf("psql '%s' -c 'SELECT * FROM audit_submissions'", dsn),
 	}
 	if o.Backend != objstore.BackendS3 {

@@ -89,7 +89,7 @@ func Fails() PodOption {
 // Runtime, 300 ms into the first run), then KWOK complete the pod, so previous logs exist. The
 // pods must have their output set with SetPodLogs or Runtime.Run.
 func RestartsOnce() PodOption {
-	return func(p *corev1.PodTemplateSpec) { setLabel(p, restartOnceLabel, "true") }
+	return func(p *corev1.PodTemplateSpec) { setLabel(p, RestartOnceLabel, "true") }
 }
 
 // DefaultGracePeriod is the terminationGracePeriodSeconds of the pods Job builds: shorter than the

@@ -98,8 +98,8 @@ type containerRun struct {
 // KWOK shows a container running, and how late shutdown output starts after a deletion.
 const runtimePoll = 50 * time.Millisecond
 
-// restartOnceLabel marks the pods whose containers the runtime restarts once (RestartsOnce).
-const restartOnceLabel = "restart-once.stage.jobvault.io"
+// RestartOnceLabel marks the pods whose containers the runtime restarts once (RestartsOnce).
+const RestartOnceLabel = "restart-once.stage.jobvault.io"
 
 // restartAfter is how long a RestartsOnce pod's first run lasts.
 const restartAfter = 300 * time.Millisecond
@@ -294,7 +294,7 @@ func (r *Runtime) step(ctx context.Context) {
 				fmt.Fprintf(os.Stderr, "testbed runtime: write %s container %s: %v\n", key, c.name, err)
 			}
 		}
-		if pod.Labels[restartOnceLabel] == "true" && !p.restarted && pod.DeletionTimestamp == nil && p.dueRestart(pod, now) {
+		if pod.Labels[RestartOnceLabel] == "true" && !p.restarted && pod.DeletionTimestamp == nil && p.dueRestart(pod, now) {
 			p.restarting = true
 			go r.restart(ctx, p, pod.DeepCopy())
 		}
