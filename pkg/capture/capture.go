@@ -419,7 +419,6 @@ type Assembled struct {
 	Key                string
 	Bytes, StoredBytes int64
 	SHA256             string
-	Segments           int
 }
 
 // Assemble composes the recorded segments of a run into one object under key (an empty gzip
@@ -431,7 +430,7 @@ func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, 
 		return Assembled{}, err
 	}
 	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip"}
-	a := Assembled{Key: key, Segments: len(segs)}
+	a := Assembled{Key: key}
 	h := sha256.New()
 	if len(segs) == 0 {
 		var b bytes.Buffer
