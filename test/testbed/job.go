@@ -124,3 +124,9 @@ func setLabel(p *corev1.PodTemplateSpec, k, v string) {
 	}
 	p.Labels[k] = v
 }
+
+// OnNode binds the task's pods to node, bypassing the scheduler (for a node of the test's own,
+// AddNode).
+func OnNode(node string) PodOption {
+	return func(p *corev1.PodTemplateSpec) { p.Spec.NodeName = node }
+}

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -67,17 +68,37 @@ func gaps(t *testing.T, s *stack.Rig, jobUID string) []record.Gap {
 	return g
 }
 
+// writingJob submits, as erin, a one-pod job named name whose container writes out, one chunk
+// every every, for runsFor before it completes; it returns the job and its pod's name.
+func writingJob(t *testing.T, s *stack.Rig, rt *testbed.Runtime, name, runsFor string, out []testbed.Chunk, every time.Duration) (*batchv1alpha1.Job, string) {
+	t.Helper()
+	job := testbed.Job(s.NS, name).Task("w", 1, []string{"main"}, testbed.RunsFor(runsFor)).Obj()
+	pod := testbed.PodName(job.Name, "w", 0)
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: every}})
+	stack.CreateAs(t, s.Env, "erin", job)
+	return job, pod
+}
+
+// waitWritten waits until the pod's container wrote at least n bytes in its first run.
+func waitWritten(t *testing.T, s *stack.Rig, rt *testbed.Runtime, pod string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(rt.Written(s.NS, pod, "main", 0)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s wrote %d bytes in a minute, want %d", pod, len(rt.Written(s.NS, pod, "main", 0)), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestCaptureThroughRotation: a container writes 6 MiB over 6 s while its node rotates the log
 // every 256 KiB and keeps two files; a read at the end would return at most 256 KiB. The archive
 // holds every byte, with no gap.
 func TestCaptureThroughRotation(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendS3)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 256 << 10, MaxFiles: 2})
-	job := testbed.Job(s.NS, "rotating").Task("w", 1, []string{"main"}, testbed.RunsFor("8s")).Obj()
-	pod := testbed.PodName(job.Name, "w", 0)
 	out := steadyOutput("rotating", 60, 100<<10)
-	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 100 * time.Millisecond}})
-	stack.CreateAs(t, s.Env, "erin", job)
+	job, pod := writingJob(t, s, rt, "rotating", "8s", out, 100*time.Millisecond)
 	j := s.WaitArchived(t, job, 3*time.Minute)
 	written := rt.Written(s.NS, pod, "main", 0)
 	if !bytes.Equal(written, testbed.Bytes(out)) {
@@ -149,14 +170,8 @@ func TestCaptureGracePeriodTail(t *testing.T) {
 func TestCaptureSurvivesArchiverKill(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendS3, "--capture-segment-bytes=65536")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
-	job := testbed.Job(s.NS, "killed").Task("w", 1, []string{"main"}, testbed.RunsFor("14s")).Obj()
-	pod := testbed.PodName(job.Name, "w", 0)
-	out := steadyOutput("killed", 100, 10<<10)
-	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 100 * time.Millisecond}})
-	stack.CreateAs(t, s.Env, "erin", job)
-	for len(rt.Written(s.NS, pod, "main", 0)) < 300<<10 {
-		time.Sleep(50 * time.Millisecond)
-	}
+	job, pod := writingJob(t, s, rt, "killed", "14s", steadyOutput("killed", 100, 10<<10), 100*time.Millisecond)
+	waitWritten(t, s, rt, pod, 300<<10)
 	s.Proc.Kill()
 	time.Sleep(5 * time.Second)
 	s.Start(t)
@@ -175,19 +190,10 @@ func TestCaptureSurvivesArchiverKill(t *testing.T) {
 func TestCaptureRecordsGapWhenDown(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=65536")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
-	job := testbed.Job(s.NS, "stopped").Task("w", 1, []string{"main"}, testbed.RunsFor("12s")).Obj()
-	pod := testbed.PodName(job.Name, "w", 0)
-	out := steadyOutput("stopped", 100, 8<<10)
-	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 100 * time.Millisecond}})
-	stack.CreateAs(t, s.Env, "erin", job)
-	for len(rt.Written(s.NS, pod, "main", 0)) < 100<<10 {
-		time.Sleep(50 * time.Millisecond)
-	}
+	job, pod := writingJob(t, s, rt, "down", "12s", steadyOutput("down", 100, 8<<10), 100*time.Millisecond)
+	waitWritten(t, s, rt, pod, 100<<10)
 	s.Proc.Kill()
-	before := len(rt.Written(s.NS, pod, "main", 0))
-	for len(rt.Written(s.NS, pod, "main", 0)) < before+300<<10 { // several rotations of 64 KiB
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitWritten(t, s, rt, pod, len(rt.Written(s.NS, pod, "main", 0))+300<<10) // several rotations of 64 KiB
 	s.Start(t)
 	j := s.WaitArchived(t, job, 3*time.Minute)
 	written := rt.Written(s.NS, pod, "main", 0)
@@ -231,19 +237,84 @@ func commonSuffix(a, b []byte) int {
 func TestCaptureLongAndBinaryLines(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendGCS)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
-	job := testbed.Job(s.NS, "odd").Task("w", 1, []string{"main"}, testbed.RunsFor("3s")).Obj()
-	pod := testbed.PodName(job.Name, "w", 0)
 	out := []testbed.Chunk{
 		{Stream: "stdout", Data: append(bytes.Repeat([]byte("M"), 1<<20), '\n')},
 		{Stream: "stderr", Data: []byte("windows line\r\n\x00\x01\x02\xff binary\n")},
 		{Stream: "stdout", Data: bytes.Repeat([]byte("no newline at the end "), 50_000)},
 	}
-	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 300 * time.Millisecond}})
-	stack.CreateAs(t, s.Env, "erin", job)
+	job, pod := writingJob(t, s, rt, "odd", "3s", out, 300*time.Millisecond)
 	j := s.WaitArchived(t, job, 2*time.Minute)
 	written := rt.Written(s.NS, pod, "main", 0)
 	if !bytes.Equal(written, testbed.Bytes(out)) {
 		t.Fatalf("the container wrote %d of %d bytes before it ended", len(written), len(testbed.Bytes(out)))
 	}
 	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
+}
+
+// TestCaptureNodeLost: the node of a running pod is lost; the pod is then evicted (deleted), as
+// the node lifecycle controller does. Its containers never report terminated, so the capture
+// reads the rest past the grace period and the margin, fails until the deadline, and then the
+// part captured is kept, the rest recorded as a gap, and the finalizer released.
+func TestCaptureNodeLost(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=4096", "--log-deadline=10s",
+		"--termination-margin=2s", "--log-open-timeout=3s")
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
+	node := s.Env.AddNode(t)
+	job := testbed.Job(s.NS, "stranded").Task("w", 1, []string{"main"}, testbed.RunsFor("1h"), testbed.OnNode(node)).Obj()
+	pod := testbed.PodName(job.Name, "w", 0)
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{steadyOutput("stranded", 200, 1<<10)}, Every: 50 * time.Millisecond}})
+	stack.CreateAs(t, s.Env, "erin", job)
+	waitWritten(t, s, rt, pod, 20<<10)
+	time.Sleep(time.Second) // captured and durable (4 KiB segments)
+	s.Env.LoseNode(t, node)
+	var p corev1.Pod
+	if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: pod}, &p); err != nil {
+		t.Fatal(err)
+	}
+	evicted := time.Now()
+	if err := s.Env.Client.Delete(t.Context(), &p); err != nil {
+		t.Fatal(err)
+	}
+	// Once released, the pod garbage collector removes the pod of a lost node and Volcano
+	// recreates it under the same name: the original is released when it lacks the finalizer or is
+	// gone.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var cur corev1.Pod
+		err := s.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(&p), &cur)
+		if apierrors.IsNotFound(err) || (err == nil && (cur.UID != p.UID || !controllerutil.ContainsFinalizer(&cur, tracking.PodFinalizer))) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod of a lost node not released within 2 minutes (%v)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if took := time.Since(evicted); took < 10*time.Second {
+		t.Errorf("released %s after the eviction, before the 10 s deadline", took)
+	}
+
+	all, err := s.Records.LogObjects(t.Context(), string(p.OwnerReferences[0].UID))
+	var logs []record.LogObject
+	for _, l := range all {
+		if l.PodUID == string(p.UID) {
+			logs = append(logs, l)
+		}
+	}
+	if err != nil || len(logs) != 1 || logs[0].State != record.LogStored {
+		t.Fatalf("log rows of the lost pod %+v (%v), want the captured part stored", logs, err)
+	}
+	got, _ := s.ReadLog(t, logs[0].ObjectKey)
+	if written := rt.Written(s.NS, pod, "main", 0); len(got) < 20<<10 || !bytes.HasPrefix(written, got) {
+		t.Errorf("archived %d bytes, want a prefix of the %d written, at least the 20 KiB written before the loss", len(got), len(written))
+	}
+	var g []record.Gap
+	for _, gap := range gaps(t, s, string(p.OwnerReferences[0].UID)) {
+		if gap.PodUID == string(p.UID) {
+			g = append(g, gap)
+		}
+	}
+	if len(g) != 1 || g[0].Reason != record.GapUnreadable || g[0].After.IsZero() {
+		t.Errorf("gaps %+v, want one: the rest unreadable until the deadline, after the last line captured", g)
+	}
 }
