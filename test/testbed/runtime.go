@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -71,7 +72,10 @@ type Runtime struct {
 
 type podRun struct {
 	ns, name, dir string
-	containers    map[string]*containerRun
+	// uid is the pod's, once it exists: a pod recreated under the same name (Volcano does) is a
+	// new pod, whose containers write their output afresh.
+	uid        types.UID
+	containers map[string]*containerRun
 	// stoppedAt is when all containers of the deleted pod were first seen terminated.
 	stoppedAt  time.Time
 	collected  bool
@@ -243,7 +247,7 @@ func (r *Runtime) step(ctx context.Context) {
 	defer r.mu.Unlock()
 	byNS := map[string]map[string]*corev1.Pod{}
 	for _, p := range r.pods {
-		if p.collected || byNS[p.ns] != nil {
+		if byNS[p.ns] != nil {
 			continue
 		}
 		var list corev1.PodList
@@ -257,14 +261,32 @@ func (r *Runtime) step(ctx context.Context) {
 	}
 	now := time.Now()
 	for key, p := range r.pods {
-		if p.collected || p.restarting {
+		if p.restarting {
 			continue
 		}
 		pod := byNS[p.ns][p.name]
 		if pod == nil {
-			if !p.stoppedAt.IsZero() || p.anyStarted() {
+			if !p.collected && (!p.stoppedAt.IsZero() || p.anyStarted()) {
 				p.collect() // the pod object is gone: the kubelet removes its containers and logs
 			}
+			continue
+		}
+		switch {
+		case p.uid == "":
+			p.uid = pod.UID
+		case pod.UID != p.uid:
+			if !p.collected {
+				p.collect()
+			}
+			err := p.recreated(pod.UID)
+			if err == nil {
+				err = r.serve(ctx, p, false)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "testbed runtime: %s recreated: %v\n", key, err)
+			}
+		}
+		if p.collected {
 			continue
 		}
 		statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
@@ -390,6 +412,18 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod) {
 	r.mu.Lock()
 	p.restarted = true
 	r.mu.Unlock()
+}
+
+// recreated starts over for a new pod under the same name: its containers have their first run.
+func (p *podRun) recreated(uid types.UID) error {
+	p.uid, p.collected, p.stoppedAt, p.restarted = uid, false, time.Time{}, false
+	for _, c := range p.containers {
+		c.files, c.written = map[int32][]string{}, map[int32]*bytes.Buffer{}
+		if err := c.newRun(p.dir, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // collect removes every log file of the pod, as the kubelet's container GC does.
