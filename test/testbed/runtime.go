@@ -475,12 +475,14 @@ func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOption
 		}
 		var chunk Chunk
 		switch {
+		// Output written all at once is written at the run's start, before any SIGTERM, even if
+		// the runtime first sees the run after the pod's deletion.
+		case c.next < len(out) && (!terminating || c.out.Every == 0):
+			chunk = out[c.next]
+			c.next++
 		case terminating && c.shutNext < len(c.out.Shutdown):
 			chunk = c.out.Shutdown[c.shutNext]
 			c.shutNext++
-		case !terminating && c.next < len(out):
-			chunk = out[c.next]
-			c.next++
 		default:
 			return nil
 		}

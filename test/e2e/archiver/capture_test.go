@@ -267,6 +267,8 @@ func TestCaptureNodeLost(t *testing.T) {
 	waitWritten(t, s, rt, pod, 20<<10)
 	time.Sleep(time.Second) // captured and durable (4 KiB segments)
 	s.Env.LoseNode(t, node)
+	// Volcano recreates the pod under the same name later: keep what this one wrote.
+	written := rt.Written(s.NS, pod, "main", 0)
 	var p corev1.Pod
 	if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: pod}, &p); err != nil {
 		t.Fatal(err)
@@ -305,7 +307,7 @@ func TestCaptureNodeLost(t *testing.T) {
 		t.Fatalf("log rows of the lost pod %+v (%v), want the captured part stored", logs, err)
 	}
 	got, _ := s.ReadLog(t, logs[0].ObjectKey)
-	if written := rt.Written(s.NS, pod, "main", 0); len(got) < 20<<10 || !bytes.HasPrefix(written, got) {
+	if len(got) < 20<<10 || !bytes.HasPrefix(written, got) {
 		t.Errorf("archived %d bytes, want a prefix of the %d written, at least the 20 KiB written before the loss", len(got), len(written))
 	}
 	var g []record.Gap
