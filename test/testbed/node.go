@@ -112,4 +112,8 @@ func (e *Env) LoseNode(t T, name string) {
 	if err := e.Client.Status().Patch(ctx, &n, patch); err != nil {
 		t.Fatalf("testbed: lose node %s: %v", name, err)
 	}
+	lostNodes.Store(name, true)
 }
+
+// lostNodes are the nodes LoseNode took: the node runtime writes nothing more for their pods.
+var lostNodes sync.Map

@@ -286,8 +286,8 @@ func (r *Runtime) step(ctx context.Context) {
 				fmt.Fprintf(os.Stderr, "testbed runtime: %s recreated: %v\n", key, err)
 			}
 		}
-		if p.collected {
-			continue
+		if _, lost := lostNodes.Load(pod.Spec.NodeName); p.collected || lost {
+			continue // a lost node runs nothing this runtime can see
 		}
 		statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 		allStopped := len(statuses) > 0
