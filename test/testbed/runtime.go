@@ -41,9 +41,9 @@ type RuntimeOptions struct {
 }
 
 // Output is what one container writes over its life. Run k (its restart count) writes Runs[k], or
-// the last of Runs for later runs, one chunk every Every (all at once if Every is 0) from its
-// start; from its pod's deletion (SIGTERM) until it is terminated it writes Shutdown instead, what
-// was left of its run unwritten.
+// the last of Runs for later runs, one chunk every Every from its start (all of it at once, as
+// the run's file is created, if Every is 0); from its pod's deletion (SIGTERM) until it is
+// terminated it writes Shutdown instead, what was left of its run unwritten.
 type Output struct {
 	Runs     [][]Chunk
 	Shutdown []Chunk
@@ -86,6 +86,7 @@ type podRun struct {
 type containerRun struct {
 	name     string
 	out      Output
+	opts     RuntimeOptions
 	run      int32 // the run being written
 	started  bool  // the run was seen running
 	startAt  time.Time
@@ -169,7 +170,7 @@ func (r *Runtime) run(ns, pod string, outputs map[string]Output) error {
 	}
 	p := &podRun{ns: ns, name: pod, dir: dir, containers: map[string]*containerRun{}}
 	for name, out := range outputs {
-		c := &containerRun{name: name, out: out, files: map[int32][]string{}, written: map[int32]*bytes.Buffer{}}
+		c := &containerRun{name: name, out: out, opts: r.opts, files: map[int32][]string{}, written: map[int32]*bytes.Buffer{}}
 		// The file exists from the start, empty, as the runtime creates it with the container.
 		if err := c.newRun(dir, 0); err != nil {
 			return err
@@ -462,7 +463,21 @@ func (c *containerRun) newRun(dir string, n int32) error {
 	c.files[n] = []string{path}
 	c.written[n] = &bytes.Buffer{}
 	c.run, c.size, c.next, c.shutNext, c.lastAt, c.started = n, 0, 0, 0, time.Time{}, false
-	return os.WriteFile(path, nil, 0o644)
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		return err
+	}
+	if c.out.Every > 0 {
+		return nil
+	}
+	// Output written all at once is in the file when the run starts, however late the runtime
+	// looks: a run that ends within a poll, or is deleted at once, still wrote it.
+	for _, chunk := range c.output() {
+		if err := c.append(chunk, c.opts); err != nil {
+			return err
+		}
+	}
+	c.next = len(c.output())
+	return nil
 }
 
 // write appends the output due now: the next chunk of the run's output, or once the pod is being
@@ -475,14 +490,12 @@ func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOption
 		}
 		var chunk Chunk
 		switch {
-		// Output written all at once is written at the run's start, before any SIGTERM, even if
-		// the runtime first sees the run after the pod's deletion.
-		case c.next < len(out) && (!terminating || c.out.Every == 0):
-			chunk = out[c.next]
-			c.next++
 		case terminating && c.shutNext < len(c.out.Shutdown):
 			chunk = c.out.Shutdown[c.shutNext]
 			c.shutNext++
+		case !terminating && c.next < len(out):
+			chunk = out[c.next]
+			c.next++
 		default:
 			return nil
 		}
