@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
+	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
@@ -213,6 +214,14 @@ func TestCaptureRecordsGapWhenDown(t *testing.T) {
 	jr, err := s.Records.Job(t.Context(), string(j.UID))
 	if err != nil || jr.ArchiveState != record.ArchiveReleased || !strings.Contains(jr.ReleaseReason, string(record.GapRotated)) {
 		t.Errorf("job row %s %q (%v), want released with the gap as reason", jr.ArchiveState, jr.ReleaseReason, err)
+	}
+	// verify: the archive matches its records (the manifest lists the gap), and the gap is
+	// reported apart from problems.
+	rep, err := inspect.Verify(t.Context(), s.Records, s.Store, string(j.UID), inspect.VerifyOptions{})
+	var text strings.Builder
+	_ = rep.WriteText(&text)
+	if err != nil || !rep.OK() || len(rep.Gaps) != 1 || !strings.Contains(text.String(), "GAP log of container main run 0") {
+		t.Errorf("verify (%v):\n%s\nwant OK with the gap reported", err, text.String())
 	}
 }
 
