@@ -2,6 +2,8 @@ package testbed
 
 import (
 	"fmt"
+	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,6 +92,16 @@ func Fails() PodOption {
 // pods must have their output set with SetPodLogs or Runtime.Run.
 func RestartsOnce() PodOption {
 	return func(p *corev1.PodTemplateSpec) { setLabel(p, RestartOnceLabel, "true") }
+}
+
+// Restarts makes the node restart every container n times, each run lasting runFor, then KWOK
+// complete the pod: a crash loop. As RestartsOnce, the pods need their output set.
+func Restarts(n int, runFor time.Duration) PodOption {
+	return func(p *corev1.PodTemplateSpec) {
+		setLabel(p, RestartOnceLabel, "true")
+		p.Annotations[restartsAnnotation] = strconv.Itoa(n)
+		p.Annotations[restartAfterAnnotation] = runFor.String()
+	}
 }
 
 // DefaultGracePeriod is the terminationGracePeriodSeconds of the pods Job builds: shorter than the

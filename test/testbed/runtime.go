@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -80,7 +81,7 @@ type podRun struct {
 	stoppedAt  time.Time
 	collected  bool
 	restarting bool
-	restarted  bool
+	restarts   int // restarts done by the runtime
 }
 
 type containerRun struct {
@@ -103,11 +104,30 @@ type containerRun struct {
 // KWOK shows a container running, and how late shutdown output starts after a deletion.
 const runtimePoll = 50 * time.Millisecond
 
-// RestartOnceLabel marks the pods whose containers the runtime restarts once (RestartsOnce).
+// RestartOnceLabel marks the pods whose containers the runtime restarts (RestartsOnce, Restarts);
+// KWOK completes them only once the runtime has annotated them restartsDoneAnnotation.
 const RestartOnceLabel = "restart-once.stage.jobvault.io"
 
-// restartAfter is how long a RestartsOnce pod's first run lasts.
-const restartAfter = 300 * time.Millisecond
+const (
+	// restartsAnnotation says how often to restart (default 1), restartAfterAnnotation how long
+	// each run lasts before (default restartAfter).
+	restartsAnnotation     = "restarts.runtime.jobvault.io"
+	restartAfterAnnotation = "restart-after.runtime.jobvault.io"
+	restartsDoneAnnotation = "restarts-done.runtime.jobvault.io"
+	restartAfter           = 300 * time.Millisecond
+)
+
+// restartPlan reads how often and how fast the pod's containers are to be restarted.
+func restartPlan(pod *corev1.Pod) (times int, after time.Duration) {
+	times, after = 1, restartAfter
+	if n, err := strconv.Atoi(pod.Annotations[restartsAnnotation]); err == nil {
+		times = n
+	}
+	if d, err := time.ParseDuration(pod.Annotations[restartAfterAnnotation]); err == nil {
+		after = d
+	}
+	return times, after
+}
 
 // Runtime starts a runtime for the test's pods; it stops when the test ends.
 func (e *Env) Runtime(t T, opts RuntimeOptions) *Runtime {
@@ -317,9 +337,9 @@ func (r *Runtime) step(ctx context.Context) {
 				fmt.Fprintf(os.Stderr, "testbed runtime: write %s container %s: %v\n", key, c.name, err)
 			}
 		}
-		if pod.Labels[RestartOnceLabel] == "true" && !p.restarted && pod.DeletionTimestamp == nil && p.dueRestart(pod, now) {
+		if times, after := restartPlan(pod); pod.Labels[RestartOnceLabel] == "true" && p.restarts < times && pod.DeletionTimestamp == nil && p.dueRestart(pod, now, after) {
 			p.restarting = true
-			go r.restart(ctx, p, pod.DeepCopy())
+			go r.restart(ctx, p, pod.DeepCopy(), p.restarts+1 == times)
 		}
 		removable := pod.DeletionTimestamp != nil || pod.Status.Reason == "Evicted"
 		switch {
@@ -341,20 +361,21 @@ func (p *podRun) anyStarted() bool {
 	return false
 }
 
-// dueRestart: every regular container's first run has written its output and run restartAfter.
-func (p *podRun) dueRestart(pod *corev1.Pod, now time.Time) bool {
+// dueRestart: every regular container's current run has written its output and run for after.
+func (p *podRun) dueRestart(pod *corev1.Pod, now time.Time, after time.Duration) bool {
 	for _, spec := range pod.Spec.Containers {
 		c := p.containers[spec.Name]
-		if c == nil || !c.started || c.next < len(c.output()) || now.Sub(c.startAt) < restartAfter {
+		if c == nil || !c.started || c.next < len(c.output()) || now.Sub(c.startAt) < after {
 			return false
 		}
 	}
 	return len(pod.Spec.Containers) > 0
 }
 
-// restart restarts every regular container of the pod once: each new run's file is started and
-// served by KWOK before the pod's status says the containers restarted.
-func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod) {
+// restart restarts every regular container of the pod: each new run's file is started and served
+// by KWOK before the pod's status says the containers restarted. After the last restart the pod
+// is annotated so that KWOK completes it.
+func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last bool) {
 	defer func() {
 		r.mu.Lock()
 		p.restarting = false
@@ -411,13 +432,23 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	r.mu.Lock()
-	p.restarted = true
+	p.restarts++
 	r.mu.Unlock()
+	if last {
+		var cur corev1.Pod
+		if err := r.env.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err == nil {
+			patch := client.MergeFrom(cur.DeepCopy())
+			metav1.SetMetaDataAnnotation(&cur.ObjectMeta, restartsDoneAnnotation, "true")
+			if err := r.env.Client.Patch(ctx, &cur, patch); err != nil {
+				fmt.Fprintf(os.Stderr, "testbed runtime: mark %s/%s restarted: %v\n", p.ns, p.name, err)
+			}
+		}
+	}
 }
 
 // recreated starts over for a new pod under the same name: its containers have their first run.
 func (p *podRun) recreated(uid types.UID) error {
-	p.uid, p.collected, p.stoppedAt, p.restarted = uid, false, time.Time{}, false
+	p.uid, p.collected, p.stoppedAt, p.restarts = uid, false, time.Time{}, 0
 	for _, c := range p.containers {
 		c.files, c.written = map[int32][]string{}, map[int32]*bytes.Buffer{}
 		if err := c.newRun(p.dir, 0); err != nil {

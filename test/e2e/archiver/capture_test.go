@@ -329,3 +329,33 @@ func TestCaptureNodeLost(t *testing.T) {
 		t.Errorf("gaps %+v, want one: the rest unreadable until the deadline, after the last line captured", g)
 	}
 }
+
+// TestCaptureCrashLoop: a container restarts 5 times within 10 s; every run's log is archived
+// byte-exact under its own instance, with no gap.
+func TestCaptureCrashLoop(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3)
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
+	job := testbed.Job(s.NS, "crashloop").Task("w", 1, []string{"main"}, testbed.Restarts(5, 1500*time.Millisecond)).Obj()
+	pod := testbed.PodName(job.Name, "w", 0)
+	var runs [][]testbed.Chunk
+	for run := range 6 {
+		runs = append(runs, steadyOutput(fmt.Sprintf("run %d", run), 3, 2<<10))
+	}
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: runs}})
+	stack.CreateAs(t, s.Env, "erin", job)
+	j := s.WaitArchived(t, job, 3*time.Minute)
+	for run := range int32(6) {
+		instance := record.InstanceCurrent
+		if run < 5 {
+			instance = record.PreviousInstance(run + 1)
+		}
+		written := rt.Written(s.NS, pod, "main", run)
+		if !bytes.Equal(written, testbed.Bytes(runs[run])) {
+			t.Errorf("run %d wrote %d bytes, the test meant %d", run, len(written), len(testbed.Bytes(runs[run])))
+		}
+		s.CheckLog(t, logRow(t, s, string(j.UID), "main", instance), written)
+	}
+	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+		t.Errorf("gaps %+v, want none", g)
+	}
+}
