@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,14 +78,17 @@ func containerNames(cs []corev1.Container) []string {
 	return names
 }
 
+// statuses are the statuses of all the pod's containers: init, regular and ephemeral.
+func statuses(pod *corev1.Pod) []corev1.ContainerStatus {
+	return slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses)
+}
+
 func lastFinish(pod *corev1.Pod) *time.Time {
 	var last *time.Time
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-		for _, s := range list {
-			if t := s.State.Terminated; t != nil && (last == nil || t.FinishedAt.After(*last)) {
-				ft := t.FinishedAt.Time
-				last = &ft
-			}
+	for _, s := range statuses(pod) {
+		if t := s.State.Terminated; t != nil && (last == nil || t.FinishedAt.After(*last)) {
+			ft := t.FinishedAt.Time
+			last = &ft
 		}
 	}
 	return last
@@ -92,11 +96,9 @@ func lastFinish(pod *corev1.Pod) *time.Time {
 
 // allTerminated reports whether every container that started has stopped.
 func allTerminated(pod *corev1.Pod) bool {
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-		for _, s := range list {
-			if s.State.Running != nil {
-				return false
-			}
+	for _, s := range statuses(pod) {
+		if s.State.Running != nil {
+			return false
 		}
 	}
 	return true
@@ -217,26 +219,22 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 // runEnd tells whether the run is over, from the cached pod, and when it ended (the deadline of an
 // unreadable log counts from there).
 func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.End, time.Time, error) {
-	pod := &corev1.Pod{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod)
-	if apierrors.IsNotFound(err) || (err == nil && string(pod.UID) != ref.PodUID) {
-		// Gone despite the finalizer (removed by hand): what the node had is gone with it.
-		return capture.End{Over: true, Lost: record.GapCollected}, r.Clock.Now(), nil
-	}
+	pod, err := r.runPod(ctx, ref)
 	if err != nil {
 		return capture.End{}, time.Time{}, err
+	}
+	if pod == nil {
+		// Gone despite the finalizer (removed by hand): what the node had is gone with it.
+		return capture.End{Over: true, Lost: record.GapCollected}, r.Clock.Now(), nil
 	}
 	due := r.Clock.Now()
 	if pod.DeletionTimestamp != nil {
 		due = pod.DeletionTimestamp.Time
 	}
 	var s *corev1.ContainerStatus
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-		for i := range list {
-			if list[i].Name == ref.Container {
-				s = &list[i]
-			}
-		}
+	all := statuses(pod)
+	if i := slices.IndexFunc(all, func(s corev1.ContainerStatus) bool { return s.Name == ref.Container }); i >= 0 {
+		s = &all[i]
 	}
 	finished := r.finished(pod)
 	switch {
@@ -261,11 +259,23 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 
 // released is the release reason an operator gave the run's pod, if any.
 func (r *PodReconciler) released(ctx context.Context, ref capture.Ref) string {
-	pod := &corev1.Pod{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod); err != nil || string(pod.UID) != ref.PodUID {
-		return ""
+	if pod, err := r.runPod(ctx, ref); err == nil && pod != nil {
+		return releaseReason(pod)
 	}
-	return releaseReason(pod)
+	return ""
+}
+
+// runPod is the run's pod as cached, or nil once it is gone (or another pod took its name).
+func (r *PodReconciler) runPod(ctx context.Context, ref capture.Ref) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod)
+	switch {
+	case apierrors.IsNotFound(err), err == nil && string(pod.UID) != ref.PodUID:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return pod, nil
 }
 
 // recordRun assembles a captured run into its log object and records it, with its gap if any,
@@ -316,8 +326,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 	}
 	if gap != "" {
 		releasesIncompleteTotal.WithLabelValues("log", string(gap)).Inc()
-		pod := &corev1.Pod{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod); err == nil {
+		if pod, err := r.runPod(ctx, ref); err == nil && pod != nil {
 			if row.State == record.LogUnavailable {
 				r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogUnavailable", "Log of container %s (%s) recorded as unavailable: %s", ref.Container, instance, row.Reason)
 			} else {
