@@ -124,6 +124,9 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("max streams and segment bytes must be at least 1 and segment age positive, got %d, %d and %s",
 			o.MaxStreams, o.Capture.SegmentBytes, o.Capture.SegmentAge))
 	}
+	if o.Capture.NodeLogMaxSize < 0 {
+		errs = append(errs, fmt.Errorf("node log max size must not be negative, got %d", o.Capture.NodeLogMaxSize))
+	}
 	errs = append(errs, o.Layout.Validate())
 	if o.PodWorkers < 1 || o.JobWorkers < 1 {
 		errs = append(errs, fmt.Errorf("pod and job workers must be at least 1, got %d and %d", o.PodWorkers, o.JobWorkers))

@@ -314,25 +314,56 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 			return err
 		}
 		row.State, row.ObjectKey, row.Bytes, row.StoredBytes, row.SHA256 = record.LogStored, a.Key, a.Bytes, a.StoredBytes, a.SHA256
-		if gap != "" {
-			row.Reason = "incomplete: " + string(gap)
+	}
+	// Every gap of the run, those the capture found (rotated away) as well as the one above.
+	var runGaps []record.Gap
+	if row.State == record.LogStored {
+		all, err := r.Records.Gaps(ctx, job.UID)
+		if err != nil {
+			return err
+		}
+		for _, g := range all {
+			if g.PodUID == ref.PodUID && g.Container == ref.Container && g.Run == ref.Run {
+				runGaps = append(runGaps, g)
+			}
+		}
+		if len(runGaps) > 0 {
+			row.Reason = gapsReason(runGaps)
 		}
 	}
 	if err := r.Records.PutLogObject(ctx, row); err != nil {
 		return err
 	}
+	pod, _ := r.runPod(ctx, ref)
 	if row.State == record.LogStored {
 		logBytesArchivedTotal.Add(float64(row.Bytes))
+	} else if gap != "" {
+		logGapsTotal.WithLabelValues(string(gap)).Inc()
+		if pod != nil {
+			r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogUnavailable", "Log of container %s (%s) recorded as unavailable: %s", ref.Container, instance, row.Reason)
+		}
 	}
-	if gap != "" {
-		releasesIncompleteTotal.WithLabelValues("log", string(gap)).Inc()
-		if pod, err := r.runPod(ctx, ref); err == nil && pod != nil {
-			if row.State == record.LogUnavailable {
-				r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogUnavailable", "Log of container %s (%s) recorded as unavailable: %s", ref.Container, instance, row.Reason)
-			} else {
-				r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogIncomplete", "Log of container %s (%s) is incomplete: %s", ref.Container, instance, gap)
-			}
+	for _, g := range runGaps {
+		logGapsTotal.WithLabelValues(string(g.Reason)).Inc()
+		if pod != nil {
+			r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogIncomplete", "Log of container %s (%s) is incomplete: %s", ref.Container, instance, describeGap(g))
 		}
 	}
 	return capture.Forget(ctx, r.Records, r.Store, ref)
+}
+
+// describeGap says what a gap misses and why, for an Event.
+func describeGap(g record.Gap) string {
+	var span string
+	if !g.After.IsZero() {
+		span += " after " + g.After.UTC().Format(time.RFC3339Nano)
+	}
+	if !g.Before.IsZero() {
+		span += " before " + g.Before.UTC().Format(time.RFC3339Nano)
+	}
+	s := fmt.Sprintf("output missing%s: %s", span, g.Reason)
+	if g.Detail != "" {
+		s += " (" + g.Detail + ")"
+	}
+	return s
 }

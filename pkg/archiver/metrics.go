@@ -28,6 +28,9 @@ var (
 	releasesIncompleteTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "jobvault_archiver_releases_incomplete_total", Help: "Finalizers released without a complete archive, by kind (job, pod) and cause (deadline, operator).",
 	}, []string{"kind", "cause"})
+	logGapsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jobvault_archiver_log_gaps_total", Help: "Container logs recorded with missing output (a gap) or unavailable, by reason.",
+	}, []string{"reason"})
 	jobsBackstoppedTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "jobvault_archiver_jobs_backstopped_total", Help: "VcJobs the webhook missed, given their finalizer by the archiver.",
 	})
@@ -39,5 +42,5 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(jobsArchivedTotal, podsArchivedTotal, logBytesArchivedTotal, transitionsRecordedTotal,
-		archiveFailuresTotal, releasesIncompleteTotal, jobsBackstoppedTotal, releaseLatencySeconds)
+		archiveFailuresTotal, releasesIncompleteTotal, logGapsTotal, jobsBackstoppedTotal, releaseLatencySeconds)
 }

@@ -87,10 +87,16 @@ type Config struct {
 	Poll time.Duration
 	// Retry is the longest pause before a stream is reopened.
 	Retry time.Duration
+	// NodeLogMaxSize is the nodes' log rotation size (the kubelet's containerLogMaxSize). A run
+	// never followed (it ended while the archiver was down) is read from its current file only:
+	// if that file comes within a tenth of this size, older files may have been rotated away, and
+	// the run gets a GapMaybeRotated gap before its first line. 0 turns the check off.
+	NodeLogMaxSize int64
 }
 
 // DefaultConfig is what the archiver uses unless told otherwise.
-var DefaultConfig = Config{SegmentBytes: 8 << 20, SegmentAge: 30 * time.Second, Poll: time.Second, Retry: 5 * time.Second}
+var DefaultConfig = Config{SegmentBytes: 8 << 20, SegmentAge: 30 * time.Second, Poll: time.Second, Retry: 5 * time.Second,
+	NodeLogMaxSize: 10 << 20}
 
 // Capture follows the log of one container run into segments until over reports the run ended,
 // then reads the rest without follow. It resumes from the segments already recorded. It returns
@@ -103,7 +109,7 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		return err
 	}
 	retry := 100 * time.Millisecond
-	for {
+	for first := true; ; first = false {
 		end, err := over(ctx)
 		if err != nil {
 			return err
@@ -112,6 +118,8 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 			return &LostError{Ref: ref, Reason: end.Lost}
 		}
 		if end.Over {
+			// Nothing durable and already over: the run was never followed.
+			c.unfollowed = first && c.seq == 0 && cfg.NodeLogMaxSize > 0
 			return c.finish(ctx, src, end)
 		}
 		opened, err := c.follow(ctx, src, over)
@@ -160,6 +168,13 @@ type capture struct {
 	segPending bool
 	// segSkip counts the lines at segLast the current stream has delivered again.
 	segSkip int32
+
+	// unfollowed: the run is read only after its end, from nothing durable; its first segment is
+	// held back until it is known whether its start may have been rotated away (maybeRotated), so
+	// that a crash cannot leave segments without that gap.
+	unfollowed bool
+	firstTime  time.Time
+	fileBytes  int64 // the size of what was read, as the node's file holds it
 }
 
 func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store, segKey func(int32) string, ref Ref) (*capture, error) {
@@ -204,6 +219,10 @@ type line struct {
 	data []byte
 	// partial: the stream ended before the line's newline.
 	partial bool
+	// fileBytes is the line's size in the node's CRI log file: "<timestamp> stdout|stderr F "
+	// (stdout and stderr have the same length) before the content. Lines the runtime split into
+	// partial records count one prefix only.
+	fileBytes int
 }
 
 // errOver ends a follow stream because the run is over.
@@ -336,8 +355,33 @@ func (c *capture) add(ctx context.Context, l line, first *bool) error {
 		c.segLast, c.segLines = l.ts, 1
 	}
 	c.segSkip = c.segLines
+	if c.unfollowed {
+		if c.firstTime.IsZero() {
+			c.firstTime = l.ts
+		}
+		c.fileBytes += int64(l.fileBytes)
+		if err := c.maybeRotated(ctx); err != nil || c.unfollowed {
+			return err
+		}
+	}
 	if c.segBytes >= c.cfg.SegmentBytes {
 		return c.flush(ctx)
+	}
+	return nil
+}
+
+// maybeRotated records, for a run never followed, a gap before its first line once the file read
+// comes within a tenth of the node's rotation size: the node may have rotated older output away.
+// The check is over (unfollowed is cleared) once that is recorded.
+func (c *capture) maybeRotated(ctx context.Context) error {
+	if c.fileBytes >= c.cfg.NodeLogMaxSize-c.cfg.NodeLogMaxSize/10 {
+		g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.firstTime, Reason: record.GapMaybeRotated,
+			Detail: fmt.Sprintf("read only after it ended (never followed); its current file held %d bytes or more, close to the node's rotation size of %d: older files may have been rotated away",
+				c.fileBytes, c.cfg.NodeLogMaxSize)}
+		if err := c.recs.PutGap(ctx, g); err != nil {
+			return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
+		}
+		c.unfollowed = false
 	}
 	return nil
 }
@@ -396,7 +440,7 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line) error {
 			return fmt.Errorf("log line without timestamp (%q): was timestamps=true asked?", ts)
 		}
 		data, err := br.ReadBytes('\n')
-		l := line{ts: t, data: data}
+		l := line{ts: t, data: data, fileBytes: len(ts) + len("stdout F ") + len(data)}
 		switch {
 		case err == io.EOF:
 			l.partial = true

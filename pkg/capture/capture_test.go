@@ -306,3 +306,44 @@ func TestCaptureSurvivesRestartWithoutDuplicates(t *testing.T) {
 		t.Errorf("gaps %+v, want none", r.recs.gaps)
 	}
 }
+
+// A run read only after its end, from nothing durable, may have lost older files to rotation: it
+// gets a "possibly rotated" gap before its first line when its current file holds about the
+// node's rotation size, and none when it holds clearly less.
+func TestCaptureMarksUnfollowedRunNearRotationSize(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lines int
+		gap   bool
+	}{{"near the rotation size", 95, true}, {"well below it", 50, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.cfg.NodeLogMaxSize = 4000 // a line of 10 bytes takes 40 to 43 in the file
+			for i := range 30 {
+				r.write(fmt.Sprintf("rotated %02d\n", i), true)
+			}
+			r.node.rotate()
+			for i := range tc.lines {
+				r.write(fmt.Sprintf("kept %04d\n", i), false) // 10 bytes each
+			}
+			r.node.over = true
+			if err := <-r.start(t.Context()); err != nil {
+				t.Fatalf("Capture: %v", err)
+			}
+			r.check(t)
+			if !tc.gap {
+				if len(r.recs.gaps) != 0 {
+					t.Errorf("gaps %+v, want none", r.recs.gaps)
+				}
+				return
+			}
+			if len(r.recs.gaps) != 1 {
+				t.Fatalf("gaps %+v, want one", r.recs.gaps)
+			}
+			g := r.recs.gaps[0]
+			if g.Reason != record.GapMaybeRotated || !g.After.IsZero() || !g.Before.Equal(r.t0.Add(10*7*time.Millisecond)) {
+				t.Errorf("gap %+v, want %q before the first line kept (%s)", g, record.GapMaybeRotated, r.t0.Add(70*time.Millisecond))
+			}
+		})
+	}
+}

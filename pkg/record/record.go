@@ -234,6 +234,10 @@ const (
 	// GapRestarted: the container restarted again before this run's log was read; the node keeps
 	// only the last run's.
 	GapRestarted GapReason = "restarted again before read"
+	// GapMaybeRotated: the log was read only after the container ended (the archiver was down
+	// while it ran) and held about the node's rotation size: older output may have been rotated
+	// away before it was read. What is missing, if anything, is unknown.
+	GapMaybeRotated GapReason = "possibly rotated before read"
 	// GapReleased: an operator released the pod before its log was complete.
 	GapReleased GapReason = "released by operator"
 )

@@ -215,6 +215,7 @@ func TestCaptureRecordsGapWhenDown(t *testing.T) {
 	if err != nil || jr.ArchiveState != record.ArchiveReleased || !strings.Contains(jr.ReleaseReason, string(record.GapRotated)) {
 		t.Errorf("job row %s %q (%v), want released with the gap as reason", jr.ArchiveState, jr.ReleaseReason, err)
 	}
+	s.ExpectEvent(t, "LogIncomplete")
 	// verify: the archive matches its records (the manifest lists the gap), and the gap is
 	// reported apart from problems.
 	rep, err := inspect.Verify(t.Context(), s.Records, s.Store, string(j.UID), inspect.VerifyOptions{})
@@ -358,4 +359,36 @@ func TestCaptureCrashLoop(t *testing.T) {
 	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
 	}
+}
+
+// TestCaptureFallbackMarksPossiblyRotated: the archiver is down for a job's whole life on a node
+// that rotates logs at 64 KiB. Started afterwards, it can read only the current file, which holds
+// more than the rotation size: the log is stored as read, with a "possibly rotated before read"
+// gap before its first line, and the job is released with that reason, never archived.
+func TestCaptureFallbackMarksPossiblyRotated(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendFS, "--node-log-max-size=65536")
+	s.Proc.Stop()
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
+	// Rotations, then one chunk bigger than the rotation size, alone in the last file (the
+	// kubelet checks sizes every 10 s, so its files overshoot).
+	out := append(steadyOutput("early", 40, 4<<10), steadyOutput("last", 1, 70<<10)...)
+	job, pod := writingJob(t, s, rt, "unwatched", "3s", out, 20*time.Millisecond)
+	stack.WaitPhase(t, s.Env, job, batchv1alpha1.Completed, 2*time.Minute)
+	s.Start(t)
+	j := s.WaitArchived(t, job, 2*time.Minute)
+	written := rt.Written(s.NS, pod, "main", 0)
+	if !bytes.Equal(written, testbed.Bytes(out)) {
+		t.Fatalf("the container wrote %d of %d bytes before it ended", len(written), len(testbed.Bytes(out)))
+	}
+	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
+	s.CheckLog(t, row, out[len(out)-1].Data) // the current file: the last chunk
+	g := gaps(t, s, string(j.UID))
+	if len(g) != 1 || g[0].Reason != record.GapMaybeRotated || !g[0].After.IsZero() || g[0].Before.IsZero() {
+		t.Errorf("gaps %+v, want one %q gap before the first line read", g, record.GapMaybeRotated)
+	}
+	jr, err := s.Records.Job(t.Context(), string(j.UID))
+	if err != nil || jr.ArchiveState != record.ArchiveReleased || !strings.Contains(jr.ReleaseReason, string(record.GapMaybeRotated)) {
+		t.Errorf("job row %s %q (%v), want released with the possible rotation as reason", jr.ArchiveState, jr.ReleaseReason, err)
+	}
+	s.ExpectEvent(t, "LogIncomplete")
 }
