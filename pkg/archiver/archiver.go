@@ -36,6 +36,7 @@ type Records interface {
 	MarkPodArchived(ctx context.Context, podUID string, at time.Time, releaseReason string) error
 	MarkJobArchived(ctx context.Context, jobUID, location string, at time.Time, releaseReason string) error
 	Job(ctx context.Context, uid string) (record.Job, error)
+	Pod(ctx context.Context, uid string) (record.Pod, error)
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
 	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
 	capture.Records

@@ -93,7 +93,9 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 	if job.Annotations[tracking.ArchivedAtAnnotation] != "" {
 		return nil
 	}
-	patch := client.MergeFrom(job.DeepCopy())
+	// With an optimistic lock: a merge patch replaces the whole finalizer list, so a stale cached
+	// job would drop a finalizer someone else added meanwhile.
+	patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(job, tracking.JobFinalizer)
 	metav1.SetMetaDataLabel(&job.ObjectMeta, tracking.TrackedLabel, tracking.TrackedValue)
 	if err := r.Client.Patch(ctx, job, patch); err != nil {

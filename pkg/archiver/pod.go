@@ -48,8 +48,15 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, err
 	}
 	if !controllerutil.ContainsFinalizer(pod, tracking.PodFinalizer) {
-		if pod.DeletionTimestamp != nil || podEnded(pod) {
-			return ctrl.Result{}, nil // released already
+		if pod.DeletionTimestamp != nil || podEnded(pod) || releaseReason(pod) != "" {
+			return ctrl.Result{}, nil // released already, or by an operator
+		}
+		// A released pod stays released, even when its release annotation is gone: adding the
+		// finalizer back would start a release all over again.
+		if row, err := r.Records.Pod(ctx, string(pod.UID)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("read record of pod %s: %w", klog.KObj(pod), err)
+		} else if row.ArchiveState == record.ArchiveArchived || row.ArchiveState == record.ArchiveReleased {
+			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, r.addPodFinalizer(ctx, pod) // the webhook missed it
 	}
@@ -113,8 +120,10 @@ func (r *PodReconciler) recordPod(ctx context.Context, pod *corev1.Pod, job arch
 	return nil
 }
 
+// addPodFinalizer adds the finalizer with an optimistic lock: a merge patch replaces the whole
+// list, so a stale cached pod would drop a finalizer someone else added meanwhile.
 func (r *PodReconciler) addPodFinalizer(ctx context.Context, pod *corev1.Pod) error {
-	patch := client.MergeFrom(pod.DeepCopy())
+	patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(pod, tracking.PodFinalizer)
 	if err := r.Client.Patch(ctx, pod, patch); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -2,6 +2,8 @@ package archiver
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,6 +50,7 @@ func (m *memRecords) MarkJobArchived(context.Context, string, string, time.Time,
 	return nil
 }
 func (m *memRecords) Job(_ context.Context, uid string) (record.Job, error) { return m.jobs[uid], nil }
+func (m *memRecords) Pod(_ context.Context, uid string) (record.Pod, error) { return m.pods[uid], nil }
 func (m *memRecords) Pods(context.Context, string) ([]record.Pod, error)    { return nil, nil }
 
 // TestVanishedMidReconcile: an object deleted between the reconciler's read and its patch ends the
@@ -142,3 +145,34 @@ func (m *memRecords) Segments(context.Context, string, string, int32) ([]record.
 func (m *memRecords) PutSegment(context.Context, record.Segment) error            { return nil }
 func (m *memRecords) DeleteSegments(context.Context, string, string, int32) error { return nil }
 func (m *memRecords) PutGap(context.Context, record.Gap) error                    { return nil }
+
+// TestAddFinalizerKeepsOthers: adding our finalizer from a stale cached object must not drop a
+// finalizer another controller added meanwhile (a merge patch replaces the whole list).
+func TestAddFinalizerKeepsOthers(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	stale := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stale).Build()
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(stale), stale); err != nil {
+		t.Fatal(err)
+	}
+	fresh := stale.DeepCopy()
+	fresh.Finalizers = []string{"example.com/other"}
+	if err := c.Update(t.Context(), fresh); err != nil {
+		t.Fatal(err)
+	}
+	r := &PodReconciler{Deps: Deps{Client: c}}
+	err := r.addPodFinalizer(t.Context(), stale)
+	var got corev1.Pod
+	if gerr := c.Get(t.Context(), client.ObjectKeyFromObject(stale), &got); gerr != nil {
+		t.Fatal(gerr)
+	}
+	if !slices.Contains(got.Finalizers, "example.com/other") {
+		t.Errorf("finalizers %v after adding ours from a stale pod (err %v): the other controller's is lost", got.Finalizers, err)
+	}
+	if err == nil || !apierrors.IsConflict(errors.Unwrap(err)) {
+		t.Errorf("addPodFinalizer = %v, want a conflict (the reconcile retries from the fresh pod)", err)
+	}
+}

@@ -255,6 +255,47 @@ func TestOperatorReleasesJob(t *testing.T) {
 	}
 }
 
+// A released object stays released: an operator releases a running job; its running pods are
+// released once and never get the finalizer back (before the fix each pod looped: the finalizer
+// re-added "because the webhook missed it", released again, a patch, a row and an Event a round).
+func TestReleasedRunningPodStaysReleased(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendFS)
+	job := testbed.Job(s.NS, "let-go").Task("worker", 2, []string{"main"}, testbed.RunsFor("1h")).Obj()
+	stack.CreateAs(t, s.Env, "gina", job)
+	j := stack.WaitPhase(t, s.Env, job, batchv1alpha1.Running, 2*time.Minute)
+	patch := client.MergeFrom(j.DeepCopy())
+	metav1.SetMetaDataAnnotation(&j.ObjectMeta, tracking.ReleaseAnnotation, "uninstalling")
+	if err := s.Env.Client.Patch(t.Context(), j, patch); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitArchived(t, j, time.Minute)
+	// Watch the running pods for a while: no finalizer comes back.
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		var pods corev1.PodList
+		if err := s.Env.Client.List(t.Context(), &pods, client.InNamespace(s.NS)); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if len(p.Finalizers) > 0 {
+				t.Fatalf("released pod %s (%s) has finalizers %v again", p.Name, p.Status.Phase, p.Finalizers)
+			}
+		}
+	}
+	var events corev1.EventList
+	if err := s.Env.Client.List(t.Context(), &events, client.InNamespace(s.NS)); err != nil {
+		t.Fatal(err)
+	}
+	released := 0
+	for _, e := range events.Items {
+		if e.Reason == "Released" && e.InvolvedObject.Kind == "Pod" {
+			released += int(max(e.Count, 1))
+		}
+	}
+	if released != 2 {
+		t.Errorf("%d Released events for the 2 pods, want one each", released)
+	}
+}
+
 // The backstop: a job that lacks the finalizer and label (admitted while the webhook was down,
 // which fails open for VcJobs) gets them from the archiver and is archived as usual.
 func TestBackstopsMissingFinalizer(t *testing.T) {
