@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -244,11 +243,9 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	if err != nil {
 		return fmt.Errorf("read log gaps of job %s: %w", klog.KObj(job), err)
 	}
-	cause := "operator"
-	if reason == "" && len(gaps) > 0 {
-		// A log with a gap is not a complete archive: the job is released, never archived.
-		reason, cause = gapsReason(gaps), "gap"
-	}
+	// A log that could not be read, or has a gap, is not a complete archive: the job is released,
+	// never archived.
+	reason, cause := incompleteReason(reason, logs, gaps)
 	row.ReleaseReason = reason
 	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, gaps, r.Layout.JobObject(ref), now)); err != nil {
 		return fmt.Errorf("store manifest of job %s: %w", klog.KObj(job), err)
@@ -261,6 +258,11 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAtAnnotation, now.Format(time.RFC3339))
 	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchiveLocationAnnotation, location)
+	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAsAnnotation, string(record.ArchiveArchived))
+	if reason != "" {
+		metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAsAnnotation, string(record.ArchiveReleased))
+		metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedReasonAnnotation, reason)
+	}
 	controllerutil.RemoveFinalizer(job, tracking.JobFinalizer)
 	if err := r.Client.Patch(ctx, job, patch); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -281,22 +283,6 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	}
 	ctrl.LoggerFrom(ctx).Info("Archived job", "Job", klog.KObj(job), "location", location)
 	return nil
-}
-
-// gapsReason sums up a job's log gaps for its release reason.
-func gapsReason(gaps []record.Gap) string {
-	by := map[record.GapReason]int{}
-	var reasons []string
-	for _, g := range gaps {
-		if by[g.Reason] == 0 {
-			reasons = append(reasons, string(g.Reason))
-		}
-		by[g.Reason]++
-	}
-	for i, r := range reasons {
-		reasons[i] = fmt.Sprintf("%d %s", by[record.GapReason(r)], r)
-	}
-	return fmt.Sprintf("incomplete logs: %d gap(s): %s", len(gaps), strings.Join(reasons, ", "))
 }
 
 func (r *JobReconciler) putJSON(ctx context.Context, key string, v any) error {

@@ -139,7 +139,7 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 				continue
 			}
 			row := record.LogObject{PodUID: string(pod.UID), Container: cr.container, ContainerType: cr.ctype, Instance: cr.instance,
-				State: record.LogUnavailable, Reason: "the container never started"}
+				State: record.LogUnavailable, Reason: neverStarted}
 			if err := r.Records.PutLogObject(ctx, row); err != nil {
 				return false, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
 			}
@@ -327,9 +327,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 				runGaps = append(runGaps, g)
 			}
 		}
-		if len(runGaps) > 0 {
-			row.Reason = gapsReason(runGaps)
-		}
+		row.Reason, _ = incompleteReason("", nil, runGaps)
 	}
 	if err := r.Records.PutLogObject(ctx, row); err != nil {
 		return err

@@ -72,7 +72,7 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if !r.finished(pod) {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.release(ctx, pod)
+	return ctrl.Result{}, r.release(ctx, pod, job)
 }
 
 // retryAfter spaces attempts to read a log that failed; bounded so a short deadline is honoured.
@@ -135,10 +135,34 @@ func (r *PodReconciler) addPodFinalizer(ctx context.Context, pod *corev1.Pod) er
 	return nil
 }
 
+// podIncomplete says why the pod's archive is incomplete ("" when it is not): an operator's
+// release, logs that could not be read, gaps.
+func (r *PodReconciler) podIncomplete(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (reason, cause string, err error) {
+	logs, err := r.Records.PodLogObjects(ctx, string(pod.UID))
+	if err != nil {
+		return "", "", fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
+	}
+	all, err := r.Records.Gaps(ctx, job.UID)
+	if err != nil {
+		return "", "", fmt.Errorf("read log gaps of pod %s: %w", klog.KObj(pod), err)
+	}
+	var gaps []record.Gap
+	for _, g := range all {
+		if g.PodUID == string(pod.UID) {
+			gaps = append(gaps, g)
+		}
+	}
+	reason, cause = incompleteReason(releaseReason(pod), logs, gaps)
+	return reason, cause, nil
+}
+
 // release records the pod as archived (or released, with the reason) and then removes the
 // finalizer, with an optimistic lock so a concurrent change is seen before the pod can vanish.
-func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod) error {
-	reason := releaseReason(pod)
+func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod, job archive.JobRef) error {
+	reason, cause, err := r.podIncomplete(ctx, pod, job)
+	if err != nil {
+		return err
+	}
 	if err := r.Records.MarkPodArchived(ctx, string(pod.UID), r.Clock.Now(), reason); err != nil {
 		return fmt.Errorf("mark pod %s archived: %w", klog.KObj(pod), err)
 	}
@@ -152,7 +176,7 @@ func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod) error {
 	}
 	podsArchivedTotal.Inc()
 	if reason != "" {
-		releasesIncompleteTotal.WithLabelValues("pod", "operator").Inc()
+		releasesIncompleteTotal.WithLabelValues("pod", cause).Inc()
 		r.Recorder.Event(pod, corev1.EventTypeWarning, "Released", reason)
 	}
 	ctrl.LoggerFrom(ctx).Info("Released pod", "Pod", klog.KObj(pod), "reason", reason)

@@ -37,6 +37,11 @@ const (
 	ArchivedAtAnnotation = Prefix + "archived-at"
 	// ArchiveLocationAnnotation is set with ArchivedAtAnnotation to the URL of the job's archive.
 	ArchiveLocationAnnotation = Prefix + "archive-location"
+	// ArchivedAsAnnotation is set with ArchivedAtAnnotation to how the job was finalized: "archived"
+	// (every log complete) or "released" (not: see ArchivedReasonAnnotation), as in its record.
+	ArchivedAsAnnotation = Prefix + "archived-as"
+	// ArchivedReasonAnnotation says why a released job's archive is incomplete.
+	ArchivedReasonAnnotation = Prefix + "archived-reason"
 
 	// ReleaseAnnotation is the operator's escape hatch: set on a VcJob or pod (any non-empty value,
 	// best a reason), it makes the archiver record what it has and release the finalizer at once.

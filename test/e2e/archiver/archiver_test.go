@@ -2,6 +2,7 @@ package archiver
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	busv1alpha1 "volcano.sh/apis/pkg/apis/bus/v1alpha1"
+
+	_ "github.com/lib/pq"
 
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -231,6 +234,30 @@ func TestUnreadableLogsReleasedAfterDeadline(t *testing.T) {
 		t.Errorf("log %s: %s (%s), want unavailable after the deadline", logs[0], logs[0].State, logs[0].Reason)
 	}
 	s.ExpectEvent(t, "LogUnavailable")
+	// Released, never archived, with the reason: in the job's and the pod's records, the audit
+	// view and the job's annotations.
+	want := "1 log(s) unavailable: 1 " + string(record.GapUnreadable)
+	row, err := s.Records.Job(t.Context(), string(j.UID))
+	if err != nil || row.ArchiveState != record.ArchiveReleased || !strings.Contains(row.ReleaseReason, want) {
+		t.Errorf("job row %s %q (%v), want released: %q", row.ArchiveState, row.ReleaseReason, err, want)
+	}
+	pods, err := s.Records.Pods(t.Context(), string(j.UID))
+	if err != nil || len(pods) != 1 || pods[0].ArchiveState != record.ArchiveReleased || !strings.Contains(pods[0].ReleaseReason, want) {
+		t.Errorf("pod rows %+v (%v), want the pod released: %q", pods, err, want)
+	}
+	audit, err := sql.Open("postgres", s.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer audit.Close()
+	var state, reason string
+	if err := audit.QueryRowContext(t.Context(), `SELECT archive_state, release_reason FROM audit_outcomes WHERE uid = $1`, string(j.UID)).Scan(&state, &reason); err != nil || state != "released" || !strings.Contains(reason, want) {
+		t.Errorf("audit_outcomes: %s %q (%v), want released: %q", state, reason, err, want)
+	}
+	if a := j.Annotations; a[tracking.ArchivedAsAnnotation] != "released" || !strings.Contains(a[tracking.ArchivedReasonAnnotation], want) {
+		t.Errorf("job annotations %s=%q %s=%q, want released: %q", tracking.ArchivedAsAnnotation, a[tracking.ArchivedAsAnnotation],
+			tracking.ArchivedReasonAnnotation, a[tracking.ArchivedReasonAnnotation], want)
+	}
 }
 
 // The escape hatch: an operator releases a job stuck on unreadable logs at once.

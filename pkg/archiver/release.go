@@ -1,0 +1,59 @@
+package archiver
+
+import (
+	"cmp"
+	"fmt"
+	"strings"
+
+	"github.com/jobvault/jobvault/pkg/record"
+)
+
+// neverStarted is the reason of the log of a container that never started: there was nothing to
+// archive, so it does not make an archive incomplete.
+const neverStarted = "the container never started"
+
+// incompleteReason says why an archive of these logs is incomplete, or "" if it is complete: the
+// operator's release if any, then the logs that could not be read and the gaps, counted by
+// reason. cause is the metric label of the first of them.
+func incompleteReason(operator string, logs []record.LogObject, gaps []record.Gap) (reason, cause string) {
+	var parts []string
+	if operator != "" {
+		parts, cause = append(parts, operator), "operator"
+	}
+	var unavailable []string
+	for _, l := range logs {
+		if l.State == record.LogUnavailable && l.Reason != neverStarted {
+			kind, _, _ := strings.Cut(l.Reason, ": ")
+			unavailable = append(unavailable, kind)
+		}
+	}
+	if len(unavailable) > 0 {
+		parts = append(parts, fmt.Sprintf("%d log(s) unavailable: %s", len(unavailable), countReasons(unavailable)))
+		cause = cmp.Or(cause, "unavailable")
+	}
+	if len(gaps) > 0 {
+		kinds := make([]string, len(gaps))
+		for i, g := range gaps {
+			kinds[i] = string(g.Reason)
+		}
+		parts = append(parts, fmt.Sprintf("%d gap(s) in logs: %s", len(gaps), countReasons(kinds)))
+		cause = cmp.Or(cause, "gap")
+	}
+	return strings.Join(parts, "; "), cause
+}
+
+// countReasons lists each distinct reason once, with its count, in the order first seen.
+func countReasons(reasons []string) string {
+	by := map[string]int{}
+	var order []string
+	for _, r := range reasons {
+		if by[r] == 0 {
+			order = append(order, r)
+		}
+		by[r]++
+	}
+	for i, r := range order {
+		order[i] = fmt.Sprintf("%d %s", by[r], r)
+	}
+	return strings.Join(order, ", ")
+}
