@@ -103,13 +103,16 @@ type Options struct {
 	ExcludeNamespaces []string
 	// Layout names the archive's objects.
 	Layout archive.Layout
+	// Redact replaces literal env values in pod templates and drops kubectl's last-applied
+	// configuration before a job is recorded (see recordable).
+	Redact bool
 }
 
 // DefaultOptions are the defaults of the archiver's flags.
 func DefaultOptions() Options {
 	return Options{LogDeadline: 24 * time.Hour, LogOpenTimeout: 30 * time.Second, TerminationMargin: 30 * time.Second,
 		MaxStreams: 2000, Capture: capture.DefaultConfig,
-		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}}
+		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}, Redact: true}
 }
 
 // Validate lists every problem with the options at once.

@@ -123,7 +123,7 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 // record upserts the job row and every phase transition: Volcano appends a condition per phase
 // change, so transitions that happened while the archiver was down are recovered from them.
 func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) error {
-	row, err := jobRow(job, r.Cluster)
+	row, err := jobRow(r.recordable(job), r.Cluster)
 	if err != nil {
 		return err
 	}
@@ -221,8 +221,7 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	now := r.Clock.Now().UTC()
 	reason := releaseReason(job)
 
-	obj := job.DeepCopy()
-	obj.ManagedFields = nil
+	obj := r.recordable(job)
 	obj.APIVersion, obj.Kind = jobAPIVersion, "Job"
 	if err := r.putJSON(ctx, r.Layout.JobObject(ref), obj); err != nil {
 		return fmt.Errorf("store final object of job %s: %w", klog.KObj(job), err)
