@@ -211,6 +211,8 @@ func (d *DB) Job(ctx context.Context, uid string) (record.Job, error) {
 type JobFilter struct {
 	Cluster   string
 	Namespace string
+	// Name selects the jobs of that name (several over time); it needs Namespace to use an index.
+	Name      string
 	Submitter string
 	Phase     string
 	// ArchiveState selects jobs in that archive state.
@@ -259,6 +261,9 @@ func (d *DB) ListJobs(ctx context.Context, f JobFilter, after Cursor, limit int)
 	}
 	if f.Namespace != "" {
 		add("namespace = ?", f.Namespace)
+	}
+	if f.Name != "" {
+		add("name = ?", f.Name)
 	}
 	if f.Submitter != "" {
 		add("submitter = ?", f.Submitter)

@@ -166,9 +166,7 @@ func Cat(ctx context.Context, store objstore.Store, key string, w io.Writer) err
 }
 
 // FindJobs returns the recorded jobs named name in namespace (and cluster, when not empty), oldest
-// first. Several jobs may share a name over time; their UIDs tell them apart. The database has no
-// index on names, so this pages through the namespace's jobs (one index range scan per page of
-// db.MaxPageSize): fine for a person at a terminal, not for a hot path.
+// first. Several jobs may share a name over time; their UIDs tell them apart.
 func FindJobs(ctx context.Context, lister JobLister, cluster, namespace, name string) ([]record.Job, error) {
 	if namespace == "" || name == "" {
 		return nil, errors.New("find job: namespace and name are both required")
@@ -178,15 +176,11 @@ func FindJobs(ctx context.Context, lister JobLister, cluster, namespace, name st
 		after db.Cursor
 	)
 	for {
-		page, next, err := lister.ListJobs(ctx, db.JobFilter{Cluster: cluster, Namespace: namespace}, after, db.MaxPageSize)
+		page, next, err := lister.ListJobs(ctx, db.JobFilter{Cluster: cluster, Namespace: namespace, Name: name}, after, db.MaxPageSize)
 		if err != nil {
 			return nil, fmt.Errorf("find job %s/%s: %w", namespace, name, err)
 		}
-		for _, j := range page {
-			if j.Name == name {
-				found = append(found, j)
-			}
-		}
+		found = append(found, page...)
 		if next.IsZero() {
 			return found, nil
 		}

@@ -65,7 +65,7 @@ func (f *FS) Put(ctx context.Context, key string, r io.Reader, _ PutOptions) err
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
-	if err := write(ctx, p, newSource(ctx, r)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, r)); err != nil {
 		return fmt.Errorf("put %s: %w", f.URL(key), err)
 	}
 	return nil
@@ -89,7 +89,7 @@ func (f *FS) Compose(ctx context.Context, dst string, srcs []string, _ PutOption
 	}
 	c := &concat{open: f.open, keys: srcs}
 	defer c.Close()
-	if err := write(ctx, p, newSource(ctx, c)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, c)); err != nil {
 		return fmt.Errorf("compose %s: %w", f.URL(dst), err)
 	}
 	return nil
@@ -97,7 +97,7 @@ func (f *FS) Compose(ctx context.Context, dst string, srcs []string, _ PutOption
 
 // write copies r to a temporary file in p's directory, syncs it and renames it to p. On failure
 // it removes the temporary file.
-func write(ctx context.Context, p string, r io.Reader) (err error) {
+func (f *FS) write(ctx context.Context, p string, r io.Reader) (err error) {
 	dir := filepath.Dir(p)
 	tmp, err := createTemp(dir)
 	if err != nil {
@@ -129,11 +129,17 @@ func write(ctx context.Context, p string, r io.Reader) (err error) {
 	if err = os.Rename(tmp.Name(), p); err != nil {
 		return err
 	}
-	// The rename is durable only once the directory entry is.
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("sync directory: %w", err)
+	// The rename is durable only once the directory entry is, and a directory created for it only
+	// once its own entry in its parent is: sync every directory up to the root (a few fsyncs of
+	// directories, cheap next to the file's).
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := syncDir(d); err != nil {
+			return fmt.Errorf("sync directory: %w", err)
+		}
+		if d == f.root || !strings.HasPrefix(d, f.root) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // createTemp creates dir and a temporary file in it. A concurrent Delete may remove dir between
@@ -151,7 +157,8 @@ func createTemp(dir string) (*os.File, error) {
 	}
 }
 
-func syncDir(dir string) error {
+// syncDir fsyncs a directory; a variable so a test can see which are.
+var syncDir = func(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

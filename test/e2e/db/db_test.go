@@ -555,6 +555,59 @@ func TestDBTransitionsRecordedOnceAndNotified(t *testing.T) {
 	}
 }
 
+// TestDBNotifyNeverBlocksRecording: a listener that stops reading fills Postgres' NOTIFY queue, and
+// then every transaction that notifies fails at commit. Past half the queue, transitions are
+// recorded without a notification. Filling the 8 GB queue is out of reach of a test, so its usage
+// is stood in for by a function of the same name ahead of pg_catalog on the session's search path.
+func TestDBNotifyNeverBlocksRecording(t *testing.T) {
+	ctx := t.Context()
+	records, dsn := stack.OpenRecords(t)
+	mustUpsertJob(t, records, newJob("u1").phase("Running").build())
+	listener := pq.NewListener(dsn, 10*time.Millisecond, time.Second, nil)
+	defer listener.Close()
+	if err := listener.Listen(db.NotifyChannel); err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	conn, err := rawDB(t, dsn).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var schema string
+	if err := conn.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE SCHEMA queue_stand_in`,
+		`CREATE FUNCTION queue_stand_in.pg_notification_queue_usage() RETURNS double precision LANGUAGE sql AS 'SELECT 0.6::double precision'`,
+		fmt.Sprintf(`SET search_path = %q, queue_stand_in, pg_catalog`, schema),
+		`INSERT INTO job_transitions (job_uid, phase, transition_time, source) VALUES ('u1', 'Running', now(), 'observed')`,
+	} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	select {
+	case pn := <-listener.Notify:
+		t.Errorf("notified with the queue over half full: %v", pn)
+	case <-time.After(time.Second):
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`SET search_path = %q`, schema)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT INTO job_transitions (job_uid, phase, transition_time, source) VALUES ('u1', 'Completed', now(), 'observed')`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case pn := <-listener.Notify:
+		if n, err := db.ParseNotification(pn.Extra); err != nil || n.Phase != "Completed" {
+			t.Errorf("notification %v (%v), want the Completed transition", pn, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no notification with the queue empty")
+	}
+}
+
 func TestDBPodsAndLogObjects(t *testing.T) {
 	ctx := t.Context()
 	records, dsn := stack.OpenRecords(t)
@@ -775,6 +828,8 @@ ANALYZE jobs`); err != nil {
 		`SELECT * FROM jobs WHERE namespace = 'ns-7' AND (created_at, uid) > ('2025-01-05', 'x') ORDER BY created_at, uid LIMIT 101`,
 		`SELECT * FROM jobs WHERE submitter = 'user-7' ORDER BY created_at, uid LIMIT 101`,
 		`SELECT * FROM audit_submissions WHERE namespace = 'ns-3' AND created_at >= '2025-01-02' AND created_at < '2025-01-03'`,
+		// archiver logs --namespace --job: by name, in the index rather than filtered
+		`SELECT * FROM jobs WHERE namespace = 'ns-7' AND name = 'job-7' ORDER BY created_at, uid LIMIT 101`,
 	} {
 		var plan strings.Builder
 		rows, err := c.QueryContext(ctx, `EXPLAIN `+q)
@@ -791,6 +846,9 @@ ANALYZE jobs`); err != nil {
 		rows.Close()
 		if strings.Contains(plan.String(), "Seq Scan on jobs") {
 			t.Errorf("%s\nscans the whole table:\n%s", q, plan.String())
+		}
+		if strings.Contains(q, "name =") && !regexp.MustCompile(`Index Cond: .*name = `).MatchString(plan.String()) {
+			t.Errorf("%s\nfilters names row by row instead of in an index:\n%s", q, plan.String())
 		}
 	}
 }
