@@ -64,6 +64,7 @@ func parseFlags() (*flags, error) {
 	fs.DurationVar(&f.opts.LogDeadline, "log-deadline", f.opts.LogDeadline, "How long a container log that cannot be read is retried, from the container's end or the pod's deletion, before it is recorded as unavailable and the finalizer released.")
 	fs.DurationVar(&f.opts.LogOpenTimeout, "log-open-timeout", f.opts.LogOpenTimeout, "Timeout of opening a container's log stream (a lost node's kubelet does not answer).")
 	fs.DurationVar(&f.opts.TerminationMargin, "termination-margin", f.opts.TerminationMargin, "How long past the end of a deleted pod's grace period its containers may still show running before their logs are read as they are.")
+	fs.DurationVar(&f.opts.NodeLostAfter, "node-lost-after", f.opts.NodeLostAfter, "How long a node may be NotReady before the pods being deleted on it are released at once, with what was captured and the rest recorded as a 'node lost' gap (a deleted Node counts at once).")
 	fs.IntVar(&f.opts.MaxStreams, "max-streams", f.opts.MaxStreams, "Container logs followed at once; the others wait for a slot (and may lose output the node rotates or collects meanwhile).")
 	fs.Int64Var(&f.opts.Capture.SegmentBytes, "capture-segment-bytes", f.opts.Capture.SegmentBytes, "A followed log is stored in segments of about this many uncompressed bytes (each capture holds one in memory, compressed).")
 	fs.DurationVar(&f.opts.Capture.SegmentAge, "capture-segment-age", f.opts.Capture.SegmentAge, "A followed log's segment is stored once this old, however small: a crash costs at most a re-read of that much output.")
@@ -144,7 +145,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	deps := archiver.Deps{Client: mgr.GetClient(), Records: records, Store: store, Logs: archiver.KubeLogs{Clientset: clientset, OpenTimeout: f.opts.LogOpenTimeout},
+	deps := archiver.Deps{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Records: records, Store: store, Logs: archiver.KubeLogs{Clientset: clientset, OpenTimeout: f.opts.LogOpenTimeout},
 		Recorder: mgr.GetEventRecorderFor("jobvault-archiver"), Clock: clock.RealClock{}}
 	if err := archiver.SetupWithManager(ctx, mgr, deps, f.opts); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)

@@ -93,6 +93,9 @@ type Options struct {
 	// TerminationMargin is how long past the end of a deleted pod's grace period its containers
 	// may still show running before their logs are read as they are (the node is probably gone).
 	TerminationMargin time.Duration
+	// NodeLostAfter is how long a node may not be Ready before the pods being deleted on it are
+	// released at once (see PodReconciler.nodeLost).
+	NodeLostAfter time.Duration
 	// MaxStreams bounds the container logs captured at once; the others wait for a slot.
 	MaxStreams int
 	// Capture tunes each capture's segments.
@@ -111,7 +114,7 @@ type Options struct {
 // DefaultOptions are the defaults of the archiver's flags.
 func DefaultOptions() Options {
 	return Options{LogDeadline: 24 * time.Hour, LogOpenTimeout: 30 * time.Second, TerminationMargin: 30 * time.Second,
-		MaxStreams: 2000, Capture: capture.DefaultConfig,
+		NodeLostAfter: 5 * time.Minute, MaxStreams: 2000, Capture: capture.DefaultConfig,
 		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}, Redact: true}
 }
 
@@ -120,6 +123,9 @@ func (o Options) Validate() error {
 	var errs []error
 	if o.LogDeadline <= 0 {
 		errs = append(errs, fmt.Errorf("log deadline must be positive, got %s", o.LogDeadline))
+	}
+	if o.NodeLostAfter <= 0 {
+		errs = append(errs, fmt.Errorf("node lost after must be positive, got %s", o.NodeLostAfter))
 	}
 	if o.LogOpenTimeout <= 0 || o.TerminationMargin < 0 {
 		errs = append(errs, fmt.Errorf("log open timeout must be positive and termination margin not negative, got %s and %s", o.LogOpenTimeout, o.TerminationMargin))
@@ -140,17 +146,19 @@ func (o Options) Validate() error {
 
 // Deps are the archiver's collaborators. Every field is required.
 type Deps struct {
-	Client   client.Client
-	Records  Records
-	Store    objstore.Store
-	Logs     capture.Source
-	Recorder kuberecord.EventRecorder
-	Clock    clock.PassiveClock
+	Client client.Client
+	// APIReader reads from the API server directly, for what is not cached (nodes).
+	APIReader client.Reader
+	Records   Records
+	Store     objstore.Store
+	Logs      capture.Source
+	Recorder  kuberecord.EventRecorder
+	Clock     clock.PassiveClock
 }
 
 func (d Deps) validate() error {
 	var errs []error
-	for name, v := range map[string]any{"Client": d.Client, "Records": d.Records, "Store": d.Store, "Logs": d.Logs,
+	for name, v := range map[string]any{"Client": d.Client, "APIReader": d.APIReader, "Records": d.Records, "Store": d.Store, "Logs": d.Logs,
 		"Recorder": d.Recorder, "Clock": d.Clock} {
 		if v == nil {
 			errs = append(errs, fmt.Errorf("archiver: %s is nil", name))

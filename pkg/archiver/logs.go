@@ -106,15 +106,17 @@ func allTerminated(pod *corev1.Pod) bool {
 
 // finished reports whether the pod's logs are complete: it ended; or it is being deleted and its
 // containers have stopped, or should have stopped TerminationMargin ago (deletionTimestamp is the
-// end of the grace period); or an operator released it.
-func (r *PodReconciler) finished(pod *corev1.Pod) bool {
+// end of the grace period), or its node is lost (they never will be seen to stop); or an operator
+// released it.
+func (r *PodReconciler) finished(ctx context.Context, pod *corev1.Pod) bool {
 	switch {
 	case podEnded(pod), releaseReason(pod) != "":
 		return true
 	case pod.DeletionTimestamp == nil:
 		return false
 	}
-	return allTerminated(pod) || r.Clock.Since(pod.DeletionTimestamp.Time) > r.TerminationMargin
+	// The node is asked last: only about a pod being deleted whose containers still show running.
+	return allTerminated(pod) || r.Clock.Since(pod.DeletionTimestamp.Time) > r.TerminationMargin || r.nodeLost(ctx, pod) != ""
 }
 
 // archiveLogs makes sure every container run of the pod is captured, live while it runs, and its
@@ -128,7 +130,7 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 	for _, l := range recorded {
 		done[l.Container+"/"+l.Instance] = true
 	}
-	finished := r.finished(pod)
+	finished := r.finished(ctx, pod)
 	for _, cr := range podRuns(pod) {
 		if done[cr.container+"/"+cr.instance] {
 			continue
@@ -181,11 +183,16 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 			gap = lost.Reason
 		case errors.As(err, &unread):
 			_, due, rerr := r.runEnd(ctx, ref)
-			released := r.released(ctx, ref)
+			released, nodeLost := r.released(ctx, ref), ""
+			if pod, err := r.runPod(ctx, ref); err == nil && pod != nil {
+				nodeLost = r.nodeLost(ctx, pod)
+			}
 			switch {
 			case rerr != nil:
 			case released != "":
 				gap, detail = record.GapReleased, fmt.Sprintf("%s (log unreadable: %v)", released, unread.Err)
+			case nodeLost != "":
+				gap, detail = record.GapNodeLost, fmt.Sprintf("%s (log unreadable: %v)", nodeLost, unread.Err)
 			case strings.Contains(unread.Err.Error(), "no such file or directory"):
 				// The kubelet's reader found no file: its container GC removed the logs.
 				gap, detail = record.GapCollected, unread.Err.Error()
@@ -236,7 +243,7 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 	if i := slices.IndexFunc(all, func(s corev1.ContainerStatus) bool { return s.Name == ref.Container }); i >= 0 {
 		s = &all[i]
 	}
-	finished := r.finished(pod)
+	finished := r.finished(ctx, pod)
 	switch {
 	case s == nil:
 		return capture.End{Over: finished}, due, nil

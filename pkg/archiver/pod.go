@@ -28,6 +28,8 @@ type PodReconciler struct {
 	Options
 	// Captures runs the live captures of container logs.
 	Captures *capture.Manager
+
+	nodes nodeChecks
 }
 
 // Reconcile archives what the pod's current state calls for. It works from state alone, so a
@@ -69,7 +71,7 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		// (a capture waiting for a slot, a grace period running out).
 		return ctrl.Result{RequeueAfter: r.retryAfter()}, nil
 	}
-	if !r.finished(pod) {
+	if !r.finished(ctx, pod) {
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, r.release(ctx, pod, job)

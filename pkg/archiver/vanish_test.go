@@ -119,7 +119,7 @@ func TestVanishedMidReconcile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			deps := Deps{Client: c, Records: &memRecords{jobs: map[string]record.Job{}, pods: map[string]record.Pod{}}, Store: store,
+			deps := Deps{Client: c, APIReader: c, Records: &memRecords{jobs: map[string]record.Job{}, pods: map[string]record.Pod{}}, Store: store,
 				Logs: KubeLogs{}, Recorder: kuberecord.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now.Time)}
 			var r interface {
 				Reconcile(context.Context, ctrl.Request) (ctrl.Result, error)

@@ -229,7 +229,10 @@ const (
 	GapRotated GapReason = "rotated before read"
 	// GapCollected: the node removed the container's logs (container GC) before they were read.
 	GapCollected GapReason = "collected before read"
-	// GapUnreadable: the log could not be read until the deadline (node lost, for example).
+	// GapNodeLost: the pod's node is gone (deleted, or not Ready for long): the rest of the log,
+	// on that node, cannot be read.
+	GapNodeLost GapReason = "node lost"
+	// GapUnreadable: the log could not be read until the deadline.
 	GapUnreadable GapReason = "unreadable until the deadline"
 	// GapRestarted: the container restarted again before this run's log was read; the node keeps
 	// only the last run's.

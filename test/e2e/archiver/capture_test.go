@@ -262,12 +262,12 @@ func TestCaptureLongAndBinaryLines(t *testing.T) {
 }
 
 // TestCaptureNodeLost: the node of a running pod is lost; the pod is then evicted (deleted), as
-// the node lifecycle controller does. Its containers never report terminated, so the capture
-// reads the rest past the grace period and the margin, fails until the deadline, and then the
-// part captured is kept, the rest recorded as a gap, and the finalizer released.
+// the node lifecycle controller does. Its containers never report terminated, and its logs can no
+// longer be read. Once the node has not been Ready for --node-lost-after, the pod is released at
+// once, long before the log deadline: the part captured is kept and the rest recorded as a "node
+// lost" gap. Volcano can then recreate the pod.
 func TestCaptureNodeLost(t *testing.T) {
-	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=4096", "--log-deadline=10s",
-		"--termination-margin=2s", "--log-open-timeout=3s")
+	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=4096", "--log-deadline=1h", "--node-lost-after=3s")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	node := s.Env.AddNode(t)
 	job := testbed.Job(s.NS, "stranded").Task("w", 1, []string{"main"}, testbed.RunsFor("1h"), testbed.OnNode(node)).Obj()
@@ -302,9 +302,7 @@ func TestCaptureNodeLost(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if took := time.Since(evicted); took < 10*time.Second {
-		t.Errorf("released %s after the eviction, before the 10 s deadline", took)
-	}
+	t.Logf("released %s after the eviction", time.Since(evicted))
 
 	all, err := s.Records.LogObjects(t.Context(), string(p.OwnerReferences[0].UID))
 	var logs []record.LogObject
@@ -326,8 +324,8 @@ func TestCaptureNodeLost(t *testing.T) {
 			g = append(g, gap)
 		}
 	}
-	if len(g) != 1 || g[0].Reason != record.GapUnreadable || g[0].After.IsZero() {
-		t.Errorf("gaps %+v, want one: the rest unreadable until the deadline, after the last line captured", g)
+	if len(g) != 1 || g[0].Reason != record.GapNodeLost || g[0].After.IsZero() || !strings.Contains(g[0].Detail, node) {
+		t.Errorf("gaps %+v, want one: the rest lost with node %s, after the last line captured", g, node)
 	}
 }
 

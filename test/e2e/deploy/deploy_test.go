@@ -566,6 +566,8 @@ func TestDeployArchiverRBAC(t *testing.T) {
 		{"patch", "", "pods", "", teamNS, "train-worker-0"},
 		{"delete", "", "pods", "", teamNS, "train-worker-0"},
 		{"get", "", "pods", "log", teamNS, "train-worker-0"},
+		// Nodes: is a pod's node lost?
+		{"get", "", "nodes", "", "", "node-1"},
 		// Events on jobs and pods, and on the lease.
 		{"create", "", "events", "", teamNS, ""},
 		{"patch", "", "events", "", teamNS, "train.123"},
@@ -590,7 +592,8 @@ func TestDeployArchiverRBAC(t *testing.T) {
 		{"list", "", "secrets", "", deployNamespace, ""},
 		{"get", "", "configmaps", "", teamNS, "cfg"},
 		{"delete", "", "events", "", teamNS, "train.123"},
-		{"get", "", "nodes", "", "", "node-1"},
+		{"list", "", "nodes", "", "", ""},
+		{"patch", "", "nodes", "", "", "node-1"},
 		{"get", "coordination.k8s.io", "leases", "", "kube-system", "kube-scheduler"},
 		{"update", "coordination.k8s.io", "leases", "", deployNamespace, "another-lease"},
 		{"delete", "coordination.k8s.io", "leases", "", deployNamespace, "jobvault-archiver"},
