@@ -72,8 +72,11 @@ func BenchmarkHandler(b *testing.B) {
 	pod := testbed.Job("ml", "bench").Task("worker", 1, []string{"main"}).Obj().Spec.Tasks[0].Template
 	podObj := map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": "bench-worker-0", "namespace": "ml", "labels": map[string]any{tracking.TrackedLabel: tracking.TrackedValue}},
-		"spec":     pod.Spec,
+		// As Volcano's job controller creates it: its job label and the VcJob as controller.
+		"metadata": map[string]any{"name": "bench-worker-0", "namespace": "ml", "labels": map[string]any{tracking.JobPodLabel: "bench"},
+			"ownerReferences": []any{map[string]any{"apiVersion": batchv1alpha1.SchemeGroupVersion.String(), "kind": "Job", "name": "bench",
+				"uid": "6f1c2b1e-0000-4000-8000-000000000001", "controller": true, "blockOwnerDeletion": true}}},
+		"spec": pod.Spec,
 	}
 	for _, tc := range []struct {
 		name, path string
