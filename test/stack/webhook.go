@@ -302,11 +302,19 @@ type WebhookRegistration struct {
 // until the API server calls it. tweak, if set, adjusts the webhooks (e.g. failurePolicy).
 func (s *WebhookServer) Register(tb testing.TB, env *testbed.Env, namespaces []string, tweak func(*admissionregistrationv1.MutatingWebhook)) *WebhookRegistration {
 	tb.Helper()
+	return s.RegisterAs(tb, env, "jobvault-webhook-e2e-", namespaces, tweak)
+}
+
+// RegisterAs is Register under a configuration name that starts with prefix. The API server calls
+// mutating webhooks in the order of their configurations' names: "jobvault-…" runs before
+// Volcano's ("volcano-admission-service-…"), "zz-…" after.
+func (s *WebhookServer) RegisterAs(tb testing.TB, env *testbed.Env, prefix string, namespaces []string, tweak func(*admissionregistrationv1.MutatingWebhook)) *WebhookRegistration {
+	tb.Helper()
 	cfg, err := WebhookConfiguration("https://"+s.Addr, s.CA.CertPEM)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := &WebhookRegistration{env: env, name: "jobvault-webhook-e2e-" + rand.String(6), namespaces: namespaces}
+	r := &WebhookRegistration{env: env, name: prefix + rand.String(6), namespaces: namespaces}
 	cfg.ObjectMeta = metav1.ObjectMeta{Name: r.name}
 	for i := range cfg.Webhooks {
 		w := &cfg.Webhooks[i]
