@@ -23,7 +23,7 @@ build: ## Build the webhook and archiver binaries into bin/
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/archiver ./archiver
 
 .PHONY: testbed
-testbed: ## Build and cache every testbed binary (kube-apiserver, etcd, Volcano, KWOK, MinIO, GCS emulator)
+testbed: ## Build and cache every testbed binary (kube-apiserver, etcd, Volcano with its admission webhook, KWOK, MinIO, GCS emulator)
 	test/tools/build.sh
 
 .PHONY: test
@@ -44,7 +44,7 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 DEMO_ARGS ?=
 
 # The demo needs the control plane and KWOK, and MinIO only with --store=s3; never the GCS emulator.
-DEMO_BINARIES := kube-apiserver kube-controller-manager etcd vc-controller-manager vc-scheduler kwok \
+DEMO_BINARIES := kube-apiserver kube-controller-manager etcd vc-controller-manager vc-scheduler vc-webhook-manager kwok \
 	$(if $(findstring --store=s3,$(DEMO_ARGS)),minio)
 
 .PHONY: demo

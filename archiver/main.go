@@ -130,9 +130,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	cacheOpts, err := archiver.CacheOptions(splitList(f.namespaces)...)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Cache:                   archiver.CacheOptions(splitList(f.namespaces)...),
+		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:  f.probeAddr,
 		LeaderElection:          f.leaderElect,

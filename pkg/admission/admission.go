@@ -1,7 +1,6 @@
 // Package admission is jobvault's mutating admission webhook. It stamps the contract of
-// pkg/tracking on new VcJobs (job finalizer, tracking label on the job and on every task's pod
-// template, submitter annotations) and on the tracked pods Volcano creates from them (pod
-// finalizer).
+// pkg/tracking on new VcJobs (job finalizer, tracking label, submitter annotations) and on the
+// pods Volcano creates for any VcJob (pod finalizer).
 //
 // Objects are mutated as untyped JSON and only under metadata, and each change is recorded as the
 // JSON patch operation the response carries (object.go). A typed round trip through

@@ -42,14 +42,11 @@ func TestBadRequestsAreDenied(t *testing.T) {
 		{"finalizer not a string", jobs, job(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{"finalizers":["a",1]}}`), "metadata.finalizers[1] is a number"},
 		{"label value not a string", jobs, job(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{"labels":{"a":true}}}`), `metadata.labels["a"] is a boolean`},
 		{"annotations not an object", jobs, job(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{"annotations":[]}}`), "metadata.annotations is an array"},
-		{"spec not an object", jobs, job(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{},"spec":1}`), "spec is a number"},
-		{"tasks not an array", jobs, job(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{},"spec":{"tasks":{}}}`), "spec.tasks is an object"},
-		{"task not an object", jobs, job(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{},"spec":{"tasks":["x"]}}`), "spec.tasks[0] is a string"},
-		{"template not an object", jobs, job(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{},"spec":{"tasks":[{},{"template":[]}]}}`), "spec.tasks[1].template is an array"},
-		{"template labels not an object", jobs, job(`{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{},"spec":{"tasks":[{"template":{"metadata":{"labels":"x"}}}]}}`), "spec.tasks[0].template.metadata.labels is a string"},
 		{"no username", jobs, jobRequest(vcjob().raw(t), ""), "request.userInfo.username is empty"},
 		{"pod labels not an object", pods, podRequest([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"labels":1}}`)), "metadata.labels is a number"},
-		{"pod finalizers not an array", pods, podRequest([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"labels":{"` + tracking.TrackedLabel + `":"true"},"finalizers":"x"}}`)), "metadata.finalizers is a string"},
+		{"pod owner references not an array", pods, podRequest([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"labels":{"` + tracking.JobPodLabel + `":"train"},"ownerReferences":{}}}`)), "decode metadata.ownerReferences"},
+		{"pod owner reference controller not a boolean", pods, podRequest([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"ownerReferences":[{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","name":"train","uid":"1","controller":"yes"}]}}`)), "decode metadata.ownerReferences"},
+		{"pod finalizers not an array", pods, podRequest([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"labels":{"` + tracking.JobPodLabel + `":"train"},"ownerReferences":[{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","name":"train","uid":"1","controller":true}],"finalizers":"x"}}`)), "metadata.finalizers is a string"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/jobvault/jobvault/pkg/tracking"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,6 +55,21 @@ func (b *objBuilder) mapAt(parent map[string]any, key string) map[string]any {
 func (b *objBuilder) generateName(prefix string) *objBuilder {
 	delete(b.meta(), "name")
 	b.meta()["generateName"] = prefix
+	return b
+}
+
+// vcjobPod is a pod as Volcano's job controller creates it: its job label and the VcJob as
+// controller, and no label of ours (the job may have been admitted while our webhook was down).
+func vcjobPod() *objBuilder {
+	return pod().label(tracking.JobPodLabel, "train").owner("batch.volcano.sh/v1alpha1", "Job", true)
+}
+
+// owner appends an ownerReference to the object.
+func (b *objBuilder) owner(apiVersion, kind string, controller bool) *objBuilder {
+	refs, _ := b.meta()["ownerReferences"].([]any)
+	b.meta()["ownerReferences"] = append(refs, map[string]any{
+		"apiVersion": apiVersion, "kind": kind, "name": "train", "uid": "0b6c5c1e-1", "controller": controller, "blockOwnerDeletion": true,
+	})
 	return b
 }
 

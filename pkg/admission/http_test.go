@@ -90,9 +90,9 @@ func TestHTTPMutatesVcJob(t *testing.T) {
 	}
 }
 
-func TestHTTPMutatesTrackedPod(t *testing.T) {
+func TestHTTPMutatesVcJobPod(t *testing.T) {
 	ts := newTestServer(t)
-	raw := pod().label(tracking.TrackedLabel, tracking.TrackedValue).raw(t)
+	raw := vcjobPod().raw(t)
 	_, out := post(t, ts.URL+PodPath, "application/json", review(t, podRequest(raw).AdmissionRequest))
 	if !out.Response.Allowed || !strings.Contains(string(out.Response.Patch), tracking.PodFinalizer) {
 		t.Fatalf("response = %+v %s, want the pod finalizer added", out.Response, out.Response.Patch)

@@ -28,10 +28,12 @@ var jobTarget = target{
 }
 
 // JobMutator admits the CREATE of a Volcano Job (batch.volcano.sh/v1alpha1): it adds
-// tracking.JobFinalizer, tracking.TrackedLabel on the job and on every task's pod template, and
-// the submitter annotations from the request's userInfo with the admission time. Nothing outside
-// metadata and the templates' metadata changes; the name and UID, empty at admission for
-// generateName jobs, are never used.
+// tracking.JobFinalizer, tracking.TrackedLabel and the submitter annotations from the request's
+// userInfo with the admission time. Nothing outside the job's metadata changes: its pods are
+// recognised by their owner and Volcano's own label (tracking.JobOf), so the pod templates need
+// no label of ours, which a job admitted while the webhook was down could never get (Volcano
+// refuses spec changes). The name and UID, empty at admission for generateName jobs, are never
+// used.
 type JobMutator struct {
 	clock clock.PassiveClock
 }
@@ -90,8 +92,7 @@ func (m *JobMutator) mutate(ctx context.Context, req cradmission.Request, p *pat
 	p.setString(annotations, tracking.SubmitterGroupsAnnotation, string(groupsJSON))
 	existing, _ := annotations.m[tracking.AdmittedAtAnnotation].(string)
 	p.setString(annotations, tracking.AdmittedAtAnnotation, admittedAt(existing, m.clock.Now()))
-
-	return labelTemplates(p, job)
+	return nil
 }
 
 // admittedAt keeps an admitted-at stamp that our earlier pass of the same request could have
@@ -104,47 +105,4 @@ func admittedAt(existing string, now time.Time) string {
 		return existing
 	}
 	return now.Format(time.RFC3339)
-}
-
-// labelTemplates puts the tracking label on spec.tasks[*].template.metadata.labels so that every
-// pod Volcano creates from the job carries it. A job without spec or tasks is left for Volcano's
-// validation to reject.
-func labelTemplates(p *patch, job node) error {
-	specValue, ok := job.m["spec"]
-	if !ok || specValue == nil {
-		return nil
-	}
-	spec, ok := specValue.(map[string]any)
-	if !ok {
-		return fmt.Errorf("spec is %s, want an object", jsonType(specValue))
-	}
-	tasksValue, ok := spec["tasks"]
-	if !ok || tasksValue == nil {
-		return nil
-	}
-	tasks, ok := tasksValue.([]any)
-	if !ok {
-		return fmt.Errorf("spec.tasks is %s, want an array", jsonType(tasksValue))
-	}
-	for i, taskValue := range tasks {
-		task, ok := taskValue.(map[string]any)
-		if !ok {
-			return fmt.Errorf("spec.tasks[%d] is %s, want an object", i, jsonType(taskValue))
-		}
-		path := fmt.Sprintf("spec.tasks[%d].template", i)
-		template, err := p.object(node{m: task, ptr: fmt.Sprintf("/spec/tasks/%d", i)}, "template", path)
-		if err != nil {
-			return err
-		}
-		meta, err := p.object(template, "metadata", path+".metadata")
-		if err != nil {
-			return err
-		}
-		labels, err := p.stringMap(meta, "labels", path+".metadata.labels")
-		if err != nil {
-			return err
-		}
-		p.setString(labels, tracking.TrackedLabel, tracking.TrackedValue)
-	}
-	return nil
 }

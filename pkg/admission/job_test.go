@@ -25,21 +25,14 @@ func newJobMutator(t testing.TB, now time.Time) *JobMutator {
 	return m
 }
 
-// stamped adds everything the mutator adds for alice of team-a to b, for want-objects.
+// stamped adds everything the mutator adds for alice of team-a to b, for want-objects: the job's
+// metadata only, never its pod templates.
 func stamped(b *objBuilder, groupsJSON string) *objBuilder {
-	b = b.finalizer(tracking.JobFinalizer).
+	return b.finalizer(tracking.JobFinalizer).
 		label(tracking.TrackedLabel, tracking.TrackedValue).
 		annotation(tracking.SubmitterAnnotation, "alice").
 		annotation(tracking.SubmitterGroupsAnnotation, groupsJSON).
 		annotation(tracking.AdmittedAtAnnotation, admittedAtStamp)
-	if spec, ok := b.obj["spec"].(map[string]any); ok {
-		tasks, _ := spec["tasks"].([]any)
-		for _, task := range tasks {
-			template := b.mapAt(task.(map[string]any), "template")
-			b.mapAt(b.mapAt(template, "metadata"), "labels")[tracking.TrackedLabel] = tracking.TrackedValue
-		}
-	}
-	return b
 }
 
 func TestNewJobMutatorRejectsNilClock(t *testing.T) {
@@ -112,8 +105,7 @@ func TestJobMutator(t *testing.T) {
 		name:   "task without template",
 		in:     vcjob().set([]any{map[string]any{"name": "empty", "replicas": 1}}, "spec", "tasks"),
 		groups: []string{"team-a", "system:authenticated"},
-		want: stamped(vcjob().set([]any{map[string]any{"name": "empty", "replicas": 1, "template": map[string]any{}}}, "spec", "tasks"),
-			groups),
+		want:   stamped(vcjob().set([]any{map[string]any{"name": "empty", "replicas": 1}}, "spec", "tasks"), groups),
 	}, {
 		name:   "job without tasks",
 		in:     vcjob(),
@@ -167,10 +159,11 @@ func TestJobMutatorReinvocationIsNoOp(t *testing.T) {
 	}
 }
 
-var allowedJobPatchPath = regexp.MustCompile(`^/metadata/|^/spec/tasks/[0-9]+/template/metadata(/|$)`)
+var allowedJobPatchPath = regexp.MustCompile(`^/metadata/`)
 
 // A VcJob with fields newer than our volcano.sh/apis, unusual numbers and quantities must come
-// back with nothing but added metadata: a typed round trip would drop or renormalise them.
+// back with nothing but added metadata: a typed round trip would drop or renormalise them. Its
+// spec, pod templates included, is left exactly as it was.
 func TestJobMutatorKeepsUnknownFields(t *testing.T) {
 	raw := []byte(`{
 	  "apiVersion": "batch.volcano.sh/v1alpha1",
@@ -203,7 +196,7 @@ func TestJobMutatorKeepsUnknownFields(t *testing.T) {
 	}
 	for _, op := range resp.Patches {
 		if op.Operation != "add" || !allowedJobPatchPath.MatchString(op.Path) {
-			t.Errorf("patch operation %s %s, want only add under /metadata and /spec/tasks/N/template/metadata", op.Operation, op.Path)
+			t.Errorf("patch operation %s %s, want only add under /metadata", op.Operation, op.Path)
 		}
 	}
 	patched := applyPatch(t, raw, resp)
@@ -217,25 +210,8 @@ func TestJobMutatorKeepsUnknownFields(t *testing.T) {
 	}
 }
 
-// withoutMetadata drops metadata and the task templates' metadata (and templates left empty), the
-// only parts the job mutator may touch.
+// withoutMetadata drops metadata, the only part a mutator may touch.
 func withoutMetadata(obj map[string]any) map[string]any {
 	delete(obj, "metadata")
-	spec, _ := obj["spec"].(map[string]any)
-	tasks, _ := spec["tasks"].([]any)
-	for _, task := range tasks {
-		task, ok := task.(map[string]any)
-		if !ok {
-			continue
-		}
-		if template, ok := task["template"].(map[string]any); ok {
-			delete(template, "metadata")
-			if len(template) == 0 {
-				delete(task, "template")
-			}
-		} else if task["template"] == nil {
-			delete(task, "template")
-		}
-	}
 	return obj
 }

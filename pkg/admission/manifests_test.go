@@ -126,8 +126,7 @@ func TestManifests(t *testing.T) {
 	if jobs.ObjectSelector != nil && (len(jobs.ObjectSelector.MatchLabels) > 0 || len(jobs.ObjectSelector.MatchExpressions) > 0) {
 		t.Errorf("vcjobs objectSelector = %+v, want none: every VcJob is tracked", jobs.ObjectSelector)
 	}
-	wantPodSelector := &metav1.LabelSelector{MatchLabels: map[string]string{tracking.TrackedLabel: tracking.TrackedValue}}
-	if diff := cmp.Diff(wantPodSelector, pods.ObjectSelector); diff != "" {
+	if diff := cmp.Diff(tracking.JobPodSelector(), pods.ObjectSelector); diff != "" {
 		t.Errorf("pods objectSelector (-want +got):\n%s", diff)
 	}
 

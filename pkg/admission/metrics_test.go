@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
 func counterValue(t *testing.T, kind, result string) float64 {
@@ -42,7 +40,7 @@ func TestMetricsCountResults(t *testing.T) {
 		}},
 		{"denied VcJob", "VcJob", resultDenied, func() { jobs.Handle(t.Context(), jobRequest([]byte("{"), "alice")) }},
 		{"mutated pod", "Pod", resultMutated, func() {
-			pods.Handle(t.Context(), podRequest(pod().label(tracking.TrackedLabel, tracking.TrackedValue).raw(t)))
+			pods.Handle(t.Context(), podRequest(vcjobPod().raw(t)))
 		}},
 		{"unchanged pod", "Pod", resultUnchanged, func() { pods.Handle(t.Context(), podRequest(pod().raw(t))) }},
 		{"denied pod", "Pod", resultDenied, func() { pods.Handle(t.Context(), podRequest(nil)) }},

@@ -10,28 +10,30 @@ import (
 )
 
 func TestPodMutator(t *testing.T) {
-	tracked := func() *objBuilder {
-		return pod().label(tracking.TrackedLabel, tracking.TrackedValue).label("volcano.sh/job-name", "train")
-	}
 	cases := []struct {
 		name        string
 		in          *objBuilder
 		want        *objBuilder
 		wantPatched bool
 	}{{
-		name:        "tracked pod gets the finalizer",
-		in:          tracked(),
-		want:        tracked().finalizer(tracking.PodFinalizer),
+		name:        "a VcJob's pod gets the finalizer",
+		in:          vcjobPod(),
+		want:        vcjobPod().finalizer(tracking.PodFinalizer),
 		wantPatched: true,
 	}, {
 		name:        "keeps other finalizers first",
-		in:          tracked().finalizer("example.com/keep"),
-		want:        tracked().finalizer("example.com/keep").finalizer(tracking.PodFinalizer),
+		in:          vcjobPod().finalizer("example.com/keep"),
+		want:        vcjobPod().finalizer("example.com/keep").finalizer(tracking.PodFinalizer),
+		wantPatched: true,
+	}, {
+		name:        "another version of the VcJob API",
+		in:          pod().label(tracking.JobPodLabel, "train").owner("batch.volcano.sh/v1beta1", "Job", true),
+		want:        pod().label(tracking.JobPodLabel, "train").owner("batch.volcano.sh/v1beta1", "Job", true).finalizer(tracking.PodFinalizer),
 		wantPatched: true,
 	}, {
 		name: "already has the finalizer",
-		in:   tracked().finalizer(tracking.PodFinalizer),
-		want: tracked().finalizer(tracking.PodFinalizer),
+		in:   vcjobPod().finalizer(tracking.PodFinalizer),
+		want: vcjobPod().finalizer(tracking.PodFinalizer),
 	}, {
 		name: "pod without labels passes unchanged",
 		in:   pod(),
@@ -41,9 +43,25 @@ func TestPodMutator(t *testing.T) {
 		in:   pod().label("app", "web"),
 		want: pod().label("app", "web"),
 	}, {
-		name: "tracking label with another value passes unchanged",
-		in:   pod().label(tracking.TrackedLabel, "false"),
-		want: pod().label(tracking.TrackedLabel, "false"),
+		name: "Volcano's label copied onto a pod no VcJob owns passes unchanged",
+		in:   pod().label(tracking.JobPodLabel, "train"),
+		want: pod().label(tracking.JobPodLabel, "train"),
+	}, {
+		name: "a VcJob owning the pod without controlling it is not enough",
+		in:   pod().label(tracking.JobPodLabel, "train").owner("batch.volcano.sh/v1alpha1", "Job", false),
+		want: pod().label(tracking.JobPodLabel, "train").owner("batch.volcano.sh/v1alpha1", "Job", false),
+	}, {
+		name: "a batch/v1 Job's pod passes unchanged",
+		in:   pod().label(tracking.JobPodLabel, "train").owner("batch/v1", "Job", true),
+		want: pod().label(tracking.JobPodLabel, "train").owner("batch/v1", "Job", true),
+	}, {
+		name: "a VcJob's controlled pod without Volcano's label passes unchanged",
+		in:   pod().owner("batch.volcano.sh/v1alpha1", "Job", true),
+		want: pod().owner("batch.volcano.sh/v1alpha1", "Job", true),
+	}, {
+		name: "our tracking label alone does not make a pod tracked",
+		in:   pod().label(tracking.TrackedLabel, tracking.TrackedValue),
+		want: pod().label(tracking.TrackedLabel, tracking.TrackedValue),
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,7 +103,8 @@ type Options struct {
 	Capture capture.Config
 	// PodWorkers and JobWorkers are the reconcilers' parallelism (PodWorkers bounds concurrent uploads).
 	PodWorkers, JobWorkers int
-	// ExcludeNamespaces are never tracked (the webhook's namespaceSelector excludes the same).
+	// ExcludeNamespaces are never tracked, neither their VcJobs nor their pods (the webhook's
+	// namespaceSelector excludes the same).
 	ExcludeNamespaces []string
 	// Layout names the archive's objects.
 	Layout archive.Layout
@@ -110,6 +112,9 @@ type Options struct {
 	// configuration before a job is recorded (see recordable).
 	Redact bool
 }
+
+// excluded reports whether jobvault never tracks the VcJobs, and so the pods, of namespace ns.
+func (o Options) excluded(ns string) bool { return slices.Contains(o.ExcludeNamespaces, ns) }
 
 // DefaultOptions are the defaults of the archiver's flags.
 func DefaultOptions() Options {

@@ -63,15 +63,6 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	return ctrl.Result{}, r.finalize(ctx, job)
 }
 
-func (r *JobReconciler) excluded(ns string) bool {
-	for _, e := range r.ExcludeNamespaces {
-		if e == ns {
-			return true
-		}
-	}
-	return false
-}
-
 // tracked reports whether the webhook (or an earlier backstop) stamped the job.
 func tracked(job *batchv1alpha1.Job) bool {
 	return controllerutil.ContainsFinalizer(job, tracking.JobFinalizer) || job.Annotations[tracking.ArchivedAtAnnotation] != ""
@@ -84,10 +75,10 @@ func finalizable(job *batchv1alpha1.Job) bool {
 }
 
 // track is the backstop for jobs admitted while the webhook was unavailable: it adds what the
-// webhook would have (but the submitter, which only the admission request knew). The finalizer and
-// label go in a metadata-only patch, which always succeeds; the task templates' label is a spec
-// change that Volcano's own validating webhook refuses on running jobs, so it is a separate,
-// best-effort patch (pods created after it are tracked; the job's record is complete either way).
+// webhook would have (but the submitter, which only the admission request knew), in a
+// metadata-only patch. The job's pods need nothing from it: they are recognised by their owner
+// and Volcano's label (tracking.JobOf), and get their finalizer from the pod webhook or
+// PodReconciler. (Volcano's webhook refuses any change to a job's spec, pod templates included.)
 func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error {
 	if job.Annotations[tracking.ArchivedAtAnnotation] != "" {
 		return nil
@@ -106,17 +97,6 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 	jobsBackstoppedTotal.Inc()
 	r.Recorder.Event(job, corev1.EventTypeWarning, "Backstopped", "Job was admitted without jobvault's finalizer (webhook unavailable?); added it, submitter unknown")
 	ctrl.LoggerFrom(ctx).Info("Added missing job finalizer", "Job", klog.KObj(job))
-
-	patch = client.MergeFrom(job.DeepCopy())
-	for i := range job.Spec.Tasks {
-		if job.Spec.Tasks[i].Template.Labels == nil {
-			job.Spec.Tasks[i].Template.Labels = map[string]string{}
-		}
-		job.Spec.Tasks[i].Template.Labels[tracking.TrackedLabel] = tracking.TrackedValue
-	}
-	if err := r.Client.Patch(ctx, job, patch); err != nil {
-		ctrl.LoggerFrom(ctx).Info("Could not label the job's pod templates; pods it creates later are not tracked", "Job", klog.KObj(job), "error", err.Error())
-	}
 	return nil
 }
 

@@ -19,10 +19,10 @@ import (
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
-// PodReconciler archives the container logs of tracked pods: it captures every container run
-// live from its start, records each run's log once it ended, and releases the pod finalizer only
-// when the pod is finished (ended, or deleted and its containers stopped) and every log is
-// recorded.
+// PodReconciler archives the container logs of every VcJob's pod (tracking.JobOf) outside the
+// excluded namespaces: it captures every container run live from its start, records each run's
+// log once it ended, and releases the pod finalizer only when the pod is finished (ended, or
+// deleted and its containers stopped) and every log is recorded.
 type PodReconciler struct {
 	Deps
 	Options
@@ -39,12 +39,9 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !tracking.IsTracked(pod.Labels) {
-		return ctrl.Result{}, nil
-	}
 	job, ok := ownerJob(pod)
-	if !ok {
-		return ctrl.Result{}, nil // a tracked label on a pod no VcJob owns: nothing to file it under
+	if !ok || r.excluded(pod.Namespace) {
+		return ctrl.Result{}, nil // not a VcJob's pod, or in a namespace jobvault never tracks
 	}
 	if err := r.recordPod(ctx, pod, job); err != nil {
 		return ctrl.Result{}, err
@@ -97,13 +94,13 @@ func releaseReason(obj metav1.Object) string {
 	return ""
 }
 
+// ownerJob is the VcJob whose pod this is (tracking.JobOf), if any.
 func ownerJob(pod *corev1.Pod) (archive.JobRef, bool) {
-	for _, o := range pod.OwnerReferences {
-		if o.Kind == "Job" && o.APIVersion == jobAPIVersion && o.Controller != nil && *o.Controller {
-			return archive.JobRef{Namespace: pod.Namespace, Name: o.Name, UID: string(o.UID)}, true
-		}
+	o, ok := tracking.JobOf(pod)
+	if !ok {
+		return archive.JobRef{}, false
 	}
-	return archive.JobRef{}, false
+	return archive.JobRef{Namespace: pod.Namespace, Name: o.Name, UID: string(o.UID)}, true
 }
 
 func (r *PodReconciler) recordPod(ctx context.Context, pod *corev1.Pod, job archive.JobRef) error {

@@ -1,12 +1,23 @@
 package archiver
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/tracking"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kuberecord "k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 func TestPodRuns(t *testing.T) {
@@ -66,6 +77,51 @@ func TestPodRuns(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, rows(tc.pod)); diff != "" {
 				t.Errorf("wanted logs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The pod reconciler takes on exactly the pods tracking.JobOf names outside the excluded
+// namespaces: it records them and backstops their finalizer; any other pod it leaves alone.
+func TestPodReconcilerTakesVcJobPodsOnly(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewTime(time.Unix(1_700_000_000, 0))
+	vcjob := []metav1.OwnerReference{{APIVersion: jobAPIVersion, Kind: "Job", Name: "train", UID: "job-uid", Controller: ptr.To(true)}}
+	pod := func(ns string, labels map[string]string, owners []metav1.OwnerReference) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "train-w-0", UID: "pod-uid", CreationTimestamp: now,
+			Labels: labels, OwnerReferences: owners}}
+		p.Status.Phase = corev1.PodRunning
+		return p
+	}
+	volcano := map[string]string{tracking.JobPodLabel: "train"}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"a VcJob's pod, without any label of ours": {pod: pod("ml", volcano, vcjob), want: true},
+		"a VcJob's pod in an excluded namespace":   {pod: pod("kube-system", volcano, vcjob)},
+		"Volcano's label copied, no VcJob owner":   {pod: pod("ml", volcano, nil)},
+		"only our label":                           {pod: pod("ml", map[string]string{tracking.TrackedLabel: tracking.TrackedValue}, vcjob)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.pod).Build()
+			records := &memRecords{jobs: map[string]record.Job{}, pods: map[string]record.Pod{}}
+			r := &PodReconciler{Deps: Deps{Client: c, Records: records, Recorder: kuberecord.NewFakeRecorder(10),
+				Clock: clocktesting.NewFakePassiveClock(now.Time)}, Options: DefaultOptions()}
+			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.pod)}); err != nil {
+				t.Fatal(err)
+			}
+			var got corev1.Pod
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(tc.pod), &got); err != nil {
+				t.Fatal(err)
+			}
+			finalized, recorded := slices.Contains(got.Finalizers, tracking.PodFinalizer), len(records.pods) == 1
+			if finalized != tc.want || recorded != tc.want {
+				t.Errorf("finalizer added %v, pod recorded %v; want %v", finalized, recorded, tc.want)
 			}
 		})
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -20,10 +20,14 @@ import (
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
-// CacheOptions keep only what the archiver needs in memory: tracked pods only, and no
-// managedFields on anything (they are most of an object's size and never read). With namespaces,
-// only those are watched.
-func CacheOptions(namespaces ...string) cache.Options {
+// CacheOptions keep only what the archiver needs in memory: the pods Volcano created for VcJobs
+// (tracking.JobPodSelector; the reconcilers check tracking.JobOf), and no managedFields on anything
+// (they are most of an object's size and never read). With namespaces, only those are watched.
+func CacheOptions(namespaces ...string) (cache.Options, error) {
+	jobPods, err := metav1.LabelSelectorAsSelector(tracking.JobPodSelector())
+	if err != nil {
+		return cache.Options{}, err
+	}
 	var byNS map[string]cache.Config
 	for _, ns := range namespaces {
 		if byNS == nil {
@@ -34,10 +38,8 @@ func CacheOptions(namespaces ...string) cache.Options {
 	return cache.Options{
 		DefaultNamespaces: byNS,
 		DefaultTransform:  cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{tracking.TrackedLabel: tracking.TrackedValue})},
-		},
-	}
+		ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: jobPods}},
+	}, nil
 }
 
 // rateLimiter retries failed reconciles from half a second up to a minute apart, so an outage of

@@ -75,7 +75,7 @@ func TestVanishedMidReconcile(t *testing.T) {
 	}
 	pod := func(finalizer bool, phase corev1.PodPhase) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train-w-0", UID: "pod-uid", CreationTimestamp: now,
-			Labels:          map[string]string{tracking.TrackedLabel: tracking.TrackedValue},
+			Labels:          map[string]string{tracking.JobPodLabel: "train"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: jobAPIVersion, Kind: "Job", Name: "train", UID: "job-uid", Controller: &yes}}}}
 		if finalizer {
 			p.Finalizers = []string{tracking.PodFinalizer}

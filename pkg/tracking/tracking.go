@@ -4,6 +4,8 @@
 package tracking
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 )
 
@@ -17,8 +19,8 @@ const (
 	// PodFinalizer holds a pod of a tracked VcJob until the logs of all its containers are durable.
 	PodFinalizer = Prefix + "logs"
 
-	// TrackedLabel marks a VcJob, its tasks' pod templates and so the pods Volcano creates from them.
-	// The webhook's pod objectSelector and the archiver's caches select on it.
+	// TrackedLabel marks a VcJob as tracked, for people and tools that list tracked jobs. jobvault
+	// itself goes by JobFinalizer on jobs and by JobOf on pods, never by this label.
 	TrackedLabel = Prefix + "tracked"
 	// TrackedValue is the value of TrackedLabel.
 	TrackedValue = "true"
@@ -43,6 +45,11 @@ const (
 	// ArchivedReasonAnnotation says why a released job's archive is incomplete.
 	ArchivedReasonAnnotation = Prefix + "archived-reason"
 
+	// JobPodLabel is set by Volcano's job controller on every pod it creates for a VcJob, to the
+	// job's name, over any value the pod template has. The pod webhook's objectSelector and the
+	// archiver's pod cache select on it (JobPodSelector), as neither can select by owner.
+	JobPodLabel = batchv1alpha1.JobNameKey
+
 	// ReleaseAnnotation is the operator's escape hatch: set on a VcJob or pod (any non-empty value,
 	// best a reason), it makes the archiver record what it has and release the finalizer at once.
 	ReleaseAnnotation = Prefix + "release"
@@ -58,7 +65,33 @@ func IsTerminal(phase batchv1alpha1.JobPhase) bool {
 	return false
 }
 
-// IsTracked reports whether an object's labels mark it as tracked by jobvault.
+// IsTracked reports whether a VcJob's labels mark it as tracked by jobvault.
 func IsTracked(labels map[string]string) bool {
 	return labels[TrackedLabel] == TrackedValue
+}
+
+// JobPodSelector selects the pods that may belong to a VcJob: those carrying JobPodLabel. JobOf
+// decides. config/webhook's pod objectSelector is this selector (pkg/admission's TestManifests
+// checks it).
+func JobPodSelector() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: JobPodLabel, Operator: metav1.LabelSelectorOpExists}}}
+}
+
+// JobOf returns the VcJob a pod belongs to, as its controlling ownerReference, if it is a pod of a
+// VcJob: it carries JobPodLabel and a VcJob (any version of batch.volcano.sh Job) controls it.
+// Every VcJob is tracked, so every such pod is too, outside the excluded namespaces. Never decide
+// this by a label of ours: a job admitted while the webhook was down has none on its pod
+// templates, and Volcano's webhook refuses to let one be added to a job's spec afterwards.
+func JobOf(pod metav1.Object) (metav1.OwnerReference, bool) {
+	if _, ok := pod.GetLabels()[JobPodLabel]; !ok {
+		return metav1.OwnerReference{}, false
+	}
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil || ref.Kind != "Job" {
+		return metav1.OwnerReference{}, false
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != batchv1alpha1.GroupName {
+		return metav1.OwnerReference{}, false
+	}
+	return *ref, true
 }

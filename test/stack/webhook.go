@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,9 +30,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/yaml"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/certs/certgen"
 	"github.com/jobvault/jobvault/pkg/admission"
+	"github.com/jobvault/jobvault/pkg/tracking"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -87,6 +90,72 @@ func Webhook(t testbed.T, env *testbed.Env) *testbed.Process {
 	}
 	webhookProc = p
 	return p
+}
+
+// CreateWhileJobWebhookDown creates job as user while the VcJob webhook of Webhook's registration
+// cannot be reached, as in an outage: the API server fails open (failurePolicy Ignore) and admits
+// the job without our finalizer, labels or submitter. The pod webhook stays up, and the VcJob
+// webhook is back when this returns. Webhook must have been started.
+func CreateWhileJobWebhookDown(t testing.TB, env *testbed.Env, user string, job *batchv1alpha1.Job) {
+	t.Helper()
+	down := "https://127.0.0.1:" + strconv.Itoa(testbed.FreePort(t)) + admission.JobPath // nothing listens there
+	up := setJobWebhookURL(t, env, down)
+	waitJobWebhook(t, env, job, false)
+	defer func() {
+		setJobWebhookURL(t, env, up)
+		waitJobWebhook(t, env, job, true)
+	}()
+	CreateAs(t, env, user, job)
+}
+
+// setJobWebhookURL points the VcJob webhook of Webhook's registration at url and returns the URL
+// it had.
+func setJobWebhookURL(t testing.TB, env *testbed.Env, url string) string {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		var cfg admissionregistrationv1.MutatingWebhookConfiguration
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: WebhookConfigName}, &cfg); err != nil {
+			t.Fatalf("read the webhook registration: %v", err)
+		}
+		var old string
+		for i := range cfg.Webhooks {
+			if cc := &cfg.Webhooks[i].ClientConfig; cc.URL != nil && strings.HasSuffix(*cc.URL, admission.JobPath) {
+				old, cc.URL = *cc.URL, &url
+			}
+		}
+		if old == "" {
+			t.Fatalf("webhook registration %s has no VcJob webhook", WebhookConfigName)
+		}
+		err := env.Client.Update(ctx, &cfg)
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("update the webhook registration: %v", err)
+		}
+		return old
+	}
+}
+
+// waitJobWebhook waits until a dry-run create of a copy of job comes back stamped by the VcJob
+// webhook, or not: the API server picks up a changed registration a moment after it is stored.
+func waitJobWebhook(t testing.TB, env *testbed.Env, job *batchv1alpha1.Job, stamped bool) {
+	t.Helper()
+	var got bool
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			probe := job.DeepCopy()
+			probe.Name, probe.GenerateName, probe.ResourceVersion = "", "webhook-probe-", ""
+			if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
+				return false, err
+			}
+			got = slices.Contains(probe.Finalizers, tracking.JobFinalizer)
+			return got == stamped, nil
+		})
+	if err != nil {
+		t.Fatalf("VcJob webhook: dry-run VcJobs stamped %v, want %v: %v", got, stamped, err)
+	}
 }
 
 // WebhookConfiguration reads config/webhook's MutatingWebhookConfiguration and points both of its
@@ -233,11 +302,19 @@ type WebhookRegistration struct {
 // until the API server calls it. tweak, if set, adjusts the webhooks (e.g. failurePolicy).
 func (s *WebhookServer) Register(tb testing.TB, env *testbed.Env, namespaces []string, tweak func(*admissionregistrationv1.MutatingWebhook)) *WebhookRegistration {
 	tb.Helper()
+	return s.RegisterAs(tb, env, "jobvault-webhook-e2e-", namespaces, tweak)
+}
+
+// RegisterAs is Register under a configuration name that starts with prefix. The API server calls
+// mutating webhooks in the order of their configurations' names: "jobvault-…" runs before
+// Volcano's ("volcano-admission-service-…"), "zz-…" after.
+func (s *WebhookServer) RegisterAs(tb testing.TB, env *testbed.Env, prefix string, namespaces []string, tweak func(*admissionregistrationv1.MutatingWebhook)) *WebhookRegistration {
+	tb.Helper()
 	cfg, err := WebhookConfiguration("https://"+s.Addr, s.CA.CertPEM)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := &WebhookRegistration{env: env, name: "jobvault-webhook-e2e-" + rand.String(6), namespaces: namespaces}
+	r := &WebhookRegistration{env: env, name: prefix + rand.String(6), namespaces: namespaces}
 	cfg.ObjectMeta = metav1.ObjectMeta{Name: r.name}
 	for i := range cfg.Webhooks {
 		w := &cfg.Webhooks[i]

@@ -40,6 +40,9 @@ type Env struct {
 	KubeconfigPath string // cluster-admin kubeconfig file, for kubectl and the Volcano/KWOK processes
 
 	Scheduler, Controller, KWOK, ControllerManager *Process
+	// VolcanoWebhook is Volcano's admission webhook (vc-webhook-manager), registered with the
+	// configurations of Volcano's Helm chart, as every Volcano installation runs it.
+	VolcanoWebhook *Process
 
 	env      *envtest.Environment
 	logsDir  string
@@ -183,6 +186,9 @@ func startCluster() (*Env, error) {
 		return nil, err
 	}
 	if err := env.startVolcano(); err != nil {
+		return nil, err
+	}
+	if err := env.startVolcanoWebhook(); err != nil {
 		return nil, err
 	}
 	return env, nil
@@ -368,7 +374,21 @@ func (e *Env) UserKubeconfig(t T, user string, groups ...string) string {
 // Namespace creates a fresh namespace for the test and deletes it when the test ends.
 func (e *Env) Namespace(t T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: sanitize(t.Name(), 40) + "-"}}
+	return e.namespace(t, nil)
+}
+
+// NamespaceWithoutVolcanoAdmission is Namespace for objects that Volcano's admission webhook must
+// not see (it carries VolcanoAdmissionOffLabel from its creation, so it is never seen without).
+// Volcano's job validation refuses a VcJob whose queue does not exist; a benchmark that keeps
+// Volcano from running its jobs that way needs this.
+func (e *Env) NamespaceWithoutVolcanoAdmission(t T) string {
+	t.Helper()
+	return e.namespace(t, map[string]string{VolcanoAdmissionOffLabel: "off"})
+}
+
+func (e *Env) namespace(t T, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: sanitize(t.Name(), 40) + "-", Labels: labels}}
 	if err := e.Client.Create(context.Background(), ns); err != nil {
 		t.Fatalf("testbed: create namespace: %v", err)
 	}

@@ -15,16 +15,14 @@ import (
 
 func clientKey(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
 
-// JobBuilder builds VcJobs for tests. Without Volcano's own admission webhook (not run here) nothing
-// defaults the scheduler, queue or minAvailable, so the builder sets them.
+// JobBuilder builds VcJobs for tests. It leaves the scheduler, queue and minAvailable unset, as
+// users do: Volcano's admission webhook, which the testbed runs, defaults them (to volcano,
+// default and the sum of the tasks' replicas).
 type JobBuilder struct{ job batchv1alpha1.Job }
 
-// Job starts a VcJob ns/name on the default queue, scheduled by Volcano.
+// Job starts a VcJob ns/name.
 func Job(ns, name string) *JobBuilder {
-	return &JobBuilder{job: batchv1alpha1.Job{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       batchv1alpha1.JobSpec{SchedulerName: "volcano", Queue: "default"},
-	}}
+	return &JobBuilder{job: batchv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
 }
 
 // PodOption changes a task's pod template.
@@ -48,7 +46,6 @@ func (b *JobBuilder) Task(name string, replicas int32, containers []string, opts
 		o(&tmpl)
 	}
 	b.job.Spec.Tasks = append(b.job.Spec.Tasks, batchv1alpha1.TaskSpec{Name: name, Replicas: replicas, Template: tmpl})
-	b.job.Spec.MinAvailable += replicas
 	return b
 }
 

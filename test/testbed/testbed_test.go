@@ -86,6 +86,41 @@ func TestVolcanoJobRunsAndServesLogs(t *testing.T) {
 	}
 }
 
+// Volcano's admission webhook runs as in every installation: it defaults what testbed.Job leaves
+// unset (queue, scheduler, minAvailable) and refuses spec changes to a running job, but not
+// metadata changes. A namespace labelled off is left out of it.
+func TestVolcanoWebhookDefaultsAndGuardsJobs(t *testing.T) {
+	env := testbed.Cluster(t)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	job := testbed.Job(ns, "defaults").Task("ps", 1, []string{"main"}).Task("worker", 2, []string{"main"}, testbed.RunsFor("30s")).Obj()
+	if err := env.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if job.Spec.Queue != "default" || job.Spec.SchedulerName != "volcano" || job.Spec.MinAvailable != 3 {
+		t.Errorf("queue %q scheduler %q minAvailable %d, want Volcano's defaults default, volcano and 3",
+			job.Spec.Queue, job.Spec.SchedulerName, job.Spec.MinAvailable)
+	}
+	waitForPhase(t, env.Client, job, batchv1alpha1.Running, time.Minute)
+
+	spec := job.DeepCopy()
+	spec.Spec.Tasks[0].Template.Labels = map[string]string{"added": "later"}
+	if err := env.Client.Patch(ctx, spec, client.MergeFrom(job)); err == nil || !strings.Contains(err.Error(), "job updates may not change fields") {
+		t.Errorf("patch of a running job's pod template: %v, want Volcano's refusal", err)
+	}
+	meta := job.DeepCopy()
+	meta.Annotations = map[string]string{"note": "metadata is not spec"}
+	if err := env.Client.Patch(ctx, meta, client.MergeFrom(job)); err != nil {
+		t.Errorf("patch of a running job's annotations: %v, want it accepted", err)
+	}
+
+	off := testbed.Job(env.NamespaceWithoutVolcanoAdmission(t), "unseen").Task("main", 1, []string{"main"}).Obj()
+	off.Spec.Queue = "no-such-queue"
+	if err := env.Client.Create(ctx, off, client.DryRunAll); err != nil || off.Spec.SchedulerName != "" {
+		t.Errorf("VcJob in a namespace without Volcano's admission: %v, scheduler %q; want admitted as it is", err, off.Spec.SchedulerName)
+	}
+}
+
 // waitForPhase polls the job until it reaches phase and returns every phase it was seen in, from
 // the live status and from Volcano's condition history.
 func waitForPhase(t *testing.T, c client.Client, job *batchv1alpha1.Job, phase batchv1alpha1.JobPhase, timeout time.Duration) []batchv1alpha1.JobPhase {

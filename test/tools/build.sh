@@ -15,7 +15,7 @@ bin=$cache/bin
 mkdir -p "$bin"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
-known=(kube-apiserver kube-controller-manager etcd vc-controller-manager vc-scheduler kwok fake-gcs-server minio)
+known=(kube-apiserver kube-controller-manager etcd vc-controller-manager vc-scheduler vc-webhook-manager kwok fake-gcs-server minio)
 only=("$@")
 for name in "${only[@]}"; do
 	[[ " ${known[*]} " == *" $name "* ]] || { echo "build.sh: unknown binary $name (known: ${known[*]})" >&2; exit 2; }
@@ -57,6 +57,7 @@ build kube-controller-manager "$KUBE_VERSION" "$here/kube" k8s.io/kubernetes/cmd
 build etcd "$ETCD_VERSION" "$here/kube" go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 build vc-controller-manager "$VOLCANO_VERSION" "$here/volcano" volcano.sh/volcano/cmd/controller-manager -ldflags "-s -w"
 build vc-scheduler "$VOLCANO_VERSION" "$here/volcano" volcano.sh/volcano/cmd/scheduler -ldflags "-s -w"
+build vc-webhook-manager "$VOLCANO_VERSION" "$here/volcano" volcano.sh/volcano/cmd/webhook-manager -ldflags "-s -w"
 build kwok "$KWOK_VERSION" - sigs.k8s.io/kwok/cmd/kwok -ldflags "-s -w"
 build fake-gcs-server "$FAKE_GCS_VERSION" - github.com/fsouza/fake-gcs-server -ldflags "-s -w"
 build minio "$MINIO_VERSION" - github.com/minio/minio -ldflags "-s -w"

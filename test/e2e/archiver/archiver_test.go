@@ -3,8 +3,10 @@ package archiver
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -13,12 +15,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	busv1alpha1 "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 
 	_ "github.com/lib/pq"
 
+	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
@@ -324,27 +328,42 @@ func TestReleasedRunningPodStaysReleased(t *testing.T) {
 	}
 }
 
-// The backstop: a job that lacks the finalizer and label (admitted while the webhook was down,
-// which fails open for VcJobs) gets them from the archiver and is archived as usual.
+// The backstop: a job admitted while the webhook was down (it fails open for VcJobs) lacks the
+// finalizer and label, and its pod templates lack any label of ours, which Volcano's webhook
+// forbids adding later. The archiver adds the finalizer and label to the job; its pods are
+// tracked all the same, by their owner and Volcano's own labels: each holds the pod finalizer
+// while it runs, is archived, and is listed in the manifest with its logs.
 func TestBackstopsMissingFinalizer(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendFS)
-	job := testbed.Job(s.NS, "unstamped").Task("worker", 1, []string{"main"}, testbed.RunsFor("5s")).Obj()
-	want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
-	s.Proc.Stop() // so the archiver cannot re-add them before the patch below lands
-	stack.CreateAs(t, s.Env, "kim", job)
-	j := stack.GetJob(t, s.Env, job)
-	patch := client.MergeFrom(j.DeepCopy())
-	j.Finalizers = nil
-	delete(j.Labels, tracking.TrackedLabel)
-	if err := s.Env.Client.Patch(t.Context(), j, patch); err != nil {
-		t.Fatal(err)
+	job := testbed.Job(s.NS, "unstamped").Task("worker", 2, []string{"main"}, testbed.RunsFor("5s")).Obj()
+	want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
+	stack.CreateWhileJobWebhookDown(t, s.Env, "kim", job)
+	if len(job.Finalizers) != 0 || job.Annotations[tracking.SubmitterAnnotation] != "" {
+		t.Fatalf("job admitted with finalizers %v, annotations %v: the webhook was not down", job.Finalizers, job.Annotations)
 	}
-	s.Start(t)
-	j = s.WaitArchived(t, j, 2*time.Minute)
+	for pod := range want {
+		p := waitPod(t, s.Env, s.NS, pod, time.Minute)
+		if !slices.Contains(p.Finalizers, tracking.PodFinalizer) {
+			t.Errorf("pod %s of the backstopped job: finalizers %v, want %s", pod, p.Finalizers, tracking.PodFinalizer)
+		}
+	}
+	j := s.WaitArchived(t, job, 2*time.Minute)
 	if !tracking.IsTracked(j.Labels) {
 		t.Errorf("job labels %v: tracking label not restored", j.Labels)
 	}
 	s.CheckJobArchive(t, j, want)
+	manifest := readManifest(t, s, j)
+	listed := map[string]bool{}
+	for _, p := range manifest.Pods {
+		for _, l := range p.Logs {
+			listed[p.Name+"/"+l.Container] = l.State == string(record.LogStored) && l.Key != ""
+		}
+	}
+	for pod := range want {
+		if !listed[pod+"/main"] {
+			t.Errorf("manifest %+v does not list the stored log of %s/main", manifest.Pods, pod)
+		}
+	}
 	s.ExpectEvent(t, "Backstopped")
 }
 
@@ -405,4 +424,33 @@ SELECT (SELECT string_agg(j::text, '') FROM jobs j WHERE uid = $1) ||
 	}); err != nil || objects < 3 {
 		t.Fatalf("listed %d objects (%v), want job.json, manifest.json and a log", objects, err)
 	}
+}
+
+// waitPod waits until the pod exists and returns it.
+func waitPod(t *testing.T, env *testbed.Env, ns, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var p corev1.Pod
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s: %v", ns, name, err)
+	}
+	return &p
+}
+
+// readManifest reads the job's manifest.json back from the rig's store.
+func readManifest(t *testing.T, s *stack.Rig, job *batchv1alpha1.Job) archive.Manifest {
+	t.Helper()
+	rc, err := s.Store.Get(t.Context(), "archive/"+job.Namespace+"/"+job.Name+"/"+string(job.UID)+"/manifest.json")
+	if err != nil {
+		t.Fatalf("manifest.json: %v", err)
+	}
+	defer rc.Close()
+	var m archive.Manifest
+	if err := json.NewDecoder(rc).Decode(&m); err != nil {
+		t.Fatalf("decode manifest.json: %v", err)
+	}
+	return m
 }

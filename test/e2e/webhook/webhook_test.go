@@ -25,8 +25,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 	utilptr "k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/certs/certgen"
@@ -55,9 +57,11 @@ func checkStamped(t *testing.T, job *batchv1alpha1.Job, user authenticationv1.Us
 	if !tracking.IsTracked(job.Labels) {
 		t.Errorf("labels = %v, want %s=%s", job.Labels, tracking.TrackedLabel, tracking.TrackedValue)
 	}
+	// The pod templates are the user's: a VcJob's pods are recognised by their owner and Volcano's
+	// label, and Volcano refuses template changes after admission anyway.
 	for _, task := range job.Spec.Tasks {
-		if !tracking.IsTracked(task.Template.Labels) {
-			t.Errorf("task %s template labels = %v, want the tracking label", task.Name, task.Template.Labels)
+		if _, ok := task.Template.Labels[tracking.TrackedLabel]; ok {
+			t.Errorf("task %s template labels = %v, want none of ours", task.Name, task.Template.Labels)
 		}
 	}
 	if got := job.Annotations[tracking.SubmitterAnnotation]; got != user.Username {
@@ -150,8 +154,10 @@ func TestWebhookKeepsMetadata(t *testing.T) {
 	}
 }
 
-// The pods Volcano creates for a tracked job carry the label and the pod finalizer; a pod without
-// the label is never sent to the webhook; a labelled pod created directly is tracked too.
+// The pods Volcano creates for a VcJob get the pod finalizer, though neither they nor their
+// templates carry any label of ours. A pod without Volcano's label is never sent to the webhook; a
+// pod with Volcano's label copied but no VcJob controlling it, or with only our label, is left
+// alone.
 func TestWebhookTracksVolcanoPods(t *testing.T) {
 	env := testbed.Cluster(t)
 	ns := env.Namespace(t)
@@ -174,8 +180,8 @@ func TestWebhookTracksVolcanoPods(t *testing.T) {
 		t.Fatalf("Volcano created %d pods for %s: %v", len(pods.Items), job.Name, err)
 	}
 	for _, p := range pods.Items {
-		if !tracking.IsTracked(p.Labels) || !slices.Contains(p.Finalizers, tracking.PodFinalizer) {
-			t.Errorf("Volcano pod %s: labels %v finalizers %v, want the tracking label and %s", p.Name, p.Labels, p.Finalizers, tracking.PodFinalizer)
+		if _, ours := p.Labels[tracking.TrackedLabel]; ours || !slices.Contains(p.Finalizers, tracking.PodFinalizer) {
+			t.Errorf("Volcano pod %s: labels %v finalizers %v, want %s and no label of ours", p.Name, p.Labels, p.Finalizers, tracking.PodFinalizer)
 		}
 	}
 
@@ -183,22 +189,127 @@ func TestWebhookTracksVolcanoPods(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns, Labels: map[string]string{"app": "web"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
 	}
-	labelled := plain.DeepCopy()
-	labelled.Name, labelled.Labels = "labelled", map[string]string{tracking.TrackedLabel: tracking.TrackedValue}
-	for _, p := range []*corev1.Pod{plain, labelled} {
+	copied := plain.DeepCopy()
+	copied.Name, copied.Labels = "copied", pods.Items[0].Labels
+	ours := plain.DeepCopy()
+	ours.Name, ours.Labels = "ours", map[string]string{tracking.TrackedLabel: tracking.TrackedValue}
+	for _, p := range []*corev1.Pod{plain, copied, ours} {
 		if err := env.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if len(plain.Finalizers) != 0 || tracking.IsTracked(plain.Labels) {
-		t.Errorf("untracked pod: labels %v finalizers %v, want neither touched", plain.Labels, plain.Finalizers)
-	}
-	if !slices.Equal(labelled.Finalizers, []string{tracking.PodFinalizer}) {
-		t.Errorf("labelled pod: finalizers %v, want [%s]", labelled.Finalizers, tracking.PodFinalizer)
+		if len(p.Finalizers) != 0 {
+			t.Errorf("pod %s with labels %v and no VcJob controlling it: finalizers %v, want none", p.Name, p.Labels, p.Finalizers)
+		}
 	}
 }
 
-var jobPatchPath = regexp.MustCompile(`^/metadata/|^/spec/tasks/[0-9]+/template/metadata(/|$)`)
+// Our webhook and Volcano's both mutate a new VcJob; the API server calls mutating webhooks in the
+// order of their configurations' names. In both orders the job comes back with Volcano's defaults
+// and our stamps, once, and Volcano's pods get the pod finalizer:
+//   - ours first: Volcano's mutation comes after ours, so the API server calls ours again
+//     (reinvocationPolicy IfNeeded), with Volcano's defaults in the object; that pass changes
+//     nothing.
+//   - Volcano's first: ours sees its defaults and is called once; Volcano's webhook
+//     (reinvocationPolicy Never) is not called again for our metadata change, and needs not be.
+func TestWebhookCoexistsWithVolcano(t *testing.T) {
+	env := testbed.Cluster(t)
+	s := stack.ServeWebhook(t, env)
+	jobs, err := admission.NewJobMutator(clock.RealClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name, configPrefix string
+		oursFirst          bool
+	}{
+		{"ours first", "jobvault-webhook-e2e-", true}, // sorts before volcano-admission-service-…
+		{"Volcano's first", "zz-jobvault-webhook-e2e-", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := env.Namespace(t)
+			t.Cleanup(func() { stack.ReleaseNamespace(t, env, ns) })
+			// The VcJob webhook is served through a recorder of what the API server sends it and
+			// what it answers.
+			var mu sync.Mutex
+			var calls []jobCall
+			path := fmt.Sprintf("/e2e-coexist-%d", i)
+			s.Server.Register(path, &cradmission.Webhook{Handler: cradmission.HandlerFunc(
+				func(ctx context.Context, req cradmission.Request) cradmission.Response {
+					resp := jobs.Handle(ctx, req)
+					var c jobCall
+					if err := json.Unmarshal(req.Object.Raw, &c.job); err != nil {
+						t.Errorf("the API server sent a VcJob that does not decode: %v", err)
+					}
+					c.patches = len(resp.Patches)
+					mu.Lock()
+					calls = append(calls, c)
+					mu.Unlock()
+					return resp
+				})})
+			s.RegisterAs(t, env, tc.configPrefix, []string{ns}, func(w *admissionregistrationv1.MutatingWebhook) {
+				if strings.HasSuffix(*w.ClientConfig.URL, admission.JobPath) {
+					w.ClientConfig.URL = utilptr.To("https://" + s.Addr + path)
+				}
+			})
+
+			job := testbed.Job(ns, "coexist").Task("worker", 2, []string{"main"}).Obj()
+			before := time.Now()
+			if err := env.Client.Create(t.Context(), job); err != nil {
+				t.Fatal(err)
+			}
+			checkStamped(t, job, whoAmI(t, env.Client), before, time.Now())
+			if n := strings.Count(strings.Join(job.Finalizers, " "), tracking.JobFinalizer); n != 1 {
+				t.Errorf("finalizers %v hold ours %d times, want once", job.Finalizers, n)
+			}
+			task := job.Spec.Tasks[0]
+			if job.Spec.Queue != "default" || job.Spec.SchedulerName != "volcano" || job.Spec.MinAvailable != 2 ||
+				task.MinAvailable == nil || *task.MinAvailable != 2 || task.MaxRetry != 3 {
+				t.Errorf("spec queue %q scheduler %q minAvailable %d, task minAvailable %v maxRetry %d: want Volcano's defaults",
+					job.Spec.Queue, job.Spec.SchedulerName, job.Spec.MinAvailable, task.MinAvailable, task.MaxRetry)
+			}
+
+			mu.Lock()
+			got := slices.Clone(calls)
+			mu.Unlock()
+			switch {
+			case tc.oursFirst && (len(got) != 2 || got[0].defaulted() || got[0].patches == 0 ||
+				!got[1].defaulted() || !got[1].stamped() || got[1].patches != 0):
+				t.Errorf("calls to our webhook: %v; want one before Volcano's defaults that patches, then a reinvocation with its defaults and our stamps that changes nothing", got)
+			case !tc.oursFirst && (len(got) != 1 || !got[0].defaulted() || got[0].stamped() || got[0].patches == 0):
+				t.Errorf("calls to our webhook: %v; want one, after Volcano's defaults, that patches", got)
+			}
+
+			var pods corev1.PodList
+			err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				err := env.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{batchv1alpha1.JobNameKey: job.Name})
+				return err == nil && len(pods.Items) == 2, err
+			})
+			if err != nil {
+				t.Fatalf("Volcano created %d pods: %v", len(pods.Items), err)
+			}
+			for _, p := range pods.Items {
+				if !slices.Equal(p.Finalizers, []string{tracking.PodFinalizer}) {
+					t.Errorf("pod %s: finalizers %v, want [%s]", p.Name, p.Finalizers, tracking.PodFinalizer)
+				}
+			}
+		})
+	}
+}
+
+// jobCall is one call of the API server to our VcJob webhook: the job it sent, and the number of
+// patch operations the webhook answered.
+type jobCall struct {
+	job     batchv1alpha1.Job
+	patches int
+}
+
+func (c jobCall) defaulted() bool { return c.job.Spec.Queue != "" }
+func (c jobCall) stamped() bool   { return slices.Contains(c.job.Finalizers, tracking.JobFinalizer) }
+func (c jobCall) String() string {
+	return fmt.Sprintf("{Volcano's defaults in: %v, our stamps in: %v, patch operations: %d}", c.defaulted(), c.stamped(), c.patches)
+}
+
+var jobPatchPath = regexp.MustCompile(`^/metadata/`)
 
 // Straight to the HTTPS endpoint: a VcJob with fields newer than our volcano.sh/apis (the API server
 // prunes unknown fields of the structural Volcano CRD before admission, so this is checked here)
@@ -264,7 +375,7 @@ func TestWebhookHTTPS(t *testing.T) {
 		}
 		for _, op := range ops {
 			if op.Op != "add" || !jobPatchPath.MatchString(op.Path) {
-				t.Errorf("patch operation %s %s, want only add under /metadata and the templates' metadata", op.Op, op.Path)
+				t.Errorf("patch operation %s %s, want only add under /metadata", op.Op, op.Path)
 			}
 		}
 		patch, err := jsonpatch.DecodePatch(r.Patch)
@@ -354,12 +465,15 @@ func TestWebhookCertRotation(t *testing.T) {
 						err = errors.New("VcJob admitted without the job finalizer")
 					}
 				} else {
+					// As Volcano's job controller creates it (dry run: no VcJob needs to exist).
 					pod := &corev1.Pod{
-						ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rot-%d-%d", w, i), Namespace: ns, Labels: map[string]string{tracking.TrackedLabel: tracking.TrackedValue}},
-						Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+						ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rot-%d-%d", w, i), Namespace: ns, Labels: map[string]string{tracking.JobPodLabel: "rot"},
+							OwnerReferences: []metav1.OwnerReference{{APIVersion: batchv1alpha1.SchemeGroupVersion.String(), Kind: "Job", Name: "rot",
+								UID: "6f1c2b1e-0000-4000-8000-000000000001", Controller: utilptr.To(true)}}},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
 					}
 					if err = c.Create(ctx, pod, client.DryRunAll); err == nil && !slices.Contains(pod.Finalizers, tracking.PodFinalizer) {
-						err = errors.New("tracked pod admitted without the pod finalizer")
+						err = errors.New("VcJob's pod admitted without the pod finalizer")
 					}
 				}
 				cancel()
