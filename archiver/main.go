@@ -70,6 +70,7 @@ func parseFlags() (*flags, error) {
 	fs.DurationVar(&f.opts.Capture.SegmentAge, "capture-segment-age", f.opts.Capture.SegmentAge, "A followed log's segment is stored once this old, however small: a crash costs at most a re-read of that much output.")
 	fs.Int64Var(&f.opts.Capture.NodeLogMaxSize, "node-log-max-size", f.opts.Capture.NodeLogMaxSize, "The nodes' log rotation size in bytes (the kubelet's containerLogMaxSize). A container log read only after its end (never followed) that comes within a tenth of it is recorded with a 'possibly rotated before read' gap. 0 turns the check off.")
 	fs.BoolVar(&f.opts.Redact, "redact", f.opts.Redact, "Record jobs with the literal env values of their pod templates replaced by <redacted> (names and valueFrom kept) and without kubectl's last-applied-configuration annotation, which repeats them; --redact=false records them as they are.")
+	fs.DurationVar(&f.opts.SweepPeriod, "sweep-period", f.opts.SweepPeriod, "How often pods that hold the pod finalizer outside the archiver's view (their volcano.sh/job-name label removed) are looked for and let go.")
 	fs.IntVar(&f.opts.PodWorkers, "pod-workers", f.opts.PodWorkers, "Pods reconciled in parallel (captures run beside them, bounded by --max-streams).")
 	fs.IntVar(&f.opts.JobWorkers, "job-workers", f.opts.JobWorkers, "Jobs reconciled in parallel.")
 	fs.StringVar(&f.excludeNamespaces, "exclude-namespaces", strings.Join(f.opts.ExcludeNamespaces, ","), "Comma-separated namespaces whose VcJobs are never tracked (keep in line with the webhook's namespaceSelector).")
@@ -84,6 +85,7 @@ func parseFlags() (*flags, error) {
 	flag.Parse()
 
 	f.opts.ExcludeNamespaces = splitList(f.excludeNamespaces)
+	f.opts.Namespaces = splitList(f.namespaces)
 	if err := errors.Join(f.db.Validate(), f.opts.Validate(), f.store.Validate()); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -130,7 +132,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cacheOpts, err := archiver.CacheOptions(splitList(f.namespaces)...)
+	cacheOpts, err := archiver.CacheOptions(f.opts.Namespaces...)
 	if err != nil {
 		return err
 	}

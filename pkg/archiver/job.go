@@ -184,13 +184,21 @@ func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job)
 			if err := r.Client.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
 				return nil, fmt.Errorf("release pod %s of released job: %w", klog.KObj(p), err)
 			}
-		case job.DeletionTimestamp != nil && p.DeletionTimestamp == nil && !podEnded(p):
+		case job.DeletionTimestamp != nil && p.DeletionTimestamp == nil && !podEnded(p) && !orphaning(job):
 			if err := r.Client.Delete(ctx, p, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return nil, fmt.Errorf("delete pod %s of deleted job: %w", klog.KObj(p), err)
 			}
 		}
 	}
 	return pending, nil
+}
+
+// orphaning reports whether the job is being deleted with its pods kept (`kubectl delete
+// --cascade=orphan`): the garbage collector then strips their owner references instead of deleting
+// them, and so must the archiver not delete them. Their logs are archived as they end (see
+// PodReconciler.orphaned); the job does not wait for them.
+func orphaning(job *batchv1alpha1.Job) bool {
+	return controllerutil.ContainsFinalizer(job, metav1.FinalizerOrphanDependents)
 }
 
 // finalize stores job.json and manifest.json, marks the row archived, then in one merge patch
@@ -224,7 +232,7 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	}
 	// A log that could not be read, or has a gap, is not a complete archive: the job is released,
 	// never archived.
-	reason, cause := incompleteReason(reason, logs, gaps)
+	reason, cause := incompleteReason(reason, pods, logs, gaps)
 	row.ReleaseReason = reason
 	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, gaps, r.Layout.JobObject(ref), now)); err != nil {
 		return fmt.Errorf("store manifest of job %s: %w", klog.KObj(job), err)

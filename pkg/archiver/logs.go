@@ -334,7 +334,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 				runGaps = append(runGaps, g)
 			}
 		}
-		row.Reason, _ = incompleteReason("", nil, runGaps)
+		row.Reason, _ = incompleteReason("", nil, nil, runGaps)
 	}
 	if err := r.Records.PutLogObject(ctx, row); err != nil {
 		return err

@@ -2,6 +2,7 @@ package archiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
@@ -34,14 +36,23 @@ type PodReconciler struct {
 
 // Reconcile archives what the pod's current state calls for. It works from state alone, so a
 // crash at any point is repaired by the next pass: object keys are deterministic and rows upserts.
-func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
 	pod := &corev1.Pod{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if r.excluded(pod.Namespace) {
+		return ctrl.Result{}, nil // in a namespace jobvault never tracks
+	}
 	job, ok := ownerJob(pod)
-	if !ok || r.excluded(pod.Namespace) {
-		return ctrl.Result{}, nil // not a VcJob's pod, or in a namespace jobvault never tracks
+	if !ok {
+		if !controllerutil.ContainsFinalizer(pod, tracking.PodFinalizer) {
+			return ctrl.Result{}, nil // not a VcJob's pod
+		}
+		var done bool
+		if job, done, err = r.orphaned(ctx, pod); err != nil || done {
+			return ctrl.Result{}, err
+		}
 	}
 	if err := r.recordPod(ctx, pod, job); err != nil {
 		return ctrl.Result{}, err
@@ -103,6 +114,38 @@ func ownerJob(pod *corev1.Pod) (archive.JobRef, bool) {
 	return archive.JobRef{Namespace: pod.Namespace, Name: o.Name, UID: string(o.UID)}, true
 }
 
+// orphaned finds the job of a pod that holds our finalizer but that no VcJob controls. One the
+// garbage collector orphaned (`kubectl delete vcjob --cascade=orphan` strips the owner references
+// of the pods the user keeps) is still archived, under the job it was recorded with, and released
+// when it ends. One never recorded (a copy that carried the finalizer along) has nothing to be
+// archived under: it is let go at once (done).
+func (r *PodReconciler) orphaned(ctx context.Context, pod *corev1.Pod) (job archive.JobRef, done bool, err error) {
+	row, err := r.Records.Pod(ctx, string(pod.UID))
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return archive.JobRef{}, true, r.letGo(ctx, pod, "not a pod of any VcJob jobvault recorded")
+	case err != nil:
+		return archive.JobRef{}, false, fmt.Errorf("read record of pod %s: %w", klog.KObj(pod), err)
+	}
+	return archive.JobRef{Namespace: pod.Namespace, Name: pod.Labels[tracking.JobPodLabel], UID: row.JobUID}, false, nil
+}
+
+// letGo removes the pod finalizer from a pod jobvault cannot archive, with an Event saying why.
+func (r *PodReconciler) letGo(ctx context.Context, pod client.Object, why string) error {
+	patch := client.MergeFromWithOptions(pod.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(pod, tracking.PodFinalizer)
+	if err := r.Client.Patch(ctx, pod, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("let go of pod %s: %w", klog.KObj(pod), err)
+	}
+	releasesIncompleteTotal.WithLabelValues("pod", "untracked").Inc()
+	r.Recorder.Event(pod, corev1.EventTypeWarning, "Released", "Released without archiving: "+why)
+	ctrl.LoggerFrom(ctx).Info("Let go of a pod jobvault cannot archive", "Pod", klog.KObj(pod), "why", why)
+	return nil
+}
+
 func (r *PodReconciler) recordPod(ctx context.Context, pod *corev1.Pod, job archive.JobRef) error {
 	row := record.Pod{UID: string(pod.UID), JobUID: job.UID, Namespace: pod.Namespace, Name: pod.Name,
 		Task: pod.Labels[volcanoTaskLabel], Node: pod.Spec.NodeName, Phase: string(pod.Status.Phase),
@@ -151,7 +194,7 @@ func (r *PodReconciler) podIncomplete(ctx context.Context, pod *corev1.Pod, job 
 			gaps = append(gaps, g)
 		}
 	}
-	reason, cause = incompleteReason(releaseReason(pod), logs, gaps)
+	reason, cause = incompleteReason(releaseReason(pod), nil, logs, gaps)
 	return reason, cause, nil
 }
 

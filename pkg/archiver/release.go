@@ -12,13 +12,24 @@ import (
 // archive, so it does not make an archive incomplete.
 const neverStarted = "the container never started"
 
-// incompleteReason says why an archive of these logs is incomplete, or "" if it is complete: the
-// operator's release if any, then the logs that could not be read and the gaps, counted by
-// reason. cause is the metric label of the first of them.
-func incompleteReason(operator string, logs []record.LogObject, gaps []record.Gap) (reason, cause string) {
+// incompleteReason says why an archive of these pods and logs is incomplete, or "" if it is
+// complete: the operator's release if any, pods not archived (orphaned pods still running, say),
+// then the logs that could not be read and the gaps, counted by reason. cause is the metric label
+// of the first of them.
+func incompleteReason(operator string, pods []record.Pod, logs []record.LogObject, gaps []record.Gap) (reason, cause string) {
 	var parts []string
 	if operator != "" {
 		parts, cause = append(parts, operator), "operator"
+	}
+	pending := 0
+	for _, p := range pods {
+		if p.ArchiveState != record.ArchiveArchived && p.ArchiveState != record.ArchiveReleased {
+			pending++
+		}
+	}
+	if pending > 0 {
+		parts = append(parts, fmt.Sprintf("%d pod(s) not archived when the job was finalized", pending))
+		cause = cmp.Or(cause, "pods")
 	}
 	var unavailable []string
 	for _, l := range logs {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
@@ -77,9 +78,13 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	if err := mgr.Add(captures); err != nil {
 		return err
 	}
+	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
+	if err := mgr.Add(manager.RunnableFunc(pods.sweep)); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).Named("pod").
 		For(&corev1.Pod{}).
 		WatchesRawSource(source.Channel(captures.Events(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter()}).
-		Complete(&PodReconciler{Deps: deps, Options: opts, Captures: captures})
+		Complete(pods)
 }

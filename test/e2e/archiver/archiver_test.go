@@ -454,3 +454,101 @@ func readManifest(t *testing.T, s *stack.Rig, job *batchv1alpha1.Job) archive.Ma
 	}
 	return m
 }
+
+// waitFinalizerGone waits until the pod no longer holds the pod finalizer (or is gone) and
+// returns it as last seen.
+func waitFinalizerGone(t *testing.T, s *stack.Rig, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var p corev1.Pod
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		err := s.Env.Client.Get(ctx, client.ObjectKey{Namespace: s.NS, Name: name}, &p)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && !slices.Contains(p.Finalizers, tracking.PodFinalizer), client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		t.Fatalf("pod %s still holds %s after %s (finalizers %v): %v", name, tracking.PodFinalizer, timeout, p.Finalizers, err)
+	}
+	return &p
+}
+
+// Every pod that carries the pod finalizer reaches a release, and an orphan cascade is honoured.
+func TestStuckFinalizersReachRelease(t *testing.T) {
+	// kubectl delete vcjob --cascade=orphan: the pods the user keeps are not deleted, the job goes
+	// (released: its pods' logs were not all archived yet), and each kept pod is archived under the
+	// job and released when it ends.
+	t.Run("orphan cascade", func(t *testing.T) {
+		s := stack.NewRig(t, objstore.BackendFS)
+		job := testbed.Job(s.NS, "keep-pods").Task("worker", 1, []string{"main"}, testbed.RunsFor("20s")).Obj()
+		want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
+		stack.CreateAs(t, s.Env, "ivan", job)
+		j := stack.WaitPhase(t, s.Env, job, batchv1alpha1.Running, 2*time.Minute)
+		pod := testbed.PodName(job.Name, "worker", 0)
+		if err := s.Env.Client.Delete(t.Context(), j, client.PropagationPolicy(metav1.DeletePropagationOrphan)); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := s.Env.Client.Get(ctx, client.ObjectKeyFromObject(j), &batchv1alpha1.Job{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+		if err != nil {
+			t.Fatalf("job not gone after an orphan delete: %v", err)
+		}
+		var p corev1.Pod
+		if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: pod}, &p); err != nil || p.DeletionTimestamp != nil {
+			t.Fatalf("the pod the user kept: %v (deletion %v), want it kept and running", err, p.DeletionTimestamp)
+		}
+		row, err := s.Records.Job(t.Context(), string(j.UID))
+		if err != nil || row.ArchiveState != record.ArchiveReleased || !strings.Contains(row.ReleaseReason, "1 pod(s) not archived") {
+			t.Errorf("job row %s %q (%v), want released: its pod was not archived yet", row.ArchiveState, row.ReleaseReason, err)
+		}
+		waitFinalizerGone(t, s, pod, 2*time.Minute)
+		logs, err := s.Records.PodLogObjects(t.Context(), string(p.UID))
+		if err != nil || len(logs) != 1 {
+			t.Fatalf("logs of the kept pod %v (%v), want one", logs, err)
+		}
+		s.CheckLog(t, logs[0], testbed.Bytes(want[pod]["main"].Current))
+	})
+	// A copy of a VcJob's pod that carried the finalizer along, with no VcJob controlling it: the
+	// archiver has nothing to archive it under, and lets it go at once.
+	t.Run("copied pod", func(t *testing.T) {
+		s := stack.NewRig(t, objstore.BackendFS)
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.NS, Name: "copy-of-worker",
+			Labels:     map[string]string{tracking.JobPodLabel: "someone-elses-job"},
+			Finalizers: []string{tracking.PodFinalizer}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}, NodeName: "kwok-node-0"}}
+		if err := s.Env.Client.Create(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+		waitFinalizerGone(t, s, p.Name, time.Minute)
+		s.ExpectEvent(t, "Released")
+	})
+	// Volcano's job label removed from a running pod: it leaves the archiver's cache, and the
+	// sweep lets it go, recording it released with the reason.
+	t.Run("label removed", func(t *testing.T) {
+		s := stack.NewRig(t, objstore.BackendFS, "--sweep-period=2s")
+		job := testbed.Job(s.NS, "relabelled").Task("worker", 1, []string{"main"}, testbed.RunsFor("1h")).Obj()
+		stack.CreateAs(t, s.Env, "ivan", job)
+		stack.WaitPhase(t, s.Env, job, batchv1alpha1.Running, 2*time.Minute)
+		name := testbed.PodName(job.Name, "worker", 0)
+		p := waitPod(t, s.Env, s.NS, name, time.Minute)
+		// Wait until the archiver recorded it, then take the label off.
+		if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := s.Records.Pod(ctx, string(p.UID))
+			return err == nil, nil
+		}); err != nil {
+			t.Fatalf("pod never recorded: %v", err)
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		delete(p.Labels, tracking.JobPodLabel)
+		if err := s.Env.Client.Patch(t.Context(), p, patch); err != nil {
+			t.Fatal(err)
+		}
+		waitFinalizerGone(t, s, name, time.Minute)
+		row, err := s.Records.Pod(t.Context(), string(p.UID))
+		if err != nil || row.ArchiveState != record.ArchiveReleased || !strings.Contains(row.ReleaseReason, "label was removed") {
+			t.Errorf("pod row %s %q (%v), want released with the reason", row.ArchiveState, row.ReleaseReason, err)
+		}
+	})
+}

@@ -1,0 +1,92 @@
+package archiver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/jobvault/jobvault/pkg/tracking"
+)
+
+// sweepPage is how many pods one list request of the sweep returns.
+const sweepPage = 500
+
+// sweep runs sweepOnce every SweepPeriod until ctx ends (leader only: it is added to the manager
+// as a plain runnable, which waits for the lease).
+func (r *PodReconciler) sweep(ctx context.Context) error {
+	log := ctrl.Log.WithName("sweep")
+	t := time.NewTicker(r.SweepPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if n, err := r.sweepOnce(ctx); err != nil {
+			log.Error(err, "Sweep for untracked pods failed, will retry at the next period")
+		} else if n > 0 {
+			log.Info("Let go of pods that held the pod finalizer outside the archiver's view", "pods", n)
+		}
+	}
+}
+
+// sweepOnce finds the pods that hold the pod finalizer but are no longer in the archiver's pod
+// cache, and lets them go. A pod leaves the cache when its Volcano job label is removed; no event
+// about it then reaches the pod reconciler, and without this its finalizer would hold it forever.
+// Every pod that carries the finalizer must reach a release. The list is uncached and
+// metadata-only, page by page, so it costs little memory however many pods the cluster runs.
+func (r *PodReconciler) sweepOnce(ctx context.Context) (int, error) {
+	namespaces := r.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	let := 0
+	for _, ns := range namespaces {
+		var cont string
+		for {
+			list := &metav1.PartialObjectMetadataList{}
+			list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+			if err := r.APIReader.List(ctx, list, client.InNamespace(ns), client.Limit(sweepPage), client.Continue(cont)); err != nil {
+				return let, fmt.Errorf("list pods: %w", err)
+			}
+			for i := range list.Items {
+				p := &list.Items[i]
+				if !controllerutil.ContainsFinalizer(p, tracking.PodFinalizer) || r.excluded(p.Namespace) {
+					continue
+				}
+				if _, cached := p.Labels[tracking.JobPodLabel]; cached {
+					continue // the pod reconciler sees it
+				}
+				p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+				if err := r.letGoUntracked(ctx, p); err != nil {
+					return let, err
+				}
+				let++
+			}
+			if cont = list.Continue; cont == "" {
+				break
+			}
+		}
+	}
+	return let, nil
+}
+
+// letGoUntracked lets go of a pod that left the archiver's view, recording it released when it was
+// recorded. Its live captures, if any, find it gone and record the rest of its logs as a gap.
+func (r *PodReconciler) letGoUntracked(ctx context.Context, p *metav1.PartialObjectMetadata) error {
+	why := fmt.Sprintf("its %s label was removed, which takes it out of the archiver's view", tracking.JobPodLabel)
+	if _, err := r.Records.Pod(ctx, string(p.UID)); err == nil {
+		if err := r.Records.MarkPodArchived(ctx, string(p.UID), r.Clock.Now(), "released without archiving: "+why); err != nil {
+			return fmt.Errorf("mark pod %s released: %w", klog.KObj(p), err)
+		}
+	}
+	return r.letGo(ctx, p, why)
+}
