@@ -3,10 +3,12 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,6 +19,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/storage"
 	"github.com/minio/minio-go/v7"
@@ -112,8 +115,8 @@ func (g gcsMetadata) Metadata(ctx context.Context, key string) (objstore.PutOpti
 func TestObjstoreS3ComposeCopiesServerSide(t *testing.T) {
 	m := testbed.MinIO(t)
 	var moved atomic.Int64
-	direct := newS3Store(t, m, m.Endpoint)
-	proxied := newS3Store(t, m, s3Proxy(t, m, &moved, nil))
+	direct := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
+	proxied := newS3Store(t, m, proxy(t, m.Endpoint, proxyOptions{moved: &moved}), objstore.Timeouts{})
 	for _, tc := range []struct {
 		name       string
 		sizes      []int
@@ -124,11 +127,12 @@ func TestObjstoreS3ComposeCopiesServerSide(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := strings.ReplaceAll(tc.name, " ", "-")
-			srcs, total := putSources(t, direct, dst, tc.sizes)
+			srcs, want := putSources(t, direct, dst, tc.sizes)
 			moved.Store(0)
 			if err := proxied.Compose(t.Context(), dst, srcs, objstore.PutOptions{ContentType: "text/plain"}); err != nil {
 				t.Fatalf("Compose: %v", err)
 			}
+			total := int64(len(want))
 			t.Logf("Compose of %d bytes moved %d bytes through the client", total, moved.Load())
 			if tc.serverSide && moved.Load() > 64<<10 {
 				t.Errorf("Compose moved %d bytes through the client, want a few requests' worth: copied server-side", moved.Load())
@@ -136,9 +140,7 @@ func TestObjstoreS3ComposeCopiesServerSide(t *testing.T) {
 			if !tc.serverSide && moved.Load() < 2*total {
 				t.Errorf("Compose moved %d bytes through the client, want every byte down and up again (%d)", moved.Load(), 2*total)
 			}
-			if info, err := direct.Stat(t.Context(), dst); err != nil || info.Size != total {
-				t.Errorf("Stat = %+v, %v; want size %d", info, err, total)
-			}
+			assertObject(t, direct, dst, want)
 		})
 	}
 }
@@ -147,11 +149,10 @@ func TestObjstoreS3ComposeCopiesServerSide(t *testing.T) {
 // Compose must fail and abort its multipart upload, leaving neither an object nor parts behind.
 func TestObjstoreS3FailedComposeLeavesNoUpload(t *testing.T) {
 	m := testbed.MinIO(t)
-	var moved atomic.Int64
-	direct := newS3Store(t, m, m.Endpoint)
-	proxied := newS3Store(t, m, s3Proxy(t, m, &moved, func(r *http.Request) bool {
+	direct := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
+	proxied := newS3Store(t, m, proxy(t, m.Endpoint, proxyOptions{fail: func(r *http.Request) bool {
 		return r.Header.Get("X-Amz-Copy-Source") != "" && r.URL.Query().Get("partNumber") == "2"
-	}))
+	}}), objstore.Timeouts{})
 	const dst = "composed"
 	srcs, _ := putSources(t, direct, dst, []int{objstore.MinPartSize, objstore.MinPartSize, 1000})
 	err := proxied.Compose(t.Context(), dst, srcs, objstore.PutOptions{})
@@ -171,65 +172,107 @@ func TestObjstoreS3FailedComposeLeavesNoUpload(t *testing.T) {
 	}
 }
 
-func newS3Store(t *testing.T, m testbed.S3, endpoint string) objstore.Store {
+func newS3Store(t *testing.T, m testbed.S3, endpoint string, timeouts objstore.Timeouts) objstore.Store {
 	t.Helper()
-	s, err := objstore.NewS3(objstore.S3Config{Endpoint: endpoint, Bucket: m.Bucket,
-		AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true, PartSize: objstore.MinPartSize})
+	s, err := objstore.NewS3(objstore.S3Config{Endpoint: endpoint, Bucket: m.Bucket, AccessKey: m.AccessKey,
+		SecretKey: m.SecretKey, PathStyle: true, PartSize: objstore.MinPartSize, Timeouts: timeouts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-// s3Proxy returns the address of a proxy to m that adds the bytes of every request and response
-// body to moved, and answers the requests fail selects with an S3 error that is not retried. The
-// Host header passes unchanged, so request signatures made for the proxy's address still match.
-func s3Proxy(t *testing.T, m testbed.S3, moved *atomic.Int64, fail func(*http.Request) bool) string {
+// proxyOptions say what proxy does besides passing requests on; the zero value does nothing.
+type proxyOptions struct {
+	// moved, if set, adds up the bytes of every request and response body.
+	moved *atomic.Int64
+	// fail, if set, selects the requests answered with an S3 error that is not retried.
+	fail func(*http.Request) bool
+	// bytesPerSecond, if not zero, limits the rate at which each request or response body is
+	// read, as a slow link would.
+	bytesPerSecond int64
+	// latency delays every request, as a distant service would.
+	latency time.Duration
+}
+
+// proxy returns the address of a proxy to the plain HTTP service at host:port target that does
+// what opts say. The Host header passes unchanged, so S3 request signatures made for the proxy's
+// address still match.
+func proxy(t *testing.T, target string, opts proxyOptions) string {
 	t.Helper()
-	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: m.Endpoint})
-	proxy.ModifyResponse = func(resp *http.Response) error {
-		resp.Body = &countingBody{ReadCloser: resp.Body, n: moved}
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: target})
+	rp.ModifyResponse = func(resp *http.Response) error {
+		resp.Body = &proxyBody{ReadCloser: resp.Body, opts: opts}
 		return nil
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if fail != nil && fail(r) {
+		if opts.fail != nil && opts.fail(r) {
 			w.Header().Set("Content-Type", "application/xml")
 			w.WriteHeader(http.StatusForbidden)
 			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>failed by the test</Message></Error>`)
 			return
 		}
-		r.Body = &countingBody{ReadCloser: r.Body, n: moved}
-		proxy.ServeHTTP(w, r)
+		time.Sleep(opts.latency)
+		r.Body = &proxyBody{ReadCloser: r.Body, opts: opts}
+		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String()
 }
 
-// putSources stores objects of sizes under prefix, and returns their keys and total size.
-func putSources(t *testing.T, s objstore.Store, prefix string, sizes []int) ([]string, int64) {
+// putSources stores objects of sizes, each of distinct pseudo-random bytes, under prefix, and
+// returns their keys and their concatenation.
+func putSources(t *testing.T, s objstore.Store, prefix string, sizes []int) ([]string, []byte) {
 	t.Helper()
 	var keys []string
-	var total int64
+	var all []byte
 	for i, size := range sizes {
 		key := fmt.Sprintf("%s/seg-%d", prefix, i)
-		if err := s.Put(t.Context(), key, &pattern{left: size}, objstore.PutOptions{}); err != nil {
+		data := make([]byte, size)
+		rng := rand.New(rand.NewPCG(uint64(i), uint64(size)))
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		if err := s.Put(t.Context(), key, bytes.NewReader(data), objstore.PutOptions{}); err != nil {
 			t.Fatalf("Put(%q): %v", key, err)
 		}
 		keys = append(keys, key)
-		total += int64(size)
+		all = append(all, data...)
 	}
-	return keys, total
+	return keys, all
 }
 
-// countingBody adds the bytes read through it to n.
-type countingBody struct {
+// assertObject checks that key holds want.
+func assertObject(t *testing.T, s objstore.Store, key string, want []byte) {
+	t.Helper()
+	rc, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %q: %v", key, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("Get(%q) = %d bytes (sha256 %x), want %d bytes (sha256 %x)", key, len(got), sha256.Sum256(got), len(want), sha256.Sum256(want))
+	}
+}
+
+// proxyBody counts and paces the bytes read through it, as its proxyOptions say.
+type proxyBody struct {
 	io.ReadCloser
-	n *atomic.Int64
+	opts proxyOptions
 }
 
-func (c *countingBody) Read(p []byte) (int, error) {
-	n, err := c.ReadCloser.Read(p)
-	c.n.Add(int64(n))
+func (b *proxyBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.opts.moved != nil {
+		b.opts.moved.Add(int64(n))
+	}
+	if b.opts.bytesPerSecond > 0 {
+		time.Sleep(time.Duration(n) * time.Second / time.Duration(b.opts.bytesPerSecond))
+	}
 	return n, err
 }
 
