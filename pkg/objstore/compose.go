@@ -1,9 +1,11 @@
 package objstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // checkCompose reports why Compose may not write srcs to dst on any backend: an invalid key, no
@@ -24,6 +26,14 @@ func checkCompose(dst string, srcs []string) error {
 		}
 	}
 	return nil
+}
+
+// bounded calls fn with ctx bounded by timeout. Compose bounds each of its steps with the timeout
+// meant for it, rather than the whole call, which moves as much data as the sources hold.
+func bounded(ctx context.Context, timeout time.Duration, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return fn(ctx)
 }
 
 // concat reads the objects keys one after the other, as one stream. It opens each object only

@@ -145,6 +145,58 @@ func TestObjstoreS3ComposeCopiesServerSide(t *testing.T) {
 	}
 }
 
+// TestObjstoreGCSComposeOutlastsTransferTimeout composes, from a service far enough away that
+// all the requests take several timeouts, more sources than one compose request takes: each
+// request fits in its timeout, so the Compose succeeds, byte for byte.
+func TestObjstoreGCSComposeOutlastsTransferTimeout(t *testing.T) {
+	const (
+		timeout = time.Second
+		latency = 40 * time.Millisecond
+		n       = 2*32 + 1 // 65 metadata reads, 3 compose requests, 2 deletions: about 3 s
+	)
+	g := testbed.GCS(t)
+	t.Setenv("STORAGE_EMULATOR_HOST", g.Host)
+	direct, err := objstore.NewGCS(t.Context(), objstore.GCSConfig{Bucket: g.Bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = 1000 + i
+	}
+	srcs, want := putSources(t, direct, "far", sizes)
+
+	t.Setenv("STORAGE_EMULATOR_HOST", proxy(t, g.Host, proxyOptions{latency: latency}))
+	far, err := objstore.NewGCS(t.Context(), objstore.GCSConfig{Bucket: g.Bucket,
+		Timeouts: objstore.Timeouts{Call: timeout, Transfer: timeout}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { far.Close() })
+	start := time.Now()
+	err = far.Compose(t.Context(), "far.log.gz", srcs, objstore.PutOptions{ContentType: "text/plain", ContentEncoding: "gzip"})
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatalf("Compose after %s: %v", elapsed.Round(time.Millisecond), err)
+	}
+	t.Logf("Compose of %d sources in %s (timeouts %s)", n, elapsed.Round(time.Millisecond), timeout)
+	if elapsed < 2*timeout {
+		t.Errorf("Compose took %s, want at least twice the timeout %s for the test to mean anything: is the proxy slow?", elapsed, timeout)
+	}
+	assertObject(t, direct, "far.log.gz", want)
+	var left []string
+	if err := direct.List(t.Context(), "far.log.gz.", func(o objstore.ObjectInfo) error {
+		left = append(left, o.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("temporary objects left behind: %q", left)
+	}
+}
+
 // TestObjstoreS3FailedComposeLeavesNoUpload fails the server-side copy of the second source: the
 // Compose must fail and abort its multipart upload, leaving neither an object nor parts behind.
 func TestObjstoreS3FailedComposeLeavesNoUpload(t *testing.T) {
