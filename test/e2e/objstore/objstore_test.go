@@ -109,21 +109,27 @@ func (g gcsMetadata) Metadata(ctx context.Context, key string) (objstore.PutOpti
 	return objstore.PutOptions{ContentType: attrs.ContentType, ContentEncoding: attrs.ContentEncoding}, nil
 }
 
-// TestObjstoreS3ComposeCopiesServerSide checks where S3 composes: sources of at least the
-// smallest part size but the last are copied by the service, their bytes never passing through
-// the client, and other sources are streamed through it.
+// TestObjstoreS3ComposeCopiesServerSide checks where S3 composes, by the bytes that pass through
+// the client: a run of sources smaller than the smallest part size (5 MiB) is streamed down and
+// up again once, completed if need be with the start of the next source; the rest, large sources
+// and a small last one, are copied by the service.
 func TestObjstoreS3ComposeCopiesServerSide(t *testing.T) {
+	const (
+		mib     = 1 << 20
+		minPart = objstore.MinPartSize
+	)
 	m := testbed.MinIO(t)
 	var moved atomic.Int64
 	direct := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
 	proxied := newS3Store(t, m, proxy(t, m.Endpoint, proxyOptions{moved: &moved}), objstore.Timeouts{})
 	for _, tc := range []struct {
-		name       string
-		sizes      []int
-		serverSide bool
+		name     string
+		sizes    []int
+		streamed int64 // bytes of the sources read through the client
 	}{
-		{"each but the last at least 5 MiB", []int{objstore.MinPartSize, objstore.MinPartSize, 1000}, true},
-		{"a small source first", []int{1000, objstore.MinPartSize}, false},
+		{"each but the last at least 5 MiB", []int{minPart, minPart, 1000}, 0},
+		{"small sources then large ones", []int{2 * mib, 3 * mib, minPart, minPart + 1, 1000}, 5 * mib},
+		{"a small source then a large one", []int{mib, 2 * minPart}, minPart},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := strings.ReplaceAll(tc.name, " ", "-")
@@ -134,15 +140,60 @@ func TestObjstoreS3ComposeCopiesServerSide(t *testing.T) {
 			}
 			total := int64(len(want))
 			t.Logf("Compose of %d bytes moved %d bytes through the client", total, moved.Load())
-			if tc.serverSide && moved.Load() > 64<<10 {
-				t.Errorf("Compose moved %d bytes through the client, want a few requests' worth: copied server-side", moved.Load())
-			}
-			if !tc.serverSide && moved.Load() < 2*total {
-				t.Errorf("Compose moved %d bytes through the client, want every byte down and up again (%d)", moved.Load(), 2*total)
+			// Down and up again, plus a few requests' worth: headers, XML, chunk signatures.
+			if low, high := 2*tc.streamed, 2*tc.streamed+128<<10; moved.Load() < low || moved.Load() > high {
+				t.Errorf("Compose moved %d bytes through the client, want %d to %d: %d bytes of the sources streamed down and up, the rest copied server-side",
+					moved.Load(), low, high, tc.streamed)
 			}
 			assertObject(t, direct, dst, want)
 		})
 	}
+}
+
+// TestObjstoreS3ComposeOutlastsTransferTimeout composes, through a link slow enough that moving
+// all the sources takes several Transfer timeouts, many sources too small to be copied
+// server-side: each part fits in the timeout, so the Compose succeeds, byte for byte, streaming
+// the parts rather than buffering them.
+func TestObjstoreS3ComposeOutlastsTransferTimeout(t *testing.T) {
+	const (
+		transfer = 2 * time.Second
+		rate     = 8 << 20 // bytes per second of each request or response body: a 5 MiB part in 0.6 s
+		n        = 50      // sources of about 1 MiB: 10 parts of 5 MiB, 6 s
+	)
+	m := testbed.MinIO(t)
+	direct := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
+	slow := newS3Store(t, m, proxy(t, m.Endpoint, proxyOptions{bytesPerSecond: rate}), objstore.Timeouts{Transfer: transfer})
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = 1<<20 + i // distinct sizes, distinct contents
+	}
+	srcs, want := putSources(t, direct, "slow", sizes)
+	if err := slow.Ping(t.Context()); err != nil { // connections set up outside the measurement
+		t.Fatal(err)
+	}
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	err := slow.Compose(t.Context(), "slow.log.gz", srcs, objstore.PutOptions{ContentType: "text/plain", ContentEncoding: "gzip"})
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatalf("Compose after %s: %v", elapsed.Round(time.Millisecond), err)
+	}
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("Compose of %d MiB in %s (Transfer timeout %s) allocated %d KiB in total, proxy included",
+		len(want)>>20, elapsed.Round(time.Millisecond), transfer, allocated>>10)
+	if elapsed < 2*transfer {
+		t.Errorf("Compose took %s, want at least twice the Transfer timeout %s for the test to mean anything: is the proxy slow?", elapsed, transfer)
+	}
+	// Streaming allocates about a fifth of the bytes it moves, in minio-go's chunk signatures and
+	// the proxy's buffers, all short-lived; buffering each part would allocate at least all of
+	// them.
+	if limit := uint64(len(want) / 2); allocated > limit {
+		t.Errorf("Compose allocated %d KiB, want at most %d KiB, half the bytes streamed: is a part buffered?", allocated>>10, limit>>10)
+	}
+	assertObject(t, direct, "slow.log.gz", want)
 }
 
 // TestObjstoreGCSComposeOutlastsTransferTimeout composes, from a service far enough away that
@@ -197,30 +248,50 @@ func TestObjstoreGCSComposeOutlastsTransferTimeout(t *testing.T) {
 	}
 }
 
-// TestObjstoreS3FailedComposeLeavesNoUpload fails the server-side copy of the second source: the
-// Compose must fail and abort its multipart upload, leaving neither an object nor parts behind.
+// TestObjstoreS3FailedComposeLeavesNoUpload fails a part of a Compose, copied server-side or
+// uploaded through the client: the Compose must fail, naming the source, and abort its multipart
+// upload, leaving neither an object nor parts behind.
 func TestObjstoreS3FailedComposeLeavesNoUpload(t *testing.T) {
 	m := testbed.MinIO(t)
-	direct := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
-	proxied := newS3Store(t, m, proxy(t, m.Endpoint, proxyOptions{fail: func(r *http.Request) bool {
-		return r.Header.Get("X-Amz-Copy-Source") != "" && r.URL.Query().Get("partNumber") == "2"
-	}}), objstore.Timeouts{})
-	const dst = "composed"
-	srcs, _ := putSources(t, direct, dst, []int{objstore.MinPartSize, objstore.MinPartSize, 1000})
-	err := proxied.Compose(t.Context(), dst, srcs, objstore.PutOptions{})
-	if err == nil {
-		t.Fatal("Compose succeeded although copying a part failed")
-	}
-	t.Logf("Compose error (expected): %v", err)
-	if _, err := direct.Stat(t.Context(), dst); !errors.Is(err, objstore.ErrNotFound) {
-		t.Errorf("Stat after failed Compose: error = %v, want ErrNotFound", err)
-	}
 	client, err := testbed.MinIOInstance(t).Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for u := range client.ListIncompleteUploads(t.Context(), m.Bucket, dst, true) {
-		t.Errorf("upload left behind: %+v", u)
+	direct := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
+	for _, tc := range []struct {
+		name   string
+		sizes  []int
+		fail   func(r *http.Request) bool
+		source int // named in the error
+	}{
+		{"copy of the second part", []int{objstore.MinPartSize, objstore.MinPartSize, 1000},
+			func(r *http.Request) bool {
+				return r.Header.Get("X-Amz-Copy-Source") != "" && r.URL.Query().Get("partNumber") == "2"
+			}, 1},
+		{"read of a source of an uploaded part", []int{objstore.MinPartSize, 1 << 20, 1 << 20, 1000},
+			func(r *http.Request) bool {
+				return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/seg-2")
+			}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := strings.ReplaceAll(tc.name, " ", "-")
+			srcs, _ := putSources(t, direct, dst, tc.sizes)
+			proxied := newS3Store(t, m, proxy(t, m.Endpoint, proxyOptions{fail: tc.fail}), objstore.Timeouts{})
+			err := proxied.Compose(t.Context(), dst, srcs, objstore.PutOptions{})
+			if err == nil {
+				t.Fatal("Compose succeeded although a part failed")
+			}
+			t.Logf("Compose error (expected): %v", err)
+			if !strings.Contains(err.Error(), srcs[tc.source]) {
+				t.Errorf("Compose error = %v, want it to name %s", err, srcs[tc.source])
+			}
+			if _, err := direct.Stat(t.Context(), dst); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("Stat after failed Compose: error = %v, want ErrNotFound", err)
+			}
+			for u := range client.ListIncompleteUploads(t.Context(), m.Bucket, dst, true) {
+				t.Errorf("upload left behind: %+v", u)
+			}
+		})
 	}
 }
 
