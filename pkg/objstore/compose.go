@@ -1,9 +1,11 @@
 package objstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // checkCompose reports why Compose may not write srcs to dst on any backend: an invalid key, no
@@ -26,26 +28,35 @@ func checkCompose(dst string, srcs []string) error {
 	return nil
 }
 
-// concat reads the objects keys one after the other, as one stream. It opens each object only
-// when the previous one is exhausted, so at most one is open; Close closes that one.
+// bounded calls fn with ctx bounded by timeout. Compose bounds each of its steps with the timeout
+// meant for it, rather than the whole call, which moves as much data as the sources hold.
+func bounded(ctx context.Context, timeout time.Duration, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return fn(ctx)
+}
+
+// concat reads objects one after the other, as one stream. It opens each object only when the
+// previous one is exhausted, so at most one is open; Close closes that one.
 type concat struct {
-	open func(key string) (io.ReadCloser, error)
-	keys []string // still to open
-	key  string   // of cur
-	cur  io.ReadCloser
+	names []string                           // of the objects, in order, for errors
+	open  func(i int) (io.ReadCloser, error) // opens object i
+	next  int                                // the object to open when cur is exhausted
+	cur   io.ReadCloser
 }
 
 func (c *concat) Read(p []byte) (int, error) {
 	for {
 		if c.cur == nil {
-			if len(c.keys) == 0 {
+			if c.next == len(c.names) {
 				return 0, io.EOF
 			}
-			rc, err := c.open(c.keys[0])
+			rc, err := c.open(c.next)
 			if err != nil {
-				return 0, fmt.Errorf("%s: %w", c.keys[0], err)
+				return 0, fmt.Errorf("%s: %w", c.names[c.next], err)
 			}
-			c.key, c.cur, c.keys = c.keys[0], rc, c.keys[1:]
+			c.cur = rc
+			c.next++
 		}
 		n, err := c.cur.Read(p)
 		if err == io.EOF {
@@ -56,7 +67,7 @@ func (c *concat) Read(p []byte) (int, error) {
 			}
 		}
 		if err != nil {
-			return n, fmt.Errorf("%s: %w", c.key, err)
+			return n, fmt.Errorf("%s: %w", c.names[c.next-1], err)
 		}
 		return n, nil
 	}

@@ -21,11 +21,14 @@ const (
 // Timeouts bound every backend call, on top of the caller's context, so that a hung service
 // fails the call instead of blocking a reconcile (and with it namespace deletion) forever.
 type Timeouts struct {
-	// Call bounds Stat, Delete and Ping. Zero means DefaultCallTimeout.
+	// Call bounds Stat, Delete and Ping, and each metadata request of a Compose (reading a
+	// source's size, creating or aborting an upload, deleting a temporary object). Zero means
+	// DefaultCallTimeout.
 	Call time.Duration
-	// Transfer bounds Put (the whole upload), Compose (all of it), Get (from the call until the
-	// reader is closed) and List (the whole listing), which move data or may page through many
-	// objects.
+	// Transfer bounds Put (the whole upload), Get (from the call until the reader is closed) and
+	// List (the whole listing), which move data or may page through many objects, and each step
+	// of a Compose that moves data (a part of an S3 upload, its completion, a GCS compose
+	// request). No timeout bounds a whole Compose: it moves as much data as its sources hold.
 	// Zero means DefaultTransferTimeout.
 	Transfer time.Duration
 }
@@ -73,7 +76,7 @@ func (c *Config) BindFlags(flags *flag.FlagSet) {
 	flags.DurationVar(&c.Timeouts.Call, "store-timeout", DefaultCallTimeout,
 		"Timeout of each object store metadata call (stat, delete, ping).")
 	flags.DurationVar(&c.Timeouts.Transfer, "store-transfer-timeout", DefaultTransferTimeout,
-		"Timeout of each object upload, download, compose or listing.")
+		"Timeout of each object upload, download or listing, and of each part of a compose.")
 
 	flags.StringVar(&c.FSRoot, "store-fs-root", "",
 		"Root directory of the fs backend; created if missing.")

@@ -87,7 +87,7 @@ func (f *FS) Compose(ctx context.Context, dst string, srcs []string, _ PutOption
 			return fmt.Errorf("compose %s: source %d: %w", dst, i, err)
 		}
 	}
-	c := &concat{open: f.open, keys: srcs}
+	c := &concat{names: srcs, open: func(i int) (io.ReadCloser, error) { return f.open(srcs[i]) }}
 	defer c.Close()
 	if err := f.write(ctx, p, newSource(ctx, c)); err != nil {
 		return fmt.Errorf("compose %s: %w", f.URL(dst), err)

@@ -152,19 +152,26 @@ const maxComposeSources = 32
 // The temporary objects are deleted before Compose returns, whether it succeeded or not (an
 // error deleting one fails the call, which may then be repeated); those a crash leaves behind are
 // overwritten and deleted by the next Compose of dst from as many sources.
+//
+// No timeout bounds the whole call, whose length grows with the number of sources: each metadata
+// read and each deletion is bounded by the Call timeout, and each compose request, which writes
+// an object of up to all the sources' bytes, by the Transfer timeout.
 func (g *GCS) Compose(ctx context.Context, dst string, srcs []string, opts PutOptions) (err error) {
 	if err := checkCompose(dst, srcs); err != nil {
 		return fmt.Errorf("compose %s: %w", dst, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Transfer)
-	defer cancel()
 	parts := make([]*storage.ObjectHandle, len(srcs))
 	for i, src := range srcs {
-		attrs, err := g.bucket.Object(src).Attrs(ctx)
+		err := bounded(ctx, g.timeouts.Call, func(ctx context.Context) error {
+			attrs, err := g.bucket.Object(src).Attrs(ctx)
+			if err == nil {
+				parts[i] = g.bucket.Object(src).Generation(attrs.Generation)
+			}
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("compose %s: source %s: %w", g.URL(dst), src, gcsError(err))
 		}
-		parts[i] = g.bucket.Object(src).Generation(attrs.Generation)
 	}
 
 	var temps []*storage.ObjectHandle
@@ -187,12 +194,18 @@ func (g *GCS) Compose(ctx context.Context, dst string, srcs []string, opts PutOp
 			if slices.Contains(srcs, name) {
 				return fmt.Errorf("compose %s: source %s has the name of a temporary object", g.URL(dst), name)
 			}
-			attrs, err := g.bucket.Object(name).ComposerFrom(group...).Run(ctx)
+			var tmp *storage.ObjectHandle
+			err := bounded(ctx, g.timeouts.Transfer, func(ctx context.Context) error {
+				attrs, err := g.bucket.Object(name).ComposerFrom(group...).Run(ctx)
+				if err == nil {
+					// Pinned, so that a concurrent Compose of dst overwriting it fails this one.
+					tmp = g.bucket.Object(name).Generation(attrs.Generation)
+				}
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("compose %s: compose temporary object %s: %w", g.URL(dst), name, gcsError(err))
 			}
-			// Pinned, so that a concurrent Compose of dst overwriting it fails this one.
-			tmp := g.bucket.Object(name).Generation(attrs.Generation)
 			temps = append(temps, tmp)
 			next = append(next, tmp)
 		}
@@ -201,22 +214,24 @@ func (g *GCS) Compose(ctx context.Context, dst string, srcs []string, opts PutOp
 	c := g.bucket.Object(dst).ComposerFrom(parts...)
 	c.ContentType = opts.ContentType
 	c.ContentEncoding = opts.ContentEncoding
-	if _, err := c.Run(ctx); err != nil {
+	err = bounded(ctx, g.timeouts.Transfer, func(ctx context.Context) error {
+		_, err := c.Run(ctx)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("compose %s: %w", g.URL(dst), gcsError(err))
 	}
 	return nil
 }
 
-// deleteTemps deletes Compose's temporary objects, even after ctx ended.
+// deleteTemps deletes Compose's temporary objects, even after ctx ended, each within the Call
+// timeout.
 func (g *GCS) deleteTemps(ctx context.Context, temps []*storage.ObjectHandle) error {
-	if len(temps) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeouts.Call)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	for _, tmp := range temps {
-		if err := tmp.Delete(ctx); err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
+		err := bounded(ctx, g.timeouts.Call, tmp.Delete)
+		if err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
 			errs = append(errs, fmt.Errorf("delete temporary object %s: %w", tmp.ObjectName(), err))
 		}
 	}

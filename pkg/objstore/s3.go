@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -159,41 +160,57 @@ func (s *S3) put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 // maxParts is the most parts an S3 multipart upload may have.
 const maxParts = 10_000
 
-// Compose first stats every source. When S3 can then assemble dst server-side (see copyable),
-// each non-empty source becomes one part of a multipart upload that the service copies
-// (UploadPartCopy), so no data passes through the client. Otherwise the sources are read in
-// order into one streaming Put, which holds one PartSize buffer whatever their number and size.
-// Either way each source is read at the version (ETag) stat saw, so a source overwritten
-// meanwhile fails the call instead of mixing versions, and the whole call is bounded by the
-// Transfer timeout.
+// Compose stats every source, then writes dst as a multipart upload whose parts planParts cuts
+// from the sources' bytes: a part within one source of at least MinPartSize is copied by the
+// service (UploadPartCopy), its bytes never passing through the client; runs of smaller sources
+// are read through the client and uploaded as one part of 5 to 10 MiB, so the many small
+// compressed segments of a long log cost one download and one upload of their bytes, streamed one
+// part at a time without buffering it. Every source is read or copied at the version (ETag) stat saw, so a source
+// overwritten meanwhile fails the call instead of mixing versions. Sources that are all empty
+// make an empty object.
+//
+// No timeout bounds the whole call, which for a log of many GiB moves that much data: each stat,
+// the upload's creation and its abort are bounded by the Call timeout, each part by the Transfer
+// timeout, and completing the upload by the Transfer timeout too, because S3 assembles the parts
+// before it answers, which AWS documents may take several minutes for a large upload. A failure
+// aborts the upload, so nothing appears under dst; so does a plan of more than 10,000 parts
+// (sources averaging under 5 MiB and adding up to more than about 50 GiB).
 //
 // It does not use minio-go's ComposeObject: that stats the sources again with
-// context.Background(), beyond any timeout, ignores the destination's content type and encoding
-// unless they are passed as replacement metadata, and leaves the upload in place when completing
-// it fails.
+// context.Background(), beyond any timeout, requires every source but the last to be at least
+// 5 MiB, ignores the destination's content type and encoding unless they are passed as
+// replacement metadata, and leaves the upload in place when completing it fails.
 func (s *S3) Compose(ctx context.Context, dst string, srcs []string, opts PutOptions) error {
 	if err := checkCompose(dst, srcs); err != nil {
 		return fmt.Errorf("compose %s: %w", dst, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeouts.Transfer)
-	defer cancel()
-	var parts []s3Part // the non-empty sources: an empty one adds nothing
-	sizes := make([]int64, 0, len(srcs))
-	for _, src := range srcs {
-		info, err := s.client.StatObject(ctx, s.bucket, src, minio.StatObjectOptions{})
+	sources := make([]s3Source, len(srcs))
+	for i, key := range srcs {
+		err := bounded(ctx, s.timeouts.Call, func(ctx context.Context) error {
+			info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+			sources[i] = s3Source{key: key, etag: info.ETag, size: info.Size}
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("compose %s: source %s: %w", s.URL(dst), src, s3Error(err))
-		}
-		if info.Size > 0 {
-			parts = append(parts, s3Part{key: src, etag: info.ETag})
-			sizes = append(sizes, info.Size)
+			return fmt.Errorf("compose %s: source %s: %w", s.URL(dst), key, s3Error(err))
 		}
 	}
+	parts := planParts(sources)
 	var err error
-	if copyable(sizes) {
-		err = s.copyParts(ctx, dst, parts, opts)
-	} else {
-		err = s.streamParts(ctx, dst, parts, opts)
+	switch {
+	case len(parts) > maxParts:
+		err = fmt.Errorf("the %d sources need %d parts, more than the %d of an S3 upload", len(srcs), len(parts), maxParts)
+	case len(parts) == 0:
+		// S3 completes no upload without parts: the empty concatenation is an empty Put.
+		err = bounded(ctx, s.timeouts.Call, func(ctx context.Context) error {
+			_, err := s.client.PutObject(ctx, s.bucket, dst, bytes.NewReader(nil), 0, minio.PutObjectOptions{
+				ContentType:     opts.ContentType,
+				ContentEncoding: opts.ContentEncoding,
+			})
+			return err
+		})
+	default:
+		err = s.upload(ctx, dst, parts, opts)
 	}
 	if err != nil {
 		return fmt.Errorf("compose %s: %w", s.URL(dst), err)
@@ -201,94 +218,208 @@ func (s *S3) Compose(ctx context.Context, dst string, srcs []string, opts PutOpt
 	return nil
 }
 
-// s3Part is a source of Compose at the version it was seen.
-type s3Part struct{ key, etag string }
-
-// copyable reports whether S3 can copy objects of these sizes, in order, as the parts of one
-// multipart upload: at least one and at most maxParts parts, each at most MaxPartSize, all but
-// the last at least MinPartSize.
-func copyable(sizes []int64) bool {
-	if len(sizes) == 0 || len(sizes) > maxParts {
-		return false
-	}
-	for i, size := range sizes {
-		if size > MaxPartSize || (size < MinPartSize && i < len(sizes)-1) {
-			return false
-		}
-	}
-	return true
+// s3Source is a source of Compose at the version stat saw.
+type s3Source struct {
+	key, etag string
+	size      int64
 }
 
-// copyParts has S3 copy parts, in order, into a multipart upload of dst. A failed or cancelled
-// copy aborts the upload, so nothing appears under dst.
-func (s *S3) copyParts(ctx context.Context, dst string, parts []s3Part, opts PutOptions) (err error) {
+// s3Range is the bytes [off, off+n) of a source.
+type s3Range struct {
+	src    s3Source
+	off, n int64
+}
+
+// s3Part is a part of a composed upload: the concatenation of ranges, which the service copies
+// when copy is set (then there is one range) and the client uploads otherwise.
+type s3Part struct {
+	ranges []s3Range
+	size   int64
+	copy   bool
+}
+
+func (p *s3Part) add(src s3Source, off, n int64) {
+	p.ranges = append(p.ranges, s3Range{src: src, off: off, n: n})
+	p.size += n
+}
+
+// planParts cuts the concatenation of srcs into the parts of a multipart upload, each at most
+// MaxPartSize and all but the last at least MinPartSize, copying as many bytes server-side as it
+// can. A source of at least MinPartSize is copied, in as few parts as MaxPartSize allows. Smaller
+// sources are gathered into a run uploaded through the client as soon as it reaches MinPartSize,
+// so under 2*MinPartSize. A run still short when a large source comes is completed with the
+// start of that source, or with all of it when the rest would be too small to copy, which keeps
+// that part under 2*MinPartSize too. Empty sources add nothing; if all are, there is no part.
+func planParts(srcs []s3Source) []s3Part {
+	var parts []s3Part
+	var run s3Part // to upload
+	flush := func() {
+		if run.size > 0 {
+			parts = append(parts, run)
+		}
+		run = s3Part{}
+	}
+	for _, src := range srcs {
+		var off int64
+		if run.size > 0 && src.size >= MinPartSize {
+			take := MinPartSize - run.size
+			if src.size-take < MinPartSize {
+				take = src.size
+			}
+			run.add(src, 0, take)
+			off = take
+			flush()
+		}
+		rest := src.size - off
+		if rest >= MinPartSize {
+			// Parts of equal size: with more than one, each is over MaxPartSize/2 > MinPartSize.
+			n, start := (rest+MaxPartSize-1)/MaxPartSize, off
+			for i := range n {
+				end := start + rest*(i+1)/n
+				p := s3Part{copy: true}
+				p.add(src, off, end-off)
+				parts = append(parts, p)
+				off = end
+			}
+			continue
+		}
+		if rest > 0 {
+			run.add(src, off, rest)
+			if run.size >= MinPartSize {
+				flush()
+			}
+		}
+	}
+	// The last part may be small: when it holds one source, the service can copy that too.
+	if len(run.ranges) == 1 {
+		run.copy = true
+	}
+	flush()
+	return parts
+}
+
+// upload writes parts, in order, as a multipart upload of dst. A failure, a timeout or a
+// cancellation aborts the upload, so nothing appears under dst.
+func (s *S3) upload(ctx context.Context, dst string, parts []s3Part, opts PutOptions) (err error) {
 	core := minio.Core{Client: s.client}
-	id, err := core.NewMultipartUpload(ctx, s.bucket, dst, minio.PutObjectOptions{
-		ContentType:     opts.ContentType,
-		ContentEncoding: opts.ContentEncoding,
+	var id string
+	err = bounded(ctx, s.timeouts.Call, func(ctx context.Context) error {
+		var err error
+		id, err = core.NewMultipartUpload(ctx, s.bucket, dst, minio.PutObjectOptions{
+			ContentType:     opts.ContentType,
+			ContentEncoding: opts.ContentEncoding,
+		})
+		return err
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("create upload: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			// Abort even after ctx ended, which is when a cancelled or timed-out Compose gets here.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeouts.Call)
-			defer cancel()
-			if aerr := core.AbortMultipartUpload(ctx, s.bucket, dst, id); aerr != nil {
+			// Abort even after ctx ended, which is when a cancelled Compose gets here.
+			aerr := bounded(context.WithoutCancel(ctx), s.timeouts.Call, func(ctx context.Context) error {
+				return core.AbortMultipartUpload(ctx, s.bucket, dst, id)
+			})
+			if aerr != nil {
 				err = errors.Join(err, fmt.Errorf("abort upload: %w", aerr))
 			}
 		}
 	}()
-	completed := make([]minio.CompletePart, 0, len(parts))
+	completed := make([]minio.CompletePart, len(parts))
 	for i, part := range parts {
-		// Only the version whose size copyable checked.
-		var cond map[string]string
-		if part.etag != "" {
-			cond = map[string]string{"x-amz-copy-source-if-match": `"` + part.etag + `"`}
-		}
-		cp, err := core.CopyObjectPart(ctx, s.bucket, part.key, s.bucket, dst, id, i+1, 0, -1, cond) // -1: whole object
+		err := bounded(ctx, s.timeouts.Transfer, func(ctx context.Context) error {
+			var err error
+			if part.copy {
+				completed[i], err = s.copyPart(ctx, core, dst, id, i+1, part.ranges[0])
+			} else {
+				completed[i], err = s.uploadPart(ctx, core, dst, id, i+1, part)
+			}
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("copy %s: %w", part.key, s3Error(err))
+			return fmt.Errorf("part %d of %d: %w", i+1, len(parts), err)
 		}
-		completed = append(completed, cp)
 	}
-	_, err = core.CompleteMultipartUpload(ctx, s.bucket, dst, id, completed, minio.PutObjectOptions{})
-	return err
+	err = bounded(ctx, s.timeouts.Transfer, func(ctx context.Context) error {
+		_, err := core.CompleteMultipartUpload(ctx, s.bucket, dst, id, completed, minio.PutObjectOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("complete upload: %w", err)
+	}
+	return nil
 }
 
-// streamParts reads parts, in order, into one Put of dst.
-func (s *S3) streamParts(ctx context.Context, dst string, parts []s3Part, opts PutOptions) error {
-	etags := make(map[string]string, len(parts))
-	keys := make([]string, len(parts))
-	for i, part := range parts {
-		etags[part.key], keys[i] = part.etag, part.key
+// copyPart has S3 copy r into part num of upload id.
+func (s *S3) copyPart(ctx context.Context, core minio.Core, dst, id string, num int, r s3Range) (minio.CompletePart, error) {
+	var cond map[string]string
+	if r.src.etag != "" {
+		cond = map[string]string{"x-amz-copy-source-if-match": `"` + r.src.etag + `"`}
 	}
-	c := &concat{keys: keys, open: func(key string) (io.ReadCloser, error) {
-		return s.open(ctx, key, etags[key])
-	}}
-	defer c.Close()
-	return s.put(ctx, dst, c, opts)
+	cp, err := core.CopyObjectPart(ctx, s.bucket, r.src.key, s.bucket, dst, id, num, r.off, r.n, cond)
+	if err != nil {
+		return cp, fmt.Errorf("copy %s: %w", r.src.key, s3Error(err))
+	}
+	return cp, nil
 }
 
-// open opens the object at version etag (any version if etag is empty).
-func (s *S3) open(ctx context.Context, key, etag string) (io.ReadCloser, error) {
+// uploadPart streams the ranges of part, read one after the other, into part num of upload id.
+// The request has the part's size, so minio-go streams it (signed in 64 KiB chunks over HTTP)
+// instead of buffering it, and does not retry it, as it cannot rewind the stream.
+//
+// A goroutine of its own reads the sources into a pipe: net/http may still be reading a request
+// body after the request returned (when the service answers before the body is sent), so the body
+// must be safe to close while it is read, which the pipe is and the sources are not.
+func (s *S3) uploadPart(ctx context.Context, core minio.Core, dst, id string, num int, part s3Part) (minio.CompletePart, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	names := make([]string, len(part.ranges))
+	for i, r := range part.ranges {
+		names[i] = r.src.key
+	}
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	var readErr error // io.ErrClosedPipe once the upload stopped reading
+	go func() {
+		defer close(done)
+		c := &concat{names: names, open: func(i int) (io.ReadCloser, error) {
+			return s.openRange(ctx, part.ranges[i])
+		}}
+		_, readErr = io.Copy(pw, c)
+		readErr = errors.Join(readErr, c.Close())
+		pw.CloseWithError(readErr) // nil: the end of the part
+	}()
+	p, err := core.PutObjectPart(ctx, s.bucket, dst, id, num, pr, part.size, minio.PutObjectPartOptions{})
+	cancel() // stops a source read in flight, so the goroutine sees the pipe closed and ends
+	pr.Close()
+	<-done
+	if err != nil {
+		if readErr != nil && !errors.Is(readErr, io.ErrClosedPipe) {
+			// The sources' own error: minio-go reports some (an unexpected EOF) as a broken
+			// connection, and this one names the source and keeps ErrNotFound.
+			err = readErr
+		}
+		return minio.CompletePart{}, fmt.Errorf("upload: %w", err)
+	}
+	return minio.CompletePart{PartNumber: num, ETag: p.ETag}, nil
+}
+
+// openRange opens the bytes of r at the version stat saw (any version if it saw no ETag).
+func (s *S3) openRange(ctx context.Context, r s3Range) (io.ReadCloser, error) {
 	var opts minio.GetObjectOptions
-	if etag != "" {
-		if err := opts.SetMatchETag(etag); err != nil {
+	if r.src.etag != "" {
+		if err := opts.SetMatchETag(r.src.etag); err != nil {
 			return nil, err
 		}
 	}
-	obj, err := s.client.GetObject(ctx, s.bucket, key, opts)
+	if err := opts.SetRange(r.off, r.off+r.n-1); err != nil {
+		return nil, err
+	}
+	body, _, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.bucket, r.src.key, opts)
 	if err != nil {
 		return nil, s3Error(err)
 	}
-	// GetObject is lazy; Stat sends the request so a missing key fails here, not on first Read.
-	if _, err := obj.Stat(); err != nil {
-		obj.Close()
-		return nil, s3Error(err)
-	}
-	return obj, nil
+	return body, nil
 }
 
 // Get opens the object. The stored bytes are returned as they are, even with ContentEncoding gzip.

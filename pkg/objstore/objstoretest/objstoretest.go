@@ -438,7 +438,7 @@ func testFailedSource(t *testing.T, s objstore.Store) {
 
 // testCompose checks that Compose concatenates small sources byte for byte, in order, including
 // empty and repeated ones, over an existing object too, and leaves the sources in place. S3
-// composes sources this small through the client.
+// uploads runs of sources this small through the client, and copies a last one alone.
 func testCompose(t *testing.T, s objstore.Store) {
 	sources := map[string][]byte{
 		"seg/0": []byte("first segment\n"),
@@ -482,8 +482,9 @@ func testCompose(t *testing.T, s objstore.Store) {
 }
 
 // testComposeLarge composes sources of S3's minimum part size (5 MiB), which S3 copies
-// server-side as the parts of a multipart upload, and large sources after a small one, which it
-// streams through the client. No case exceeds LargeObjectSize.
+// server-side as the parts of a multipart upload, and large sources after a small one, whose
+// start (or all, if the rest is too small to copy) S3 uploads through the client with the small
+// one, copying the rest from an offset. No case exceeds LargeObjectSize.
 func testComposeLarge(t *testing.T, s objstore.Store) {
 	const minPart = objstore.MinPartSize
 	for i, tc := range []struct {
@@ -493,6 +494,7 @@ func testComposeLarge(t *testing.T, s objstore.Store) {
 		{"each but the last at least 5 MiB", []int{minPart, minPart + 1, LargeObjectSize - 2*minPart - 1}},
 		{"empty sources between and after", []int{minPart, 0, minPart, 0}},
 		{"a small source first", []int{4321, minPart, 1}},
+		{"a small source before one S3 splits", []int{4321, 2 * minPart}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := fmt.Sprintf("large-%d/", i)

@@ -390,3 +390,22 @@ func TestCaptureFallbackMarksPossiblyRotated(t *testing.T) {
 	}
 	s.ExpectEvent(t, "LogIncomplete")
 }
+
+// TestCaptureSlowLog: a container writes for several times --store-transfer-timeout. Each stage
+// has its own bound (opening a stream, each segment's upload, each part of the assembly) and
+// the stream itself has none, so the log is archived whole, never failed and re-streamed.
+func TestCaptureSlowLog(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3, "--store-transfer-timeout=2s", "--capture-segment-age=1s")
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
+	out := steadyOutput("slow", 20, 2<<10)
+	job, pod := writingJob(t, s, rt, "slow", "10s", out, 400*time.Millisecond)
+	j := s.WaitArchived(t, job, 2*time.Minute)
+	written := rt.Written(s.NS, pod, "main", 0)
+	if !bytes.Equal(written, testbed.Bytes(out)) {
+		t.Fatalf("the container wrote %d of %d bytes before it ended", len(written), len(testbed.Bytes(out)))
+	}
+	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
+	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+		t.Errorf("gaps %+v, want none", g)
+	}
+}

@@ -3,10 +3,12 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,6 +19,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/storage"
 	"github.com/minio/minio-go/v7"
@@ -106,130 +109,293 @@ func (g gcsMetadata) Metadata(ctx context.Context, key string) (objstore.PutOpti
 	return objstore.PutOptions{ContentType: attrs.ContentType, ContentEncoding: attrs.ContentEncoding}, nil
 }
 
-// TestObjstoreS3ComposeCopiesServerSide checks where S3 composes: sources of at least the
-// smallest part size but the last are copied by the service, their bytes never passing through
-// the client, and other sources are streamed through it.
+// TestObjstoreS3ComposeCopiesServerSide checks where S3 composes, by the bytes that pass through
+// the client: a run of sources smaller than the smallest part size (5 MiB) is streamed down and
+// up again once, completed if need be with the start of the next source; the rest, large sources
+// and a small last one, are copied by the service.
 func TestObjstoreS3ComposeCopiesServerSide(t *testing.T) {
+	const (
+		mib     = 1 << 20
+		minPart = objstore.MinPartSize
+	)
 	m := testbed.MinIO(t)
 	var moved atomic.Int64
-	direct := newS3Store(t, m, m.Endpoint)
-	proxied := newS3Store(t, m, s3Proxy(t, m, &moved, nil))
+	direct := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
+	proxied := newS3Store(t, m, proxy(t, m.Endpoint, proxyOptions{moved: &moved}), objstore.Timeouts{})
 	for _, tc := range []struct {
-		name       string
-		sizes      []int
-		serverSide bool
+		name     string
+		sizes    []int
+		streamed int64 // bytes of the sources read through the client
 	}{
-		{"each but the last at least 5 MiB", []int{objstore.MinPartSize, objstore.MinPartSize, 1000}, true},
-		{"a small source first", []int{1000, objstore.MinPartSize}, false},
+		{"each but the last at least 5 MiB", []int{minPart, minPart, 1000}, 0},
+		{"small sources then large ones", []int{2 * mib, 3 * mib, minPart, minPart + 1, 1000}, 5 * mib},
+		{"a small source then a large one", []int{mib, 2 * minPart}, minPart},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := strings.ReplaceAll(tc.name, " ", "-")
-			srcs, total := putSources(t, direct, dst, tc.sizes)
+			srcs, want := putSources(t, direct, dst, tc.sizes)
 			moved.Store(0)
 			if err := proxied.Compose(t.Context(), dst, srcs, objstore.PutOptions{ContentType: "text/plain"}); err != nil {
 				t.Fatalf("Compose: %v", err)
 			}
+			total := int64(len(want))
 			t.Logf("Compose of %d bytes moved %d bytes through the client", total, moved.Load())
-			if tc.serverSide && moved.Load() > 64<<10 {
-				t.Errorf("Compose moved %d bytes through the client, want a few requests' worth: copied server-side", moved.Load())
+			// Down and up again, plus a few requests' worth: headers, XML, chunk signatures.
+			if low, high := 2*tc.streamed, 2*tc.streamed+128<<10; moved.Load() < low || moved.Load() > high {
+				t.Errorf("Compose moved %d bytes through the client, want %d to %d: %d bytes of the sources streamed down and up, the rest copied server-side",
+					moved.Load(), low, high, tc.streamed)
 			}
-			if !tc.serverSide && moved.Load() < 2*total {
-				t.Errorf("Compose moved %d bytes through the client, want every byte down and up again (%d)", moved.Load(), 2*total)
+			assertObject(t, direct, dst, want)
+		})
+	}
+}
+
+// TestObjstoreS3ComposeOutlastsTransferTimeout composes, through a link slow enough that moving
+// all the sources takes several Transfer timeouts, many sources too small to be copied
+// server-side: each part fits in the timeout, so the Compose succeeds, byte for byte, streaming
+// the parts rather than buffering them.
+func TestObjstoreS3ComposeOutlastsTransferTimeout(t *testing.T) {
+	const (
+		transfer = 2 * time.Second
+		rate     = 8 << 20 // bytes per second of each request or response body: a 5 MiB part in 0.6 s
+		n        = 50      // sources of about 1 MiB: 10 parts of 5 MiB, 6 s
+	)
+	m := testbed.MinIO(t)
+	direct := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
+	slow := newS3Store(t, m, proxy(t, m.Endpoint, proxyOptions{bytesPerSecond: rate}), objstore.Timeouts{Transfer: transfer})
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = 1<<20 + i // distinct sizes, distinct contents
+	}
+	srcs, want := putSources(t, direct, "slow", sizes)
+	if err := slow.Ping(t.Context()); err != nil { // connections set up outside the measurement
+		t.Fatal(err)
+	}
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	err := slow.Compose(t.Context(), "slow.log.gz", srcs, objstore.PutOptions{ContentType: "text/plain", ContentEncoding: "gzip"})
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatalf("Compose after %s: %v", elapsed.Round(time.Millisecond), err)
+	}
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("Compose of %d MiB in %s (Transfer timeout %s) allocated %d KiB in total, proxy included",
+		len(want)>>20, elapsed.Round(time.Millisecond), transfer, allocated>>10)
+	if elapsed < 2*transfer {
+		t.Errorf("Compose took %s, want at least twice the Transfer timeout %s for the test to mean anything: is the proxy slow?", elapsed, transfer)
+	}
+	// Streaming allocates about a fifth of the bytes it moves, in minio-go's chunk signatures and
+	// the proxy's buffers, all short-lived; buffering each part would allocate at least all of
+	// them.
+	if limit := uint64(len(want) / 2); allocated > limit {
+		t.Errorf("Compose allocated %d KiB, want at most %d KiB, half the bytes streamed: is a part buffered?", allocated>>10, limit>>10)
+	}
+	assertObject(t, direct, "slow.log.gz", want)
+}
+
+// TestObjstoreGCSComposeOutlastsTransferTimeout composes, from a service far enough away that
+// all the requests take several timeouts, more sources than one compose request takes: each
+// request fits in its timeout, so the Compose succeeds, byte for byte.
+func TestObjstoreGCSComposeOutlastsTransferTimeout(t *testing.T) {
+	const (
+		timeout = time.Second
+		latency = 40 * time.Millisecond
+		n       = 2*32 + 1 // 65 metadata reads, 3 compose requests, 2 deletions: about 3 s
+	)
+	g := testbed.GCS(t)
+	t.Setenv("STORAGE_EMULATOR_HOST", g.Host)
+	direct, err := objstore.NewGCS(t.Context(), objstore.GCSConfig{Bucket: g.Bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = 1000 + i
+	}
+	srcs, want := putSources(t, direct, "far", sizes)
+
+	t.Setenv("STORAGE_EMULATOR_HOST", proxy(t, g.Host, proxyOptions{latency: latency}))
+	far, err := objstore.NewGCS(t.Context(), objstore.GCSConfig{Bucket: g.Bucket,
+		Timeouts: objstore.Timeouts{Call: timeout, Transfer: timeout}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { far.Close() })
+	start := time.Now()
+	err = far.Compose(t.Context(), "far.log.gz", srcs, objstore.PutOptions{ContentType: "text/plain", ContentEncoding: "gzip"})
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatalf("Compose after %s: %v", elapsed.Round(time.Millisecond), err)
+	}
+	t.Logf("Compose of %d sources in %s (timeouts %s)", n, elapsed.Round(time.Millisecond), timeout)
+	if elapsed < 2*timeout {
+		t.Errorf("Compose took %s, want at least twice the timeout %s for the test to mean anything: is the proxy slow?", elapsed, timeout)
+	}
+	assertObject(t, direct, "far.log.gz", want)
+	var left []string
+	if err := direct.List(t.Context(), "far.log.gz.", func(o objstore.ObjectInfo) error {
+		left = append(left, o.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("temporary objects left behind: %q", left)
+	}
+}
+
+// TestObjstoreS3FailedComposeLeavesNoUpload fails a part of a Compose, copied server-side or
+// uploaded through the client: the Compose must fail, naming the source, and abort its multipart
+// upload, leaving neither an object nor parts behind.
+func TestObjstoreS3FailedComposeLeavesNoUpload(t *testing.T) {
+	m := testbed.MinIO(t)
+	client, err := testbed.MinIOInstance(t).Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
+	for _, tc := range []struct {
+		name   string
+		sizes  []int
+		fail   func(r *http.Request) bool
+		source int // named in the error
+	}{
+		{"copy of the second part", []int{objstore.MinPartSize, objstore.MinPartSize, 1000},
+			func(r *http.Request) bool {
+				return r.Header.Get("X-Amz-Copy-Source") != "" && r.URL.Query().Get("partNumber") == "2"
+			}, 1},
+		{"read of a source of an uploaded part", []int{objstore.MinPartSize, 1 << 20, 1 << 20, 1000},
+			func(r *http.Request) bool {
+				return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/seg-2")
+			}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := strings.ReplaceAll(tc.name, " ", "-")
+			srcs, _ := putSources(t, direct, dst, tc.sizes)
+			proxied := newS3Store(t, m, proxy(t, m.Endpoint, proxyOptions{fail: tc.fail}), objstore.Timeouts{})
+			err := proxied.Compose(t.Context(), dst, srcs, objstore.PutOptions{})
+			if err == nil {
+				t.Fatal("Compose succeeded although a part failed")
 			}
-			if info, err := direct.Stat(t.Context(), dst); err != nil || info.Size != total {
-				t.Errorf("Stat = %+v, %v; want size %d", info, err, total)
+			t.Logf("Compose error (expected): %v", err)
+			if !strings.Contains(err.Error(), srcs[tc.source]) {
+				t.Errorf("Compose error = %v, want it to name %s", err, srcs[tc.source])
+			}
+			if _, err := direct.Stat(t.Context(), dst); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("Stat after failed Compose: error = %v, want ErrNotFound", err)
+			}
+			for u := range client.ListIncompleteUploads(t.Context(), m.Bucket, dst, true) {
+				t.Errorf("upload left behind: %+v", u)
 			}
 		})
 	}
 }
 
-// TestObjstoreS3FailedComposeLeavesNoUpload fails the server-side copy of the second source: the
-// Compose must fail and abort its multipart upload, leaving neither an object nor parts behind.
-func TestObjstoreS3FailedComposeLeavesNoUpload(t *testing.T) {
-	m := testbed.MinIO(t)
-	var moved atomic.Int64
-	direct := newS3Store(t, m, m.Endpoint)
-	proxied := newS3Store(t, m, s3Proxy(t, m, &moved, func(r *http.Request) bool {
-		return r.Header.Get("X-Amz-Copy-Source") != "" && r.URL.Query().Get("partNumber") == "2"
-	}))
-	const dst = "composed"
-	srcs, _ := putSources(t, direct, dst, []int{objstore.MinPartSize, objstore.MinPartSize, 1000})
-	err := proxied.Compose(t.Context(), dst, srcs, objstore.PutOptions{})
-	if err == nil {
-		t.Fatal("Compose succeeded although copying a part failed")
-	}
-	t.Logf("Compose error (expected): %v", err)
-	if _, err := direct.Stat(t.Context(), dst); !errors.Is(err, objstore.ErrNotFound) {
-		t.Errorf("Stat after failed Compose: error = %v, want ErrNotFound", err)
-	}
-	client, err := testbed.MinIOInstance(t).Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for u := range client.ListIncompleteUploads(t.Context(), m.Bucket, dst, true) {
-		t.Errorf("upload left behind: %+v", u)
-	}
-}
-
-func newS3Store(t *testing.T, m testbed.S3, endpoint string) objstore.Store {
+func newS3Store(t *testing.T, m testbed.S3, endpoint string, timeouts objstore.Timeouts) objstore.Store {
 	t.Helper()
-	s, err := objstore.NewS3(objstore.S3Config{Endpoint: endpoint, Bucket: m.Bucket,
-		AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true, PartSize: objstore.MinPartSize})
+	s, err := objstore.NewS3(objstore.S3Config{Endpoint: endpoint, Bucket: m.Bucket, AccessKey: m.AccessKey,
+		SecretKey: m.SecretKey, PathStyle: true, PartSize: objstore.MinPartSize, Timeouts: timeouts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-// s3Proxy returns the address of a proxy to m that adds the bytes of every request and response
-// body to moved, and answers the requests fail selects with an S3 error that is not retried. The
-// Host header passes unchanged, so request signatures made for the proxy's address still match.
-func s3Proxy(t *testing.T, m testbed.S3, moved *atomic.Int64, fail func(*http.Request) bool) string {
+// proxyOptions say what proxy does besides passing requests on; the zero value does nothing.
+type proxyOptions struct {
+	// moved, if set, adds up the bytes of every request and response body.
+	moved *atomic.Int64
+	// fail, if set, selects the requests answered with an S3 error that is not retried.
+	fail func(*http.Request) bool
+	// bytesPerSecond, if not zero, limits the rate at which each request or response body is
+	// read, as a slow link would.
+	bytesPerSecond int64
+	// latency delays every request, as a distant service would.
+	latency time.Duration
+}
+
+// proxy returns the address of a proxy to the plain HTTP service at host:port target that does
+// what opts say. The Host header passes unchanged, so S3 request signatures made for the proxy's
+// address still match.
+func proxy(t *testing.T, target string, opts proxyOptions) string {
 	t.Helper()
-	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: m.Endpoint})
-	proxy.ModifyResponse = func(resp *http.Response) error {
-		resp.Body = &countingBody{ReadCloser: resp.Body, n: moved}
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: target})
+	rp.ModifyResponse = func(resp *http.Response) error {
+		resp.Body = &proxyBody{ReadCloser: resp.Body, opts: opts}
 		return nil
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if fail != nil && fail(r) {
+		if opts.fail != nil && opts.fail(r) {
 			w.Header().Set("Content-Type", "application/xml")
 			w.WriteHeader(http.StatusForbidden)
 			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>failed by the test</Message></Error>`)
 			return
 		}
-		r.Body = &countingBody{ReadCloser: r.Body, n: moved}
-		proxy.ServeHTTP(w, r)
+		time.Sleep(opts.latency)
+		r.Body = &proxyBody{ReadCloser: r.Body, opts: opts}
+		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String()
 }
 
-// putSources stores objects of sizes under prefix, and returns their keys and total size.
-func putSources(t *testing.T, s objstore.Store, prefix string, sizes []int) ([]string, int64) {
+// putSources stores objects of sizes, each of distinct pseudo-random bytes, under prefix, and
+// returns their keys and their concatenation.
+func putSources(t *testing.T, s objstore.Store, prefix string, sizes []int) ([]string, []byte) {
 	t.Helper()
 	var keys []string
-	var total int64
+	var all []byte
 	for i, size := range sizes {
 		key := fmt.Sprintf("%s/seg-%d", prefix, i)
-		if err := s.Put(t.Context(), key, &pattern{left: size}, objstore.PutOptions{}); err != nil {
+		data := make([]byte, size)
+		rng := rand.New(rand.NewPCG(uint64(i), uint64(size)))
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		if err := s.Put(t.Context(), key, bytes.NewReader(data), objstore.PutOptions{}); err != nil {
 			t.Fatalf("Put(%q): %v", key, err)
 		}
 		keys = append(keys, key)
-		total += int64(size)
+		all = append(all, data...)
 	}
-	return keys, total
+	return keys, all
 }
 
-// countingBody adds the bytes read through it to n.
-type countingBody struct {
+// assertObject checks that key holds want.
+func assertObject(t *testing.T, s objstore.Store, key string, want []byte) {
+	t.Helper()
+	rc, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %q: %v", key, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("Get(%q) = %d bytes (sha256 %x), want %d bytes (sha256 %x)", key, len(got), sha256.Sum256(got), len(want), sha256.Sum256(want))
+	}
+}
+
+// proxyBody counts and paces the bytes read through it, as its proxyOptions say.
+type proxyBody struct {
 	io.ReadCloser
-	n *atomic.Int64
+	opts proxyOptions
 }
 
-func (c *countingBody) Read(p []byte) (int, error) {
-	n, err := c.ReadCloser.Read(p)
-	c.n.Add(int64(n))
+func (b *proxyBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.opts.moved != nil {
+		b.opts.moved.Add(int64(n))
+	}
+	if b.opts.bytesPerSecond > 0 {
+		time.Sleep(time.Duration(n) * time.Second / time.Duration(b.opts.bytesPerSecond))
+	}
 	return n, err
 }
 
