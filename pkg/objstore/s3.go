@@ -147,7 +147,15 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 }
 
 func (s *S3) put(ctx context.Context, key string, r io.Reader, opts PutOptions) error {
-	_, err := s.client.PutObject(ctx, s.bucket, key, newSource(ctx, r), -1, minio.PutObjectOptions{
+	// A reader that knows what it holds (a segment or a JSON document already in memory:
+	// bytes.Reader, strings.Reader, bytes.Buffer) is sent as one request of that size. Of unknown
+	// length, minio-go buffers a whole part first: 16 MiB for each of thousands of small segment
+	// flushes would make the archiver's memory swing with the number of captures.
+	size := int64(-1)
+	if l, ok := r.(interface{ Len() int }); ok {
+		size = int64(l.Len())
+	}
+	_, err := s.client.PutObject(ctx, s.bucket, key, newSource(ctx, r), size, minio.PutObjectOptions{
 		ContentType:     opts.ContentType,
 		ContentEncoding: opts.ContentEncoding,
 		// Always explicit: for size -1 minio-go otherwise sizes parts for a 5 TiB object and
