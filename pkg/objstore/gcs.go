@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"cloud.google.com/go/storage"
+	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 )
@@ -94,6 +95,11 @@ func (g *GCS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions)
 	// retried from its buffer instead of failing the whole stream (ChunkSize 0 streams in one
 	// request that cannot be retried), and it caps the memory each Put holds.
 	w.ChunkSize = g.chunkSize
+	if l, ok := r.(interface{ Len() int }); ok {
+		// Bytes already in memory (a segment, a manifest) need a buffer of their size only, in
+		// whole 256 KiB units as GCS requires, not a full chunk per Put.
+		w.ChunkSize = min(g.chunkSize, max(1, (l.Len()+googleapi.MinUploadChunkSize-1)/googleapi.MinUploadChunkSize)*googleapi.MinUploadChunkSize)
+	}
 	w.ContentType = opts.ContentType
 	w.ContentEncoding = opts.ContentEncoding
 	if _, err := io.Copy(w, newSource(ctx, r)); err != nil {

@@ -453,28 +453,49 @@ func TestObjstoreMemoryStaysFlat(t *testing.T) {
 	}
 }
 
-// TestObjstoreS3SmallPutsBufferNothing: a Put of bytes already in memory (a capture's segment, a
-// manifest) is sent as it is: it must not allocate a part buffer (16 MiB by default), which made
+// TestObjstoreSmallPutsBufferNothing: a Put of bytes already in memory (a capture's segment, a
+// manifest) must not allocate a part or chunk buffer (16 MiB by default) on S3 or GCS: that made
 // the archiver's memory swing with the number of captures flushing at once.
-func TestObjstoreS3SmallPutsBufferNothing(t *testing.T) {
-	m := testbed.MinIO(t)
-	s := newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
-	if err := s.Ping(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	segment := bytes.Repeat([]byte("a compressed segment of a container log\n"), 25_000) // 1 MiB
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for i := range 4 {
-		if err := s.Put(t.Context(), fmt.Sprintf("seg-%d.gz", i), bytes.NewReader(segment), objstore.PutOptions{}); err != nil {
-			t.Fatalf("Put: %v", err)
-		}
-	}
-	runtime.ReadMemStats(&after)
-	allocated := after.TotalAlloc - before.TotalAlloc
-	t.Logf("4 Puts of %d KiB in memory allocated %d KiB in total", len(segment)>>10, allocated>>10)
-	if limit := uint64(16 << 20); allocated > limit {
-		t.Errorf("4 Puts of 1 MiB allocated %d MiB, want under %d MiB: a part buffer per Put?", allocated>>20, limit>>20)
+func TestObjstoreSmallPutsBufferNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func(t *testing.T) objstore.Store
+	}{
+		{"S3", func(t *testing.T) objstore.Store {
+			m := testbed.MinIO(t)
+			return newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
+		}},
+		{"GCS", func(t *testing.T) objstore.Store {
+			g := testbed.GCS(t)
+			t.Setenv("STORAGE_EMULATOR_HOST", g.Host)
+			s, err := objstore.NewGCS(t.Context(), objstore.GCSConfig{Bucket: g.Bucket}) // default ChunkSize
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.new(t)
+			if err := s.Ping(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			segment := bytes.Repeat([]byte("a compressed segment of a container log\n"), 25_000) // 1 MiB
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for i := range 4 {
+				if err := s.Put(t.Context(), fmt.Sprintf("seg-%d.gz", i), bytes.NewReader(segment), objstore.PutOptions{}); err != nil {
+					t.Fatalf("Put: %v", err)
+				}
+			}
+			runtime.ReadMemStats(&after)
+			allocated := after.TotalAlloc - before.TotalAlloc
+			t.Logf("4 Puts of %d KiB in memory allocated %d KiB in total", len(segment)>>10, allocated>>10)
+			if limit := uint64(16 << 20); allocated > limit {
+				t.Errorf("4 Puts of 1 MiB allocated %d MiB, want under %d MiB: a part or chunk buffer per Put?", allocated>>20, limit>>20)
+			}
+		})
 	}
 }
 
