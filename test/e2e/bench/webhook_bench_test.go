@@ -9,14 +9,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"github.com/prometheus/procfs"
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -24,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	utilptr "k8s.io/utils/ptr"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -45,15 +40,6 @@ const (
 	handlerP99Target = time.Millisecond
 	e2eRatioTarget   = 1.25
 )
-
-// quantile returns the q-quantile of sorted durations (nearest rank).
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
 
 // BenchmarkHandler measures one admission review through the webhook's HTTP handler (the mux the
 // server registers: AdmissionReview decode, mutation, patch, encode; TLS and network excluded),
@@ -308,7 +294,7 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	if sum, count := serverLatency(b, admission.JobPath); count > serverCount {
 		b.ReportMetric(ms((sum-serverSum)/float64(count-serverCount)), "server-mean-ms")
 	}
-	b.ReportMetric(100*(1-(cpu1.Idle+cpu1.Iowait-cpu0.Idle-cpu0.Iowait)/(cpuTotal(cpu1)-cpuTotal(cpu0))), "cpu-busy-%")
+	b.ReportMetric(busy(cpu0, cpu1), "cpu-busy-%")
 	p99 := map[string]time.Duration{}
 	for _, a := range arms {
 		slices.Sort(a.lat)
@@ -352,52 +338,14 @@ type histogram struct{ sum, count float64 }
 func apiServerCallLatency(b *testing.B, env *testbed.Env) map[string]histogram {
 	b.Helper()
 	const name = "apiserver_admission_webhook_admission_duration_seconds"
-	raw, err := kubernetes.NewForConfigOrDie(env.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		b.Fatalf("read the API server's metrics: %v", err)
-	}
-	// Parse only this family's lines: the whole exposition is megabytes.
-	var family strings.Builder
-	for line := range strings.Lines(string(raw)) {
-		if strings.Contains(line, name) {
-			family.WriteString(line)
-		}
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(family.String()))
-	if err != nil {
-		b.Fatalf("parse the API server's %s: %v", name, err)
-	}
 	byHook := map[string]histogram{}
-	for _, m := range families[name].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["operation"] == "CREATE" {
-			h := byHook[labels["name"]]
+	for _, m := range apiServerMetrics(b, env, name)[name].GetMetric() {
+		if l := labels(m); l["operation"] == "CREATE" {
+			h := byHook[l["name"]]
 			h.sum += m.GetHistogram().GetSampleSum()
 			h.count += float64(m.GetHistogram().GetSampleCount())
-			byHook[labels["name"]] = h
+			byHook[l["name"]] = h
 		}
 	}
 	return byHook
-}
-
-// cpuTimes reads the machine's CPU time counters.
-func cpuTimes(b *testing.B) procfs.CPUStat {
-	b.Helper()
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stat, err := fs.Stat()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return stat.CPUTotal
-}
-
-func cpuTotal(s procfs.CPUStat) float64 {
-	return s.User + s.Nice + s.System + s.Idle + s.Iowait + s.IRQ + s.SoftIRQ + s.Steal
 }
