@@ -132,7 +132,7 @@ func apiServerMetrics(b testing.TB, env *testbed.Env, names ...string) map[strin
 }
 
 // labels are a metric's labels by name.
-func labels(m *dto.Metric) map[string]string {
+func metricLabels(m *dto.Metric) map[string]string {
 	out := map[string]string{}
 	for _, l := range m.GetLabel() {
 		out[l.GetName()] = l.GetValue()
@@ -147,7 +147,7 @@ func logStreams(b testing.TB, env *testbed.Env) int {
 	const name = "apiserver_longrunning_requests"
 	n := 0.0
 	for _, m := range apiServerMetrics(b, env, name)[name].GetMetric() {
-		if l := labels(m); l["resource"] == "pods" && l["subresource"] == "log" {
+		if l := metricLabels(m); l["resource"] == "pods" && l["subresource"] == "log" {
 			n += m.GetGauge().GetValue()
 		}
 	}

@@ -340,7 +340,7 @@ func apiServerCallLatency(b *testing.B, env *testbed.Env) map[string]histogram {
 	const name = "apiserver_admission_webhook_admission_duration_seconds"
 	byHook := map[string]histogram{}
 	for _, m := range apiServerMetrics(b, env, name)[name].GetMetric() {
-		if l := labels(m); l["operation"] == "CREATE" {
+		if l := metricLabels(m); l["operation"] == "CREATE" {
 			h := byHook[l["name"]]
 			h.sum += m.GetHistogram().GetSampleSum()
 			h.count += float64(m.GetHistogram().GetSampleCount())
