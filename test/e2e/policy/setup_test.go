@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -328,6 +330,7 @@ func expectDenied(t *testing.T, err error, policy string, want ...string) {
 		t.Errorf("error %v, want a refusal by policy %s", err, policy)
 		return
 	}
+	t.Logf("refused: %v", err)
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("refusal %q does not say %q", err.Error(), w)
@@ -335,16 +338,31 @@ func expectDenied(t *testing.T, err error, policy string, want ...string) {
 	}
 }
 
-// unchanged asserts that obj is stored as it was before a refused request (same resourceVersion).
+// unchanged asserts that obj is stored as it was before a refused request: metadata and spec (its
+// status is Volcano's and the node's, who keep updating it).
 func unchanged(t *testing.T, env *testbed.Env, before client.Object) {
 	t.Helper()
 	after := before.DeepCopyObject().(client.Object)
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(before), after); err != nil {
 		t.Fatal(err)
 	}
-	if after.GetResourceVersion() != before.GetResourceVersion() {
-		t.Errorf("%s changed (resourceVersion %s → %s) by a refused request", before.GetName(), before.GetResourceVersion(), after.GetResourceVersion())
+	if diff := cmp.Diff(content(t, before), content(t, after)); diff != "" {
+		t.Errorf("%s changed by a refused request (-before +after):\n%s", before.GetName(), diff)
 	}
+}
+
+// content is obj without its status and the metadata every write changes.
+func content(t *testing.T, obj client.Object) map[string]any {
+	t.Helper()
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(u, "status")
+	for _, f := range []string{"resourceVersion", "managedFields", "generation"} {
+		unstructured.RemoveNestedField(u, "metadata", f)
+	}
+	return u
 }
 
 // patchAs changes a fresh copy of obj with change and sends it as a merge patch (with an
