@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
@@ -42,9 +43,11 @@ func TestOnlyArchiverRemovesFinalizers(t *testing.T) {
 			return patchAs(t, u, o, removeFinalizer(tracking.JobFinalizer))
 		}, "may remove jobvault.io/archive from VcJob " + ns + "/held, alice may not"},
 		{"tenant replaces the job with her manifest", tenant, job, func(u user, o client.Object) error {
-			j := get(t, o.(*batchv1alpha1.Job)).DeepCopy()
-			j.Finalizers = nil
-			return as(t, u).Update(t.Context(), j)
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				j := get(t, o.(*batchv1alpha1.Job).DeepCopy())
+				j.Finalizers = nil
+				return as(t, u).Update(t.Context(), j)
+			})
 		}, "jobvault.io/archive"},
 		{"tenant patches the pod", tenant, pod, func(u user, o client.Object) error {
 			return patchAs(t, u, o, removeFinalizer(tracking.PodFinalizer))

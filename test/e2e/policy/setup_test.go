@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
@@ -365,31 +366,36 @@ func content(t *testing.T, obj client.Object) map[string]any {
 	return u
 }
 
-// patchAs changes a fresh copy of obj with change and sends it as a merge patch (with an
-// optimistic lock, as the archiver does) as u. obj is left as stored before.
+// patchAs changes a fresh copy of obj with change and sends it as a merge patch as u, with an
+// optimistic lock as the archiver does, again on a conflict (Volcano and the node keep updating
+// the status). obj is left as it was.
 func patchAs(t *testing.T, u user, obj client.Object, change func(client.Object), opts ...client.PatchOption) error {
 	t.Helper()
-	env := testbed.Cluster(t)
-	cur := obj.DeepCopyObject().(client.Object)
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), cur); err != nil {
-		t.Fatal(err)
-	}
-	base := cur.DeepCopyObject().(client.Object)
-	change(cur)
-	return as(t, u).Patch(t.Context(), cur, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), opts...)
+	return patchWith(t, obj, change, func(cur client.Object, patch client.Patch) error {
+		return as(t, u).Patch(t.Context(), cur, patch, opts...)
+	})
 }
 
 // statusPatchAs is patchAs through the status subresource.
 func statusPatchAs(t *testing.T, u user, obj client.Object, change func(client.Object)) error {
 	t.Helper()
+	return patchWith(t, obj, change, func(cur client.Object, patch client.Patch) error {
+		return as(t, u).Status().Patch(t.Context(), cur, patch)
+	})
+}
+
+func patchWith(t *testing.T, obj client.Object, change func(client.Object), send func(client.Object, client.Patch) error) error {
+	t.Helper()
 	env := testbed.Cluster(t)
-	cur := obj.DeepCopyObject().(client.Object)
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), cur); err != nil {
-		t.Fatal(err)
-	}
-	base := cur.DeepCopyObject().(client.Object)
-	change(cur)
-	return as(t, u).Status().Patch(t.Context(), cur, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := obj.DeepCopyObject().(client.Object)
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), cur); err != nil {
+			t.Fatal(err)
+		}
+		base := cur.DeepCopyObject().(client.Object)
+		change(cur)
+		return send(cur, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	})
 }
 
 // get reads obj as stored now.
@@ -409,8 +415,9 @@ func webhookNamespace(t *testing.T, env *testbed.Env) string {
 	return ns
 }
 
-// runningJob creates a VcJob of one pod that runs for an hour, as u, and waits until Volcano
-// created its pod (with jobvault's finalizer, where the webhook runs). It returns both as stored.
+// runningJob creates a VcJob of one pod that runs for an hour, as u, and waits until its pod
+// (with jobvault's finalizer, where the webhook runs) is bound and running, so that only its status
+// changes while the test runs. It returns both as stored.
 func runningJob(t *testing.T, u user, ns, name string, opts ...testbed.PodOption) (*batchv1alpha1.Job, *corev1.Pod) {
 	t.Helper()
 	env := testbed.Cluster(t)
@@ -422,11 +429,11 @@ func runningJob(t *testing.T, u user, ns, name string, opts ...testbed.PodOption
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(pod), pod)
-		if err == nil {
+		if err == nil && pod.Status.Phase == corev1.PodRunning {
 			break
 		}
-		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
-			t.Fatalf("pod %s of job %s: %v", pod.Name, name, err)
+		if err != nil && !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+			t.Fatalf("pod %s of job %s not running after a minute (phase %q): %v", pod.Name, name, pod.Status.Phase, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
