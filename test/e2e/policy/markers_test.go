@@ -101,6 +101,17 @@ var archiveResults = map[string]string{
 	tracking.ArchivedReasonAnnotation:  "released by operator: ticket-1",
 }
 
+func setLabel(k, v string) func(client.Object) {
+	return func(o client.Object) {
+		l := o.GetLabels()
+		if l == nil {
+			l = map[string]string{}
+		}
+		l[k] = v
+		o.SetLabels(l)
+	}
+}
+
 func setAnnotations(kv map[string]string) func(client.Object) {
 	return func(o client.Object) {
 		a := o.GetAnnotations()
@@ -183,13 +194,7 @@ func TestOnlyArchiverRemovesTrackedLabel(t *testing.T) {
 		delete(l, tracking.TrackedLabel)
 		o.SetLabels(l)
 	}
-	relabel := func(v string) func(client.Object) {
-		return func(o client.Object) {
-			l := o.GetLabels()
-			l[tracking.TrackedLabel] = v
-			o.SetLabels(l)
-		}
-	}
+	relabel := func(v string) func(client.Object) { return setLabel(tracking.TrackedLabel, v) }
 	for _, c := range []struct {
 		name   string
 		who    user

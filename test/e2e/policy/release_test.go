@@ -96,7 +96,7 @@ func TestReleaseOnlyByOperators(t *testing.T) {
 		}
 	})
 	t.Run("other updates are not concerned", func(t *testing.T) {
-		if err := patchAs(t, tenant, pod, func(o client.Object) { o.GetLabels()["team"] = "a" }); err != nil {
+		if err := patchAs(t, tenant, pod, setLabel("team", "a")); err != nil {
 			t.Errorf("tenant labels her released pod: %v", err)
 		}
 	})
