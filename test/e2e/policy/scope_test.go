@@ -34,11 +34,20 @@ func TestArchiverScope(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: archiver.name,
-		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + deployNamespace, "system:authenticated"},
-		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "pods", Namespace: ns, Name: pod.Name}}}
-	if err := env.Client.Create(t.Context(), sar); err != nil || !sar.Status.Allowed {
-		t.Fatalf("RBAC: the archiver may not patch pod %s (%v): nothing for the policy to stop", pod.Name, err)
+	// RBAC (config/archiver's ClusterRole, nothing more) lets the archiver patch the pod: only the
+	// policy stands between it and an image change.
+	may := func(verb string) bool {
+		t.Helper()
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: archiver.name,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + deployNamespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "pods", Namespace: ns, Name: pod.Name}}}
+		if err := env.Client.Create(t.Context(), sar); err != nil {
+			t.Fatal(err)
+		}
+		return sar.Status.Allowed
+	}
+	if !may("patch") || may("update") {
+		t.Fatalf("RBAC: the archiver may patch %v, update %v pod %s; want its ClusterRole's: patch only", may("patch"), may("update"), pod.Name)
 	}
 
 	also := "this update of pod " + ns + "/" + pod.Name + " also changes "

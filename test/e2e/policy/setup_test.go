@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,12 +76,14 @@ func as(t *testing.T, u user) client.Client {
 	if c, ok := clients[u.name]; ok {
 		return c
 	}
-	cfg := env.UserConfig(t, u.name, u.groups...)
+	var cfg *rest.Config
 	if u.name == stack.ArchiverUser {
 		var err error
 		if cfg, err = clientcmd.BuildConfigFromFlags("", stack.ArchiverIdentity(t, env)); err != nil {
 			t.Fatal(err)
 		}
+	} else {
+		cfg = env.UserConfig(t, u.name, u.groups...)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
 	if err != nil {
@@ -369,10 +372,10 @@ func content(t *testing.T, obj client.Object) map[string]any {
 // patchAs changes a fresh copy of obj with change and sends it as a merge patch as u, with an
 // optimistic lock as the archiver does, again on a conflict (Volcano and the node keep updating
 // the status). obj is left as it was.
-func patchAs(t *testing.T, u user, obj client.Object, change func(client.Object), opts ...client.PatchOption) error {
+func patchAs(t *testing.T, u user, obj client.Object, change func(client.Object)) error {
 	t.Helper()
 	return patchWith(t, obj, change, func(cur client.Object, patch client.Patch) error {
-		return as(t, u).Patch(t.Context(), cur, patch, opts...)
+		return as(t, u).Patch(t.Context(), cur, patch)
 	})
 }
 
