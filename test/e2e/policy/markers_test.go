@@ -184,17 +184,24 @@ func TestOnlyArchiverWritesArchiveResults(t *testing.T) {
 	})
 }
 
-// Nobody but the archiver removes or changes jobvault.io/tracked, on jobs and pods; anyone adds it.
+// Nobody but the archiver removes or changes a jobvault.io/ label: jobvault.io/tracked on a job, and
+// on a pod, where anyone may add it.
 func TestOnlyArchiverRemovesTrackedLabel(t *testing.T) {
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 	job, pod := runningJob(t, tenant, ns, "tracked")
+	if !tracking.IsTracked(job.Labels) {
+		t.Fatalf("job labels %v: the webhook did not add ours", job.Labels)
+	}
 	unlabel := func(o client.Object) {
 		l := o.GetLabels()
 		delete(l, tracking.TrackedLabel)
 		o.SetLabels(l)
 	}
 	relabel := func(v string) func(client.Object) { return setLabel(tracking.TrackedLabel, v) }
+	if err := patchAs(t, tenant, pod, relabel(tracking.TrackedValue)); err != nil {
+		t.Fatalf("tenant labels her pod: %v", err)
+	}
 	for _, c := range []struct {
 		name   string
 		who    user
@@ -205,7 +212,8 @@ func TestOnlyArchiverRemovesTrackedLabel(t *testing.T) {
 	}{
 		{"tenant unlabels the job", tenant, job, false, unlabel, "may remove or change the label(s) jobvault.io/tracked of VcJob " + ns + "/tracked, alice may not"},
 		{"tenant sets the job's label to false", tenant, job, false, relabel("false"), "jobvault.io/tracked"},
-		{"operator unlabels the pod", operator, pod, false, unlabel, "of pod " + ns + "/" + pod.Name + ", olga may not"},
+		{"operator unlabels the job", operator, job, false, unlabel, "olga may not"},
+		{"tenant unlabels the pod", tenant, pod, false, unlabel, "of pod " + ns + "/" + pod.Name + ", alice may not"},
 		{"cluster admin unlabels the pod's status", clusterAd, pod, true, unlabel, "rita may not"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -220,12 +228,11 @@ func TestOnlyArchiverRemovesTrackedLabel(t *testing.T) {
 			unchanged(t, env, before)
 		})
 	}
-	t.Run("archiver unlabels, tenant labels", func(t *testing.T) {
-		if err := patchAs(t, archiver, pod, unlabel); err != nil {
-			t.Fatalf("archiver unlabels the pod: %v", err)
-		}
-		if err := patchAs(t, tenant, pod, relabel(tracking.TrackedValue)); err != nil {
-			t.Errorf("tenant labels the pod: %v", err)
+	t.Run("archiver unlabels", func(t *testing.T) {
+		for _, o := range []client.Object{job, pod} {
+			if err := patchAs(t, archiver, o, unlabel); err != nil {
+				t.Errorf("archiver unlabels %s: %v", o.GetName(), err)
+			}
 		}
 	})
 }
