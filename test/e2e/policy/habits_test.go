@@ -9,17 +9,22 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
 // A tenant's ordinary kubectl habits keep working under the policies: applying a changed manifest
 // again, client-side or server-side, leaves jobvault's finalizer, label and annotations alone
 // (kubectl removes only what it applied before; the API server does not count the webhook's
-// additions as the applier's). Replacing the job with the manifest would drop them, and is refused
-// with the reason.
+// additions as the applier's), and so do kubectl label and annotate. Replacing the job with the
+// manifest would drop them, and is refused with the reason.
+//
+// The namespace is left out of Volcano's admission webhook, which refuses any re-apply that
+// restates a VcJob's tasks (the list replaces the one Volcano defaulted), with or without jobvault.
 func TestTenantKubectlHabits(t *testing.T) {
 	env := policies(t)
-	ns := webhookNamespace(t, env)
+	ns := env.NamespaceWithoutVolcanoAdmission(t)
+	stack.ServeWebhook(t, env).Register(t, env, []string{ns}, nil)
 	as(t, tenant) // binds alice to cluster-admin
 	kubeconfig := env.UserKubeconfig(t, tenant.name, tenant.groups...)
 	kubectl := func(manifest []byte, args ...string) (string, error) {
@@ -59,6 +64,17 @@ func TestTenantKubectlHabits(t *testing.T) {
 			}
 		})
 	}
+	t.Run("label-annotate", func(t *testing.T) {
+		for _, args := range [][]string{{"label", "job.batch.volcano.sh/apply", "reviewed=yes"},
+			{"annotate", "job.batch.volcano.sh/apply", "team-a.example.com/ticket=42"}} {
+			if out, err := kubectl(nil, append(args, "-n", ns)...); err != nil {
+				t.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+		if j := get(t, testbed.Job(ns, "apply").Obj()); !hasFinalizer(j, tracking.JobFinalizer) || j.Labels["reviewed"] != "yes" {
+			t.Errorf("job after kubectl label: labels %v finalizers %v", j.Labels, j.Finalizers)
+		}
+	})
 	t.Run("replace", func(t *testing.T) {
 		before := get(t, testbed.Job(ns, "apply").Obj())
 		out, err := kubectl(manifest("apply", "three"), "replace", "-f", "-")
