@@ -45,7 +45,8 @@ const certManagerGroup = "cert-manager.io"
 
 // clusterScoped are the kinds config/ may render without a namespace.
 var clusterScoped = []string{"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-	"ValidatingWebhookConfiguration", "CustomResourceDefinition", "ClusterIssuer"}
+	"ValidatingWebhookConfiguration", "CustomResourceDefinition", "ClusterIssuer",
+	"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 func configDir(t *testing.T) string {
 	t.Helper()
