@@ -45,8 +45,7 @@ const certManagerGroup = "cert-manager.io"
 
 // clusterScoped are the kinds config/ may render without a namespace.
 var clusterScoped = []string{"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-	"ValidatingWebhookConfiguration", "CustomResourceDefinition", "ClusterIssuer",
-	"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+	"ValidatingWebhookConfiguration", "CustomResourceDefinition", "ClusterIssuer"}
 
 func configDir(t *testing.T) string {
 	t.Helper()
