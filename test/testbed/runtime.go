@@ -516,7 +516,8 @@ func (c *containerRun) newRun(dir string, n int32) error {
 func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOptions) error {
 	out := c.output()
 	for {
-		if !c.lastAt.IsZero() && now.Sub(c.lastAt) < c.out.Every {
+		due := c.lastAt.Add(c.out.Every)
+		if !c.lastAt.IsZero() && now.Before(due) {
 			return nil
 		}
 		var chunk Chunk
@@ -530,7 +531,14 @@ func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOption
 		default:
 			return nil
 		}
-		c.lastAt = now
+		// The next chunk is due Every after this one was due, not after the poll that wrote it:
+		// polls come up to runtimePoll late, and output paced from them drifts slower than Every
+		// (30% over a minute at 100 ms). More than a period late, start afresh: no bursts.
+		if c.lastAt.IsZero() || now.Sub(due) >= c.out.Every {
+			c.lastAt = now
+		} else {
+			c.lastAt = due
+		}
 		if err := c.append(chunk, opts); err != nil {
 			return err
 		}
