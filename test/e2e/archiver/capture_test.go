@@ -25,25 +25,6 @@ import (
 // over time, the node rotates their logs and deletes a deleted pod's logs after its containers
 // stop. Byte-exact is against what the container wrote (Runtime.Written).
 
-// steadyOutput is n chunks of about size bytes each, lines of every kind a log holds: both streams,
-// non-UTF-8 bytes, CRLF.
-func steadyOutput(tag string, n, size int) []testbed.Chunk {
-	var out []testbed.Chunk
-	for i := range n {
-		var b bytes.Buffer
-		for b.Len() < size {
-			fmt.Fprintf(&b, "%s chunk %d at %d: %s\n", tag, i, b.Len(), strings.Repeat("=", 90))
-		}
-		stream := "stdout"
-		if i%4 == 3 {
-			stream = "stderr"
-			b.WriteString("crlf line\r\n\xff\xfe binary\n")
-		}
-		out = append(out, testbed.Chunk{Stream: stream, Data: b.Bytes()})
-	}
-	return out
-}
-
 // logRow returns the recorded log of the container's instance of the job's only pod.
 func logRow(t *testing.T, s *stack.Rig, jobUID, container, instance string) record.LogObject {
 	t.Helper()
@@ -98,7 +79,7 @@ func waitWritten(t *testing.T, s *stack.Rig, rt *testbed.Runtime, pod string, n 
 func TestCaptureThroughRotation(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendS3)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 256 << 10, MaxFiles: 2})
-	out := steadyOutput("rotating", 60, 100<<10)
+	out := stack.SteadyOutput("rotating", 60, 100<<10)
 	job, pod := writingJob(t, s, rt, "rotating", "8s", out, 100*time.Millisecond)
 	j := s.WaitArchived(t, job, 3*time.Minute)
 	written := rt.Written(s.NS, pod, "main", 0)
@@ -171,7 +152,7 @@ func TestCaptureGracePeriodTail(t *testing.T) {
 func TestCaptureSurvivesArchiverKill(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendS3, "--capture-segment-bytes=65536")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
-	job, pod := writingJob(t, s, rt, "killed", "14s", steadyOutput("killed", 100, 10<<10), 100*time.Millisecond)
+	job, pod := writingJob(t, s, rt, "killed", "14s", stack.SteadyOutput("killed", 100, 10<<10), 100*time.Millisecond)
 	waitWritten(t, s, rt, pod, 300<<10)
 	s.Proc.Kill()
 	time.Sleep(5 * time.Second)
@@ -191,7 +172,7 @@ func TestCaptureSurvivesArchiverKill(t *testing.T) {
 func TestCaptureRecordsGapWhenDown(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=65536")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
-	job, pod := writingJob(t, s, rt, "down", "12s", steadyOutput("down", 100, 8<<10), 100*time.Millisecond)
+	job, pod := writingJob(t, s, rt, "down", "12s", stack.SteadyOutput("down", 100, 8<<10), 100*time.Millisecond)
 	waitWritten(t, s, rt, pod, 100<<10)
 	s.Proc.Kill()
 	waitWritten(t, s, rt, pod, len(rt.Written(s.NS, pod, "main", 0))+300<<10) // several rotations of 64 KiB
@@ -271,7 +252,7 @@ func TestCaptureNodeLost(t *testing.T) {
 	node := s.Env.AddNode(t)
 	job := testbed.Job(s.NS, "stranded").Task("w", 1, []string{"main"}, testbed.RunsFor("1h"), testbed.OnNode(node)).Obj()
 	pod := testbed.PodName(job.Name, "w", 0)
-	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{steadyOutput("stranded", 200, 1<<10)}, Every: 50 * time.Millisecond}})
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{stack.SteadyOutput("stranded", 200, 1<<10)}, Every: 50 * time.Millisecond}})
 	stack.CreateAs(t, s.Env, "erin", job)
 	waitWritten(t, s, rt, pod, 20<<10)
 	time.Sleep(time.Second) // captured and durable (4 KiB segments)
@@ -339,7 +320,7 @@ func TestCaptureCrashLoop(t *testing.T) {
 	pod := testbed.PodName(job.Name, "w", 0)
 	var runs [][]testbed.Chunk
 	for run := range 6 {
-		runs = append(runs, steadyOutput(fmt.Sprintf("run %d", run), 3, 2<<10))
+		runs = append(runs, stack.SteadyOutput(fmt.Sprintf("run %d", run), 3, 2<<10))
 	}
 	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: runs}})
 	stack.CreateAs(t, s.Env, "erin", job)
