@@ -95,6 +95,35 @@ func TestCaptureThroughRotation(t *testing.T) {
 	}
 }
 
+// TestCaptureThroughRotationAtScale is TestCaptureThroughRotation at full scale: 200 MiB over 60 s
+// while the node rotates the log every 1 MiB and keeps 5 files, as a kubelet with
+// containerLogMaxSize=1Mi does. The follow stream must keep within one file (0.2 s here) of the
+// writer: at a rotation the kubelet's reader (KWOK serves logs with it) reopens the log by name,
+// so a stream further behind skips the files in between, and nothing in the stream shows it.
+func TestCaptureThroughRotationAtScale(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3)
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 1 << 20, MaxFiles: 5})
+	out := stack.SteadyOutput("at scale", 600, (200<<20)/600)
+	start := time.Now()
+	job, pod := writingJob(t, s, rt, "at-scale", "68s", out, 100*time.Millisecond)
+	j := s.WaitArchived(t, job, 5*time.Minute)
+	t.Logf("archived %d MiB in %s from the job's creation", len(testbed.Bytes(out))>>20, time.Since(start).Round(time.Second))
+	written := rt.Written(s.NS, pod, "main", 0)
+	if !bytes.Equal(written, testbed.Bytes(out)) {
+		t.Fatalf("the container wrote %d of %d bytes before it ended: the test's timing is off", len(written), len(testbed.Bytes(out)))
+	}
+	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
+	s.CheckLog(t, row, written)
+	if t.Failed() {
+		got, _ := s.ReadLog(t, row.ObjectKey)
+		p := commonPrefix(got, written)
+		t.Errorf("archived %d of %d bytes written: they agree on the first %d and the last %d", len(got), len(written), p, commonSuffix(got[p:], written[p:]))
+	}
+	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+		t.Errorf("gaps %+v, want none", g)
+	}
+}
+
 // TestCaptureGracePeriodTail: a user deletes a running job; its pod keeps writing shutdown output
 // through its 4 s grace period. The archive holds that tail, and the pod is released only once
 // its container terminated.
