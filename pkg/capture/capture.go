@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -114,13 +115,15 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		if end.Over {
 			return c.finish(ctx, src, end)
 		}
-		opened, err := c.follow(ctx, src, over)
+		read, err := c.follow(ctx, src, over)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if err != nil && !errors.Is(err, errOver) {
-			// A stream that broke is reopened, the longer the more often it fails to open.
-			if !opened {
+			// A stream that broke is reopened, the longer the more often it fails before a line:
+			// one that opens and fails at once (the node's reader answering an error in the body)
+			// must not be reopened in a tight loop.
+			if !read {
 				retry = min(2*retry, cfg.Retry)
 			} else {
 				retry = 100 * time.Millisecond
@@ -210,9 +213,9 @@ type line struct {
 var errOver = errors.New("run over")
 
 // follow streams the run's log from the durable position, writing segments as they fill or age,
-// until the stream ends or breaks, or the run is over (errOver). opened says whether the stream
-// could be opened at all.
-func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) (opened bool, err error) {
+// until the stream ends or breaks, or the run is over (errOver). read says whether the stream
+// delivered a line.
+func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) (read bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// From the last line captured, durable or not: what the segment holds stays in memory.
@@ -234,23 +237,24 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 			if l.partial {
 				continue // the stream broke mid-line: the whole line comes again when it is reopened
 			}
+			read = true
 			if err := c.add(ctx, l, &first); err != nil {
-				return true, err
+				return read, err
 			}
 		case err := <-readErr:
-			return true, err
+			return read, err
 		case <-tick.C:
 			if c.segPending && time.Since(c.segStart) >= c.cfg.SegmentAge {
 				if err := c.flush(ctx); err != nil {
-					return true, err
+					return read, err
 				}
 			}
 			end, err := over(ctx)
 			if err != nil {
-				return true, err
+				return read, err
 			}
 			if end.Over {
-				return true, errOver
+				return read, errOver
 			}
 		}
 	}
@@ -393,7 +397,10 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line) error {
 		}
 		t, err := time.Parse(time.RFC3339Nano, ts[:len(ts)-1])
 		if err != nil {
-			return fmt.Errorf("log line without timestamp (%q): was timestamps=true asked?", ts)
+			// The node's reader writes its errors into the stream once it has started it.
+			rest, _ := br.Peek(min(br.Buffered(), 200))
+			text, _, _ := strings.Cut(ts+string(rest), "\n")
+			return fmt.Errorf("log line without timestamp (an error of the node's log reader, or timestamps=true not asked): %q", text)
 		}
 		data, err := br.ReadBytes('\n')
 		l := line{ts: t, data: data}

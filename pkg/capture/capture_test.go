@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -304,5 +305,43 @@ func TestCaptureSurvivesRestartWithoutDuplicates(t *testing.T) {
 	r.check(t)
 	if len(r.recs.gaps) != 0 {
 		t.Errorf("gaps %+v, want none", r.recs.gaps)
+	}
+}
+
+// failingNode answers every open with a stream holding only an error text, as the kubelet's reader
+// does once it has started the response (it could not watch the log file, say).
+type failingNode struct {
+	mu    sync.Mutex
+	opens int
+}
+
+func (n *failingNode) Open(context.Context, Ref, OpenOptions) (io.ReadCloser, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.opens++
+	return io.NopCloser(strings.NewReader("failed to create fsnotify watcher: too many open files\n")), nil
+}
+
+// A stream that opens and fails before its first line is reopened with backoff, not in a tight
+// loop against the API server and the node.
+func TestCaptureBacksOffStreamsThatFailAtOnce(t *testing.T) {
+	r := newRig(t)
+	r.cfg.Retry = 400 * time.Millisecond
+	n := &failingNode{}
+	ctx, stop := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer stop()
+	if err := Capture(ctx, r.cfg, n, r.recs, r.store, r.segKey, r.ref, r.over); err == nil {
+		t.Fatal("Capture of a stream that never works ended without error")
+	}
+	// 100 ms then doubling up to 400 ms: opens at 0, 0.2, 0.6, 1.0 and 1.4 s; without backoff, 15.
+	if n.opens > 6 {
+		t.Errorf("%d opens in 1.5 s, want at most 6", n.opens)
+	}
+}
+
+func TestReadLinesReportsTheNodesError(t *testing.T) {
+	err := readLines(t.Context(), strings.NewReader("failed to create fsnotify watcher: too many open files\n"), make(chan line))
+	if err == nil || !strings.Contains(err.Error(), "failed to create fsnotify watcher: too many open files") {
+		t.Errorf("error %v, want it to hold the node's error text", err)
 	}
 }
