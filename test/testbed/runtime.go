@@ -57,7 +57,7 @@ type Output struct {
 // MaxSize, and removes a deleted pod's files once its containers have stopped and the GC delay has
 // passed, even while a finalizer holds the pod. KWOK serves the files through the real pods/log
 // path. The runtime keeps an exact copy of every byte each run wrote, the truth an archive is
-// compared with.
+// compared with. While the API server cannot be reached, the containers go on as last seen.
 //
 // A pod labelled by RestartsOnce has its containers restarted by the runtime: it starts the new
 // run's file, makes KWOK serve it, and only then sets the restart in the pod's status, as a
@@ -69,6 +69,8 @@ type Runtime struct {
 
 	mu   sync.Mutex
 	pods map[string]*podRun // by namespace/name
+	// lastSeen are the pods of each namespace as last listed.
+	lastSeen map[string]map[string]*corev1.Pod
 }
 
 type podRun struct {
@@ -154,7 +156,7 @@ func (e *Env) newRuntime(opts RuntimeOptions) (*Runtime, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &Runtime{env: e, opts: opts, logs: cs, pods: map[string]*podRun{}}
+	r := &Runtime{env: e, opts: opts, logs: cs, pods: map[string]*podRun{}, lastSeen: map[string]map[string]*corev1.Pod{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -271,14 +273,11 @@ func (r *Runtime) step(ctx context.Context) {
 		if byNS[p.ns] != nil {
 			continue
 		}
-		var list corev1.PodList
-		if err := r.env.Client.List(ctx, &list, client.InNamespace(p.ns)); err != nil {
-			return // the API server restarting, say: try again at the next tick
+		pods, err := r.listPods(ctx, p.ns)
+		if err != nil {
+			return // nothing seen yet: try again at the next tick
 		}
-		byNS[p.ns] = map[string]*corev1.Pod{}
-		for i := range list.Items {
-			byNS[p.ns][list.Items[i].Name] = &list.Items[i]
-		}
+		byNS[p.ns] = pods
 	}
 	now := time.Now()
 	for key, p := range r.pods {
@@ -350,6 +349,27 @@ func (r *Runtime) step(ctx context.Context) {
 			p.collect()
 		}
 	}
+}
+
+// listPods returns the namespace's pods by name, as the API server has them, or, while it cannot be
+// reached (restarting, say), as it last had them: a node keeps running its containers, which keep
+// writing, whether or not the API server answers.
+func (r *Runtime) listPods(ctx context.Context, ns string) (map[string]*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var list corev1.PodList
+	if err := r.env.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		if last, ok := r.lastSeen[ns]; ok {
+			return last, nil
+		}
+		return nil, err
+	}
+	pods := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		pods[list.Items[i].Name] = &list.Items[i]
+	}
+	r.lastSeen[ns] = pods
+	return pods, nil
 }
 
 func (p *podRun) anyStarted() bool {
