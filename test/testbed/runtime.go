@@ -69,7 +69,7 @@ type Runtime struct {
 
 	mu   sync.Mutex
 	pods map[string]*podRun // by namespace/name
-	// lastSeen are the pods of each namespace as last listed.
+	// lastSeen are the pods of each namespace, by name, as last listed.
 	lastSeen map[string]map[string]*corev1.Pod
 }
 
@@ -158,21 +158,26 @@ func (e *Env) newRuntime(opts RuntimeOptions) (*Runtime, func(), error) {
 	}
 	r := &Runtime{env: e, opts: opts, logs: cs, pods: map[string]*podRun{}, lastSeen: map[string]map[string]*corev1.Pod{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(runtimePoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				r.step(ctx)
+	var wg sync.WaitGroup
+	// Listing runs apart from writing: a slow or unreachable API server must not hold the
+	// containers' output back.
+	for _, f := range []func(context.Context){r.list, r.step} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(runtimePoll)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					f(ctx)
+				}
 			}
-		}
-	}()
-	return r, func() { cancel(); <-done }, nil
+		}()
+	}
+	return r, func() { cancel(); wg.Wait() }, nil
 }
 
 // Run hands pod ns/name to the runtime, with the output of each of its containers (init containers
@@ -264,27 +269,17 @@ func (r *Runtime) Collected(ns, pod string) bool {
 	return ok && p.collected
 }
 
-// step brings every pod's files up to date with what its containers are doing now.
+// step brings every pod's files up to date with what its containers are doing now, as last listed.
 func (r *Runtime) step(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	byNS := map[string]map[string]*corev1.Pod{}
-	for _, p := range r.pods {
-		if byNS[p.ns] != nil {
-			continue
-		}
-		pods, err := r.listPods(ctx, p.ns)
-		if err != nil {
-			return // nothing seen yet: try again at the next tick
-		}
-		byNS[p.ns] = pods
-	}
 	now := time.Now()
 	for key, p := range r.pods {
-		if p.restarting {
+		pods, listed := r.lastSeen[p.ns]
+		if p.restarting || !listed {
 			continue
 		}
-		pod := byNS[p.ns][p.name]
+		pod := pods[p.name]
 		if pod == nil {
 			if !p.collected && (!p.stoppedAt.IsZero() || p.anyStarted()) {
 				p.collect() // the pod object is gone: the kubelet removes its containers and logs
@@ -351,25 +346,32 @@ func (r *Runtime) step(ctx context.Context) {
 	}
 }
 
-// listPods returns the namespace's pods by name, as the API server has them, or, while it cannot be
-// reached (restarting, say), as it last had them: a node keeps running its containers, which keep
-// writing, whether or not the API server answers.
-func (r *Runtime) listPods(ctx context.Context, ns string) (map[string]*corev1.Pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var list corev1.PodList
-	if err := r.env.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		if last, ok := r.lastSeen[ns]; ok {
-			return last, nil
+// list lists the pods of the runtime's namespaces for step. While the API server cannot be reached
+// (restarting, say), step goes on with the pods as last listed: a node keeps running its
+// containers, which keep writing, whether or not the API server answers.
+func (r *Runtime) list(ctx context.Context) {
+	r.mu.Lock()
+	namespaces := map[string]bool{}
+	for _, p := range r.pods {
+		namespaces[p.ns] = true
+	}
+	r.mu.Unlock()
+	for ns := range namespaces {
+		var list corev1.PodList
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := r.env.Client.List(lctx, &list, client.InNamespace(ns))
+		cancel()
+		if err != nil {
+			continue
 		}
-		return nil, err
+		pods := map[string]*corev1.Pod{}
+		for i := range list.Items {
+			pods[list.Items[i].Name] = &list.Items[i]
+		}
+		r.mu.Lock()
+		r.lastSeen[ns] = pods
+		r.mu.Unlock()
 	}
-	pods := map[string]*corev1.Pod{}
-	for i := range list.Items {
-		pods[list.Items[i].Name] = &list.Items[i]
-	}
-	r.lastSeen[ns] = pods
-	return pods, nil
 }
 
 func (p *podRun) anyStarted() bool {
