@@ -115,15 +115,21 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		if end.Over {
 			return c.finish(ctx, src, end)
 		}
-		read, err := c.follow(ctx, src, over)
+		opened := time.Now()
+		err = c.follow(ctx, src, over)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		// follow honours the segment's age only while its stream stays open.
+		if err := c.flushAged(ctx); err != nil {
+			return err
+		}
 		if err != nil && !errors.Is(err, errOver) {
-			// A stream that broke is reopened, the longer the more often it fails before a line:
-			// one that opens and fails at once (the node's reader answering an error in the body)
-			// must not be reopened in a tight loop.
-			if !read {
+			// A stream that broke soon after it was opened, or failed to open, is reopened later
+			// and later, up to Retry; one that lasted, at once. The node's reader fails every
+			// stream when it cannot watch the log file (out of inotify instances, say): it answers
+			// the lines so far, then its error, and each reopening reads the whole file again.
+			if time.Since(opened) < cfg.Retry {
 				retry = min(2*retry, cfg.Retry)
 			} else {
 				retry = 100 * time.Millisecond
@@ -213,16 +219,15 @@ type line struct {
 var errOver = errors.New("run over")
 
 // follow streams the run's log from the durable position, writing segments as they fill or age,
-// until the stream ends or breaks, or the run is over (errOver). read says whether the stream
-// delivered a line.
-func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) (read bool, err error) {
+// until the stream ends or breaks, or the run is over (errOver).
+func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// From the last line captured, durable or not: what the segment holds stays in memory.
 	c.segSkip = 0
 	rc, err := src.Open(ctx, c.ref, OpenOptions{Follow: true, Since: c.segLast})
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer rc.Close()
 	lines := make(chan line)
@@ -237,27 +242,32 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 			if l.partial {
 				continue // the stream broke mid-line: the whole line comes again when it is reopened
 			}
-			read = true
 			if err := c.add(ctx, l, &first); err != nil {
-				return read, err
+				return err
 			}
 		case err := <-readErr:
-			return read, err
+			return err
 		case <-tick.C:
-			if c.segPending && time.Since(c.segStart) >= c.cfg.SegmentAge {
-				if err := c.flush(ctx); err != nil {
-					return read, err
-				}
+			if err := c.flushAged(ctx); err != nil {
+				return err
 			}
 			end, err := over(ctx)
 			if err != nil {
-				return read, err
+				return err
 			}
 			if end.Over {
-				return read, errOver
+				return errOver
 			}
 		}
 	}
+}
+
+// flushAged writes the segment being filled once it is SegmentAge old.
+func (c *capture) flushAged(ctx context.Context) error {
+	if c.segPending && time.Since(c.segStart) >= c.cfg.SegmentAge {
+		return c.flush(ctx)
+	}
+	return nil
 }
 
 // finish reads the rest of an ended run without follow, writes the last segment and records any

@@ -308,8 +308,8 @@ func TestCaptureSurvivesRestartWithoutDuplicates(t *testing.T) {
 	}
 }
 
-// failingNode answers every open with a stream holding only an error text, as the kubelet's reader
-// does once it has started the response (it could not watch the log file, say).
+// failingNode answers every open as the kubelet's reader does when it cannot watch the log file:
+// the lines so far (a new one each time), then its error in the body of the response it started.
 type failingNode struct {
 	mu    sync.Mutex
 	opens int
@@ -319,12 +319,13 @@ func (n *failingNode) Open(context.Context, Ref, OpenOptions) (io.ReadCloser, er
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.opens++
-	return io.NopCloser(strings.NewReader("failed to create fsnotify watcher: too many open files\n")), nil
+	ts := time.Date(2026, 11, 22, 10, 0, n.opens, 0, time.UTC).Format(time.RFC3339Nano)
+	return io.NopCloser(strings.NewReader(ts + " line " + fmt.Sprint(n.opens) + "\nfailed to create fsnotify watcher: too many open files\n")), nil
 }
 
-// A stream that opens and fails before its first line is reopened with backoff, not in a tight
-// loop against the API server and the node.
-func TestCaptureBacksOffStreamsThatFailAtOnce(t *testing.T) {
+// A stream that breaks soon after it opens is reopened with backoff, not in a tight loop that
+// has the node read the whole log file again every 100 ms.
+func TestCaptureBacksOffStreamsThatBreakAtOnce(t *testing.T) {
 	r := newRig(t)
 	r.cfg.Retry = 400 * time.Millisecond
 	n := &failingNode{}
@@ -337,6 +338,22 @@ func TestCaptureBacksOffStreamsThatFailAtOnce(t *testing.T) {
 	if n.opens > 6 {
 		t.Errorf("%d opens in 1.5 s, want at most 6", n.opens)
 	}
+}
+
+// Segments are written once SegmentAge old even when no stream stays open long enough for the
+// capture to look at their age.
+func TestCaptureStoresAgedSegmentsWhileStreamsBreak(t *testing.T) {
+	r := newRig(t)
+	r.cfg.SegmentBytes, r.cfg.Poll, r.cfg.SegmentAge = 1<<20, time.Hour, 50*time.Millisecond
+	done := r.start(t.Context())
+	for i := range 30 {
+		r.write(fmt.Sprintf("line %02d\n", i), false)
+		time.Sleep(10 * time.Millisecond)
+		r.node.breakStreams()
+	}
+	waitFor(t, "a segment stored", func() bool { return r.segments() > 0 })
+	r.end(t, done)
+	r.check(t)
 }
 
 func TestReadLinesReportsTheNodesError(t *testing.T) {
