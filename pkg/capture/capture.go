@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -122,13 +123,21 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 			c.unfollowed = first && c.seq == 0 && cfg.NodeLogMaxSize > 0
 			return c.finish(ctx, src, end)
 		}
-		opened, err := c.follow(ctx, src, over)
+		opened := time.Now()
+		err = c.follow(ctx, src, over)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		// follow honours the segment's age only while its stream stays open.
+		if err := c.flushAged(ctx); err != nil {
+			return err
+		}
 		if err != nil && !errors.Is(err, errOver) {
-			// A stream that broke is reopened, the longer the more often it fails to open.
-			if !opened {
+			// A stream that broke soon after it was opened, or failed to open, is reopened later
+			// and later, up to Retry; one that lasted, at once. The node's reader fails every
+			// stream when it cannot watch the log file (out of inotify instances, say): it answers
+			// the lines so far, then its error, and each reopening reads the whole file again.
+			if time.Since(opened) < cfg.Retry {
 				retry = min(2*retry, cfg.Retry)
 			} else {
 				retry = 100 * time.Millisecond
@@ -229,16 +238,15 @@ type line struct {
 var errOver = errors.New("run over")
 
 // follow streams the run's log from the durable position, writing segments as they fill or age,
-// until the stream ends or breaks, or the run is over (errOver). opened says whether the stream
-// could be opened at all.
-func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) (opened bool, err error) {
+// until the stream ends or breaks, or the run is over (errOver).
+func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// From the last line captured, durable or not: what the segment holds stays in memory.
 	c.segSkip = 0
 	rc, err := src.Open(ctx, c.ref, OpenOptions{Follow: true, Since: c.segLast})
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer rc.Close()
 	lines := make(chan line)
@@ -254,25 +262,31 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 				continue // the stream broke mid-line: the whole line comes again when it is reopened
 			}
 			if err := c.add(ctx, l, &first); err != nil {
-				return true, err
+				return err
 			}
 		case err := <-readErr:
-			return true, err
+			return err
 		case <-tick.C:
-			if c.segPending && time.Since(c.segStart) >= c.cfg.SegmentAge {
-				if err := c.flush(ctx); err != nil {
-					return true, err
-				}
+			if err := c.flushAged(ctx); err != nil {
+				return err
 			}
 			end, err := over(ctx)
 			if err != nil {
-				return true, err
+				return err
 			}
 			if end.Over {
-				return true, errOver
+				return errOver
 			}
 		}
 	}
+}
+
+// flushAged writes the segment being filled once it is SegmentAge old.
+func (c *capture) flushAged(ctx context.Context) error {
+	if c.segPending && time.Since(c.segStart) >= c.cfg.SegmentAge {
+		return c.flush(ctx)
+	}
+	return nil
 }
 
 // finish reads the rest of an ended run without follow, writes the last segment and records any
@@ -437,7 +451,10 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line) error {
 		}
 		t, err := time.Parse(time.RFC3339Nano, ts[:len(ts)-1])
 		if err != nil {
-			return fmt.Errorf("log line without timestamp (%q): was timestamps=true asked?", ts)
+			// The node's reader writes its errors into the stream once it has started it.
+			rest, _ := br.Peek(min(br.Buffered(), 200))
+			text, _, _ := strings.Cut(ts+string(rest), "\n")
+			return fmt.Errorf("log line without timestamp (an error of the node's log reader, or timestamps=true not asked): %q", text)
 		}
 		data, err := br.ReadBytes('\n')
 		l := line{ts: t, data: data, fileBytes: len(ts) + len("stdout F ") + len(data)}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -345,5 +346,60 @@ func TestCaptureMarksUnfollowedRunNearRotationSize(t *testing.T) {
 				t.Errorf("gap %+v, want %q before the first line kept (%s)", g, record.GapMaybeRotated, r.t0.Add(70*time.Millisecond))
 			}
 		})
+	}
+}
+
+// failingNode answers every open as the kubelet's reader does when it cannot watch the log file:
+// the lines so far (a new one each time), then its error in the body of the response it started.
+type failingNode struct {
+	mu    sync.Mutex
+	opens int
+}
+
+func (n *failingNode) Open(context.Context, Ref, OpenOptions) (io.ReadCloser, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.opens++
+	ts := time.Date(2026, 11, 22, 10, 0, n.opens, 0, time.UTC).Format(time.RFC3339Nano)
+	return io.NopCloser(strings.NewReader(ts + " line " + fmt.Sprint(n.opens) + "\nfailed to create fsnotify watcher: too many open files\n")), nil
+}
+
+// A stream that breaks soon after it opens is reopened with backoff, not in a tight loop that
+// has the node read the whole log file again every 100 ms.
+func TestCaptureBacksOffStreamsThatBreakAtOnce(t *testing.T) {
+	r := newRig(t)
+	r.cfg.Retry = 400 * time.Millisecond
+	n := &failingNode{}
+	ctx, stop := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer stop()
+	if err := Capture(ctx, r.cfg, n, r.recs, r.store, r.segKey, r.ref, r.over); err == nil {
+		t.Fatal("Capture of a stream that never works ended without error")
+	}
+	// 100 ms then doubling up to 400 ms: opens at 0, 0.2, 0.6, 1.0 and 1.4 s; without backoff, 15.
+	if n.opens > 6 {
+		t.Errorf("%d opens in 1.5 s, want at most 6", n.opens)
+	}
+}
+
+// Segments are written once SegmentAge old even when no stream stays open long enough for the
+// capture to look at their age.
+func TestCaptureStoresAgedSegmentsWhileStreamsBreak(t *testing.T) {
+	r := newRig(t)
+	r.cfg.SegmentBytes, r.cfg.Poll, r.cfg.SegmentAge = 1<<20, time.Hour, 50*time.Millisecond
+	done := r.start(t.Context())
+	for i := range 30 {
+		r.write(fmt.Sprintf("line %02d\n", i), false)
+		time.Sleep(10 * time.Millisecond)
+		r.node.breakStreams()
+	}
+	waitFor(t, "a segment stored", func() bool { return r.segments() > 0 })
+	r.end(t, done)
+	r.check(t)
+}
+
+func TestReadLinesReportsTheNodesError(t *testing.T) {
+	err := readLines(t.Context(), strings.NewReader("failed to create fsnotify watcher: too many open files\n"), make(chan line))
+	if err == nil || !strings.Contains(err.Error(), "failed to create fsnotify watcher: too many open files") {
+		t.Errorf("error %v, want it to hold the node's error text", err)
 	}
 }

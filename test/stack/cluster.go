@@ -1,7 +1,9 @@
 package stack
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -49,6 +51,25 @@ func SampleChunks(tag string) []testbed.Chunk {
 		{Stream: "stderr", Data: []byte("warning on stderr\n" + strings.Repeat("x", 70_000) + "\n")},
 		{Stream: "stdout", Data: []byte("last line without newline")},
 	}
+}
+
+// SteadyOutput is n chunks of about size bytes each, lines of every kind a log holds: both streams,
+// non-UTF-8 bytes, CRLF.
+func SteadyOutput(tag string, n, size int) []testbed.Chunk {
+	var out []testbed.Chunk
+	for i := range n {
+		var b bytes.Buffer
+		for b.Len() < size {
+			fmt.Fprintf(&b, "%s chunk %d at %d: %s\n", tag, i, b.Len(), strings.Repeat("=", 90))
+		}
+		stream := "stdout"
+		if i%4 == 3 {
+			stream = "stderr"
+			b.WriteString("crlf line\r\n\xff\xfe binary\n")
+		}
+		out = append(out, testbed.Chunk{Stream: stream, Data: b.Bytes()})
+	}
+	return out
 }
 
 // CreateAs creates the job as the given user, so the webhook records that submitter.

@@ -146,10 +146,19 @@ func startCluster() (*Env, error) {
 		},
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  30 * time.Second,
-		Scheme:                   Scheme(),
+		// SIGTERM, then SIGKILL this much later, as a kubelet stops a pod at the end of its grace
+		// period. Open pods/log streams hold the API server's graceful shutdown for up to its
+		// request timeout (a minute): RestartAPIServer usually ends in the kill.
+		ControlPlaneStopTimeout: apiServerGrace,
+		Scheme:                  Scheme(),
 	}
 	api := e.ControlPlane.GetAPIServer()
+	// A directory of our own, not envtest's temporary one: envtest removes that one on Stop, and a
+	// restart (RestartAPIServer) would mint new serving certificates no client trusts.
+	api.CertDir = filepath.Join(work, "kube-apiserver")
+	if err := os.MkdirAll(api.CertDir, 0o700); err != nil {
+		return nil, err
+	}
 	// pods/log must reach KWOK on 127.0.0.1; no node-lifecycle controller runs to lift the
 	// not-ready taint, and no service-account controller creates tokens.
 	api.Configure().Set("kubelet-preferred-address-types", "InternalIP")

@@ -3,7 +3,12 @@ package testbed
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -117,3 +122,25 @@ func (e *Env) LoseNode(t T, name string) {
 
 // lostNodes are the nodes LoseNode took: the node runtime writes nothing more for their pods.
 var lostNodes sync.Map
+
+// InotifyInstances reports how many inotify instances this user's processes hold and the
+// machine's per-user limit (fs.inotify.max_user_instances). The kubelet's log reader, which KWOK
+// serves logs with, takes one for each follow stream; past the limit it fails them with "failed
+// to create fsnotify watcher: too many open files", on this shared machine as on a real node.
+func InotifyInstances() (used, limit int) {
+	b, _ := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	limit, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	procs, _ := filepath.Glob("/proc/[0-9]*/fd")
+	for _, dir := range procs {
+		if st, err := os.Stat(dir); err != nil || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
+			continue
+		}
+		fds, _ := os.ReadDir(dir)
+		for _, fd := range fds {
+			if target, _ := os.Readlink(filepath.Join(dir, fd.Name())); target == "anon_inode:inotify" {
+				used++
+			}
+		}
+	}
+	return used, limit
+}

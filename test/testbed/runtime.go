@@ -57,7 +57,7 @@ type Output struct {
 // MaxSize, and removes a deleted pod's files once its containers have stopped and the GC delay has
 // passed, even while a finalizer holds the pod. KWOK serves the files through the real pods/log
 // path. The runtime keeps an exact copy of every byte each run wrote, the truth an archive is
-// compared with.
+// compared with. While the API server cannot be reached, the containers go on as last seen.
 //
 // A pod labelled by RestartsOnce has its containers restarted by the runtime: it starts the new
 // run's file, makes KWOK serve it, and only then sets the restart in the pod's status, as a
@@ -69,6 +69,8 @@ type Runtime struct {
 
 	mu   sync.Mutex
 	pods map[string]*podRun // by namespace/name
+	// lastSeen are the pods of each namespace, by name, as last listed.
+	lastSeen map[string]map[string]*corev1.Pod
 }
 
 type podRun struct {
@@ -154,23 +156,28 @@ func (e *Env) newRuntime(opts RuntimeOptions) (*Runtime, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &Runtime{env: e, opts: opts, logs: cs, pods: map[string]*podRun{}}
+	r := &Runtime{env: e, opts: opts, logs: cs, pods: map[string]*podRun{}, lastSeen: map[string]map[string]*corev1.Pod{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(runtimePoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				r.step(ctx)
+	var wg sync.WaitGroup
+	// Listing runs apart from writing: a slow or unreachable API server must not hold the
+	// containers' output back.
+	for _, f := range []func(context.Context){r.list, r.step} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(runtimePoll)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					f(ctx)
+				}
 			}
-		}
-	}()
-	return r, func() { cancel(); <-done }, nil
+		}()
+	}
+	return r, func() { cancel(); wg.Wait() }, nil
 }
 
 // Run hands pod ns/name to the runtime, with the output of each of its containers (init containers
@@ -262,30 +269,17 @@ func (r *Runtime) Collected(ns, pod string) bool {
 	return ok && p.collected
 }
 
-// step brings every pod's files up to date with what its containers are doing now.
+// step brings every pod's files up to date with what its containers are doing now, as last listed.
 func (r *Runtime) step(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	byNS := map[string]map[string]*corev1.Pod{}
-	for _, p := range r.pods {
-		if byNS[p.ns] != nil {
-			continue
-		}
-		var list corev1.PodList
-		if err := r.env.Client.List(ctx, &list, client.InNamespace(p.ns)); err != nil {
-			return // the API server restarting, say: try again at the next tick
-		}
-		byNS[p.ns] = map[string]*corev1.Pod{}
-		for i := range list.Items {
-			byNS[p.ns][list.Items[i].Name] = &list.Items[i]
-		}
-	}
 	now := time.Now()
 	for key, p := range r.pods {
-		if p.restarting {
+		pods, listed := r.lastSeen[p.ns]
+		if p.restarting || !listed {
 			continue
 		}
-		pod := byNS[p.ns][p.name]
+		pod := pods[p.name]
 		if pod == nil {
 			if !p.collected && (!p.stoppedAt.IsZero() || p.anyStarted()) {
 				p.collect() // the pod object is gone: the kubelet removes its containers and logs
@@ -349,6 +343,34 @@ func (r *Runtime) step(ctx context.Context) {
 		case now.Sub(p.stoppedAt) >= r.opts.GCDelay:
 			p.collect()
 		}
+	}
+}
+
+// list lists the pods of the runtime's namespaces for step. While the API server cannot be reached
+// (restarting, say), step goes on with the pods as last listed: a node keeps running its
+// containers, which keep writing, whether or not the API server answers.
+func (r *Runtime) list(ctx context.Context) {
+	r.mu.Lock()
+	namespaces := map[string]bool{}
+	for _, p := range r.pods {
+		namespaces[p.ns] = true
+	}
+	r.mu.Unlock()
+	for ns := range namespaces {
+		var list corev1.PodList
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := r.env.Client.List(lctx, &list, client.InNamespace(ns))
+		cancel()
+		if err != nil {
+			continue
+		}
+		pods := map[string]*corev1.Pod{}
+		for i := range list.Items {
+			pods[list.Items[i].Name] = &list.Items[i]
+		}
+		r.mu.Lock()
+		r.lastSeen[ns] = pods
+		r.mu.Unlock()
 	}
 }
 
@@ -516,7 +538,8 @@ func (c *containerRun) newRun(dir string, n int32) error {
 func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOptions) error {
 	out := c.output()
 	for {
-		if !c.lastAt.IsZero() && now.Sub(c.lastAt) < c.out.Every {
+		due := c.lastAt.Add(c.out.Every)
+		if !c.lastAt.IsZero() && now.Before(due) {
 			return nil
 		}
 		var chunk Chunk
@@ -530,7 +553,14 @@ func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOption
 		default:
 			return nil
 		}
-		c.lastAt = now
+		// The next chunk is due Every after this one was due, not after the poll that wrote it:
+		// polls come up to runtimePoll late, and output paced from them drifts slower than Every
+		// (30% over a minute at 100 ms). More than a period late, start afresh: no bursts.
+		if c.lastAt.IsZero() || now.Sub(due) >= c.out.Every {
+			c.lastAt = now
+		} else {
+			c.lastAt = due
+		}
 		if err := c.append(chunk, opts); err != nil {
 			return err
 		}

@@ -272,3 +272,48 @@ func TestNodeLoss(t *testing.T) {
 	}
 	t.Logf("pods/log of a pod on a lost node failed after %s: %v", took.Round(10*time.Millisecond), err)
 }
+
+// TestNodeWritesThroughAPIServerRestart: while kube-apiserver restarts (down 5 s), the node's
+// containers keep writing, as they do on a real node; afterwards the same clients (the admin's and
+// a user's kubeconfig) work again and pods/log serves what was written in the outage too.
+func TestNodeWritesThroughAPIServerRestart(t *testing.T) {
+	env := testbed.Cluster(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := kubernetes.NewForConfig(env.UserConfig(t, "restart-user"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, node := env.Namespace(t), env.AddNode(t)
+	rt := env.Runtime(t, testbed.RuntimeOptions{})
+	out := busyOutput(600, 100)
+	rt.Run(t, ns, "writer", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 100 * time.Millisecond}})
+	pod := barePod(ns, "writer", node, 1, nil)
+	release(t, env, pod)
+	if err := env.Client.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, env, pod, "running", time.Minute, running)
+	before := len(rt.Written(ns, pod.Name, "main", 0))
+	start := time.Now()
+	env.RestartAPIServer(t, 5*time.Second)
+	took := time.Since(start)
+	// 10 chunks a second; the runtime may be late at a few polls.
+	rate := 10 * float64(len(testbed.Bytes(out[:600]))) / 600
+	if n, want := len(rt.Written(ns, pod.Name, "main", 0))-before, took.Seconds()*rate; float64(n) < 0.7*want {
+		t.Errorf("the container wrote %d bytes in the %s the API server took to restart, want about %.0f", n, took.Round(100*time.Millisecond), want)
+	}
+	written := rt.Written(ns, pod.Name, "main", 0)
+	got, err := readLog(t.Context(), cs, ns, pod.Name, false)
+	if err != nil {
+		t.Fatalf("read the log as the admin after the restart: %v", err)
+	}
+	if !bytes.HasPrefix(got, written) {
+		t.Errorf("pods/log after the restart returned %d bytes, want the %d written first (first difference at %d)", len(got), len(written), firstDiff(got, written))
+	}
+	if _, err := user.CoreV1().Pods(ns).Get(t.Context(), pod.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("a user's kubeconfig made before the restart: %v", err)
+	}
+}

@@ -25,25 +25,6 @@ import (
 // over time, the node rotates their logs and deletes a deleted pod's logs after its containers
 // stop. Byte-exact is against what the container wrote (Runtime.Written).
 
-// steadyOutput is n chunks of about size bytes each, lines of every kind a log holds: both streams,
-// non-UTF-8 bytes, CRLF.
-func steadyOutput(tag string, n, size int) []testbed.Chunk {
-	var out []testbed.Chunk
-	for i := range n {
-		var b bytes.Buffer
-		for b.Len() < size {
-			fmt.Fprintf(&b, "%s chunk %d at %d: %s\n", tag, i, b.Len(), strings.Repeat("=", 90))
-		}
-		stream := "stdout"
-		if i%4 == 3 {
-			stream = "stderr"
-			b.WriteString("crlf line\r\n\xff\xfe binary\n")
-		}
-		out = append(out, testbed.Chunk{Stream: stream, Data: b.Bytes()})
-	}
-	return out
-}
-
 // logRow returns the recorded log of the container's instance of the job's only pod.
 func logRow(t *testing.T, s *stack.Rig, jobUID, container, instance string) record.LogObject {
 	t.Helper()
@@ -98,7 +79,7 @@ func waitWritten(t *testing.T, s *stack.Rig, rt *testbed.Runtime, pod string, n 
 func TestCaptureThroughRotation(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendS3)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 256 << 10, MaxFiles: 2})
-	out := steadyOutput("rotating", 60, 100<<10)
+	out := stack.SteadyOutput("rotating", 60, 100<<10)
 	job, pod := writingJob(t, s, rt, "rotating", "8s", out, 100*time.Millisecond)
 	j := s.WaitArchived(t, job, 3*time.Minute)
 	written := rt.Written(s.NS, pod, "main", 0)
@@ -111,6 +92,35 @@ func TestCaptureThroughRotation(t *testing.T) {
 	}
 	if row, err := s.Records.Job(t.Context(), string(j.UID)); err != nil || row.ArchiveState != record.ArchiveArchived {
 		t.Errorf("job row %s (%v), want archived", row.ArchiveState, err)
+	}
+}
+
+// TestCaptureThroughRotationAtScale is TestCaptureThroughRotation at full scale: 200 MiB over 60 s
+// while the node rotates the log every 1 MiB and keeps 5 files, as a kubelet with
+// containerLogMaxSize=1Mi does. The follow stream must keep within one file (0.2 s here) of the
+// writer: at a rotation the kubelet's reader (KWOK serves logs with it) reopens the log by name,
+// so a stream further behind skips the files in between, and nothing in the stream shows it.
+func TestCaptureThroughRotationAtScale(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3)
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 1 << 20, MaxFiles: 5})
+	out := stack.SteadyOutput("at scale", 600, (200<<20)/600)
+	start := time.Now()
+	job, pod := writingJob(t, s, rt, "at-scale", "68s", out, 100*time.Millisecond)
+	j := s.WaitArchived(t, job, 5*time.Minute)
+	t.Logf("archived %d MiB in %s from the job's creation", len(testbed.Bytes(out))>>20, time.Since(start).Round(time.Second))
+	written := rt.Written(s.NS, pod, "main", 0)
+	if !bytes.Equal(written, testbed.Bytes(out)) {
+		t.Fatalf("the container wrote %d of %d bytes before it ended: the test's timing is off", len(written), len(testbed.Bytes(out)))
+	}
+	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
+	s.CheckLog(t, row, written)
+	if t.Failed() {
+		got, _ := s.ReadLog(t, row.ObjectKey)
+		p := commonPrefix(got, written)
+		t.Errorf("archived %d of %d bytes written: they agree on the first %d and the last %d", len(got), len(written), p, commonSuffix(got[p:], written[p:]))
+	}
+	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+		t.Errorf("gaps %+v, want none", g)
 	}
 }
 
@@ -171,7 +181,7 @@ func TestCaptureGracePeriodTail(t *testing.T) {
 func TestCaptureSurvivesArchiverKill(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendS3, "--capture-segment-bytes=65536")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
-	job, pod := writingJob(t, s, rt, "killed", "14s", steadyOutput("killed", 100, 10<<10), 100*time.Millisecond)
+	job, pod := writingJob(t, s, rt, "killed", "14s", stack.SteadyOutput("killed", 100, 10<<10), 100*time.Millisecond)
 	waitWritten(t, s, rt, pod, 300<<10)
 	s.Proc.Kill()
 	time.Sleep(5 * time.Second)
@@ -191,7 +201,7 @@ func TestCaptureSurvivesArchiverKill(t *testing.T) {
 func TestCaptureRecordsGapWhenDown(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=65536")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
-	job, pod := writingJob(t, s, rt, "down", "12s", steadyOutput("down", 100, 8<<10), 100*time.Millisecond)
+	job, pod := writingJob(t, s, rt, "down", "12s", stack.SteadyOutput("down", 100, 8<<10), 100*time.Millisecond)
 	waitWritten(t, s, rt, pod, 100<<10)
 	s.Proc.Kill()
 	waitWritten(t, s, rt, pod, len(rt.Written(s.NS, pod, "main", 0))+300<<10) // several rotations of 64 KiB
@@ -272,7 +282,7 @@ func TestCaptureNodeLost(t *testing.T) {
 	node := s.Env.AddNode(t)
 	job := testbed.Job(s.NS, "stranded").Task("w", 1, []string{"main"}, testbed.RunsFor("1h"), testbed.OnNode(node)).Obj()
 	pod := testbed.PodName(job.Name, "w", 0)
-	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{steadyOutput("stranded", 200, 1<<10)}, Every: 50 * time.Millisecond}})
+	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{stack.SteadyOutput("stranded", 200, 1<<10)}, Every: 50 * time.Millisecond}})
 	stack.CreateAs(t, s.Env, "erin", job)
 	waitWritten(t, s, rt, pod, 20<<10)
 	time.Sleep(time.Second) // captured and durable (4 KiB segments)
@@ -338,7 +348,7 @@ func TestCaptureCrashLoop(t *testing.T) {
 	pod := testbed.PodName(job.Name, "w", 0)
 	var runs [][]testbed.Chunk
 	for run := range 6 {
-		runs = append(runs, steadyOutput(fmt.Sprintf("run %d", run), 3, 2<<10))
+		runs = append(runs, stack.SteadyOutput(fmt.Sprintf("run %d", run), 3, 2<<10))
 	}
 	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: runs}})
 	stack.CreateAs(t, s.Env, "erin", job)
@@ -369,7 +379,7 @@ func TestCaptureFallbackMarksPossiblyRotated(t *testing.T) {
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
 	// Rotations, then one chunk bigger than the rotation size, alone in the last file (the
 	// kubelet checks sizes every 10 s, so its files overshoot).
-	out := append(steadyOutput("early", 40, 4<<10), steadyOutput("last", 1, 70<<10)...)
+	out := append(stack.SteadyOutput("early", 40, 4<<10), stack.SteadyOutput("last", 1, 70<<10)...)
 	job, pod := writingJob(t, s, rt, "unwatched", "3s", out, 20*time.Millisecond)
 	stack.WaitPhase(t, s.Env, job, batchv1alpha1.Completed, 2*time.Minute)
 	s.Start(t)
@@ -397,7 +407,7 @@ func TestCaptureFallbackMarksPossiblyRotated(t *testing.T) {
 func TestCaptureSlowLog(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendS3, "--store-transfer-timeout=2s", "--capture-segment-age=1s")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
-	out := steadyOutput("slow", 20, 2<<10)
+	out := stack.SteadyOutput("slow", 20, 2<<10)
 	job, pod := writingJob(t, s, rt, "slow", "10s", out, 400*time.Millisecond)
 	j := s.WaitArchived(t, job, 2*time.Minute)
 	written := rt.Written(s.NS, pod, "main", 0)
