@@ -30,6 +30,10 @@ testbed: ## Build and cache every testbed binary (kube-apiserver, etcd, Volcano 
 test: testbed ## Run every test against the real testbed (the README's test command)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+.PHONY: test-scale
+test-scale: testbed ## Run the scale proofs kept out of make test (live capture of 200 MiB through 1 MiB rotations)
+	JOBVAULT_SCALE_PROOFS=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run 'AtScale' -v ./test/e2e/archiver
+
 .PHONY: test-unit
 test-unit: ## Quick unit-only run for local iteration (no testbed parts; not what CI runs)
 	$(GO) test -count=1 -short ./pkg/... ./webhook/... ./archiver/... ./certs/...
