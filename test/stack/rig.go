@@ -40,9 +40,27 @@ type Rig struct {
 // (s3 = MinIO, gcs = the GCS emulator, fs = a directory) and starts the archiver for them.
 func NewRig(t testing.TB, backend string, flags ...string) *Rig {
 	t.Helper()
+	return newRig(t, backend, flags, func(env *testbed.Env, _ string) { Webhook(t, env) })
+}
+
+// NewScopedRig is NewRig with the webhook served in this process (ServeWebhook) and registered
+// for the rig's namespace only, instead of the webhook binary registered cluster-wide: the other
+// namespaces of the test process stay without a webhook, as while it is down. The archiver runs as
+// ArchiverUser with config/archiver's ClusterRole, as in NewRig.
+func NewScopedRig(t testing.TB, backend string, flags ...string) *Rig {
+	t.Helper()
+	return newRig(t, backend, flags, func(env *testbed.Env, ns string) {
+		ServeWebhook(t, env).Register(t, env, []string{ns}, nil)
+	})
+}
+
+// newRig makes the rig's namespace, registers a webhook for it with register, and starts the
+// archiver, its database and store.
+func newRig(t testing.TB, backend string, flags []string, register func(env *testbed.Env, ns string)) *Rig {
+	t.Helper()
 	env := testbed.Cluster(t)
-	Webhook(t, env)
 	s := &Rig{NS: env.Namespace(t)}
+	register(env, s.NS)
 	s.Archiver = NewArchiver(t, env, testbed.Postgres(t), Options{Backend: backend, FSRoot: t.TempDir(),
 		Namespaces: []string{s.NS}, Flags: flags})
 	s.Store = s.Archiver.Store(t)

@@ -404,30 +404,7 @@ func (b *proxyBody) Read(p []byte) (int, error) {
 // a ~528 MiB buffer for such an upload, which this catches (invariant 6).
 func TestObjstoreMemoryStaysFlat(t *testing.T) {
 	const size = 40 << 20 // 2.5 default parts or chunks; below the emulator's 64 MiB comfort zone
-	for _, tc := range []struct {
-		name string
-		new  func(t *testing.T) objstore.Store
-	}{
-		{"S3", func(t *testing.T) objstore.Store {
-			m := testbed.MinIO(t)
-			s, err := objstore.NewS3(objstore.S3Config{Endpoint: m.Endpoint, Bucket: m.Bucket,
-				AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true}) // default PartSize
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		}},
-		{"GCS", func(t *testing.T) objstore.Store {
-			g := testbed.GCS(t)
-			t.Setenv("STORAGE_EMULATOR_HOST", g.Host)
-			s, err := objstore.NewGCS(t.Context(), objstore.GCSConfig{Bucket: g.Bucket}) // default ChunkSize
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		}},
-	} {
+	for _, tc := range defaultStores() {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.new(t)
 			if err := s.Ping(t.Context()); err != nil { // connections and clients set up outside the measurement
@@ -457,25 +434,7 @@ func TestObjstoreMemoryStaysFlat(t *testing.T) {
 // manifest) must not allocate a part or chunk buffer (16 MiB by default) on S3 or GCS: that made
 // the archiver's memory swing with the number of captures flushing at once.
 func TestObjstoreSmallPutsBufferNothing(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		new  func(t *testing.T) objstore.Store
-	}{
-		{"S3", func(t *testing.T) objstore.Store {
-			m := testbed.MinIO(t)
-			return newS3Store(t, m, m.Endpoint, objstore.Timeouts{})
-		}},
-		{"GCS", func(t *testing.T) objstore.Store {
-			g := testbed.GCS(t)
-			t.Setenv("STORAGE_EMULATOR_HOST", g.Host)
-			s, err := objstore.NewGCS(t.Context(), objstore.GCSConfig{Bucket: g.Bucket}) // default ChunkSize
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		}},
-	} {
+	for _, tc := range defaultStores() {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.new(t)
 			if err := s.Ping(t.Context()); err != nil {
@@ -496,6 +455,38 @@ func TestObjstoreSmallPutsBufferNothing(t *testing.T) {
 				t.Errorf("4 Puts of 1 MiB allocated %d MiB, want under %d MiB: a part or chunk buffer per Put?", allocated>>20, limit>>20)
 			}
 		})
+	}
+}
+
+// defaultStores are S3 (MinIO) and GCS (the emulator) stores with their default part and chunk
+// sizes, for the tests of what a Put allocates.
+func defaultStores() []struct {
+	name string
+	new  func(t *testing.T) objstore.Store
+} {
+	return []struct {
+		name string
+		new  func(t *testing.T) objstore.Store
+	}{
+		{"S3", func(t *testing.T) objstore.Store {
+			m := testbed.MinIO(t)
+			s, err := objstore.NewS3(objstore.S3Config{Endpoint: m.Endpoint, Bucket: m.Bucket,
+				AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true}) // default PartSize
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
+		{"GCS", func(t *testing.T) objstore.Store {
+			g := testbed.GCS(t)
+			t.Setenv("STORAGE_EMULATOR_HOST", g.Host)
+			s, err := objstore.NewGCS(t.Context(), objstore.GCSConfig{Bucket: g.Bucket}) // default ChunkSize
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}},
 	}
 }
 
