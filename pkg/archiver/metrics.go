@@ -31,6 +31,10 @@ var (
 	logGapsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "jobvault_archiver_log_gaps_total", Help: "Container logs recorded with missing output (a gap) or unavailable, by reason.",
 	}, []string{"reason"})
+	captureLagSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "jobvault_archiver_capture_lag_seconds", Help: "How far behind its container each followed log line arrives (the node's timestamp to now). Past the time a container takes to fill a rotated file, the node's reader skips files unseen.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	})
 	jobsBackstoppedTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "jobvault_archiver_jobs_backstopped_total", Help: "VcJobs the webhook missed, given their finalizer by the archiver.",
 	})
@@ -42,5 +46,5 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(jobsArchivedTotal, podsArchivedTotal, logBytesArchivedTotal, transitionsRecordedTotal,
-		archiveFailuresTotal, releasesIncompleteTotal, logGapsTotal, jobsBackstoppedTotal, releaseLatencySeconds)
+		archiveFailuresTotal, releasesIncompleteTotal, logGapsTotal, captureLagSeconds, jobsBackstoppedTotal, releaseLatencySeconds)
 }

@@ -93,6 +93,11 @@ type Config struct {
 	// if that file comes within a tenth of this size, older files may have been rotated away, and
 	// the run gets a GapMaybeRotated gap before its first line. 0 turns the check off.
 	NodeLogMaxSize int64
+	// ObserveLag, when set, is given how far behind its container each line of a follow stream
+	// arrives (now minus the line's timestamp, so clock skew between node and archiver counts
+	// too). It is the early warning of the one loss a capture cannot see: a stream more than one
+	// rotated file behind has the node's reader skip the files in between.
+	ObserveLag func(time.Duration)
 }
 
 // DefaultConfig is what the archiver uses unless told otherwise.
@@ -260,6 +265,9 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 		case l := <-lines:
 			if l.partial {
 				continue // the stream broke mid-line: the whole line comes again when it is reopened
+			}
+			if c.cfg.ObserveLag != nil {
+				c.cfg.ObserveLag(time.Since(l.ts))
 			}
 			if err := c.add(ctx, l, &first); err != nil {
 				return err

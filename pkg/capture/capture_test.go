@@ -257,6 +257,26 @@ func TestCaptureResumesBrokenStreamsWithoutDuplicates(t *testing.T) {
 	}
 }
 
+func TestCaptureObservesLagOfFollowedLines(t *testing.T) {
+	r := newRig(t)
+	var mu sync.Mutex
+	var lags []time.Duration
+	r.cfg.ObserveLag = func(d time.Duration) { mu.Lock(); lags = append(lags, d); mu.Unlock() }
+	r.t0 = time.Now().Add(-time.Minute) // lines written a minute ago
+	done := r.start(t.Context())
+	for i := range 10 {
+		r.write(fmt.Sprintf("line %d\n", i), false)
+	}
+	waitFor(t, "all lines observed", func() bool { mu.Lock(); defer mu.Unlock(); return len(lags) == 10 })
+	r.end(t, done)
+	r.check(t)
+	for _, d := range lags {
+		if d < 59*time.Second { // the rig spaces its lines a few ms apart after t0
+			t.Errorf("lag %s, want about the minute since the lines were written", d)
+		}
+	}
+}
+
 func TestCaptureRecordsRotatedOutputAsGap(t *testing.T) {
 	r := newRig(t)
 	ctx, stop := context.WithCancel(t.Context())

@@ -2,6 +2,8 @@ package stack
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,7 +68,9 @@ type Archiver struct {
 	StoreConfig objstore.Config
 	// Args are the archiver's flags beyond the kubeconfig and probes; Environ its extra environment.
 	Args, Environ []string
-	Proc          *testbed.Process
+	// MetricsAddr is where the running archiver serves /metrics.
+	MetricsAddr string
+	Proc        *testbed.Process
 	// Kubeconfig is the identity the archiver runs as: ArchiverIdentity's.
 	Kubeconfig string
 }
@@ -118,7 +122,8 @@ func NewArchiver(t testbed.T, env *testbed.Env, dsn string, o Options) *Archiver
 func (a *Archiver) Start(t testbed.T) {
 	t.Helper()
 	probe := testbed.FreePort(t)
-	args := append([]string{"--kubeconfig=" + a.Kubeconfig, "--metrics-bind-address=127.0.0.1:" + strconv.Itoa(testbed.FreePort(t)),
+	a.MetricsAddr = "127.0.0.1:" + strconv.Itoa(testbed.FreePort(t))
+	args := append([]string{"--kubeconfig=" + a.Kubeconfig, "--metrics-bind-address=" + a.MetricsAddr,
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe)}, a.Args...)
 	cmd := exec.Command(testbed.GoBuild(t, "./archiver"), args...)
 	cmd.Env = append(os.Environ(), a.Environ...)
@@ -152,4 +157,19 @@ func ArgValue(args []string, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// Metrics returns what the running archiver's /metrics serves.
+func (a *Archiver) Metrics(t testbed.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + a.MetricsAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("archiver metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("archiver metrics: %v", err)
+	}
+	return string(b)
 }

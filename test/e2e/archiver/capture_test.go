@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,10 @@ func TestCaptureThroughRotation(t *testing.T) {
 	}
 	if row, err := s.Records.Job(t.Context(), string(j.UID)); err != nil || row.ArchiveState != record.ArchiveArchived {
 		t.Errorf("job row %s (%v), want archived", row.ArchiveState, err)
+	}
+	// Each followed line's lag is observed: the early warning of a stream falling a file behind.
+	if m := regexp.MustCompile(`(?m)^jobvault_archiver_capture_lag_seconds_count (\d+)`).FindStringSubmatch(s.Metrics(t)); m == nil || m[1] == "0" {
+		t.Errorf("no capture lag observed: %q", m)
 	}
 }
 
