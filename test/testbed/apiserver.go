@@ -85,6 +85,8 @@ func (e *Env) waitWorking(timeout time.Duration) error {
 func (e *Env) canary(ctx context.Context) error {
 	job := Job("kube-system", "").Task("c", 1, []string{"main"}).Obj()
 	job.GenerateName = "testbed-canary-"
+	// kube-system is outside Volcano's admission webhook too: set what it would default.
+	job.Spec.Queue, job.Spec.SchedulerName, job.Spec.MinAvailable = "default", "volcano", 1
 	if err := e.Client.Create(ctx, job); err != nil {
 		return fmt.Errorf("create canary job: %w", err)
 	}
