@@ -230,8 +230,8 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	if err != nil {
 		return fmt.Errorf("read log gaps of job %s: %w", klog.KObj(job), err)
 	}
-	// A log that could not be read, or has a gap, is not a complete archive: the job is released,
-	// never archived.
+	// Anything missing (an operator's release, a pod not archived, a log unreadable or with a gap)
+	// makes the job released, never archived.
 	reason, cause := incompleteReason(reason, pods, logs, gaps)
 	row.ReleaseReason = reason
 	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, gaps, r.Layout.JobObject(ref), now)); err != nil {

@@ -26,7 +26,7 @@ var (
 		Name: "jobvault_archiver_archive_failures_total", Help: "Failed archive attempts by reason (store, database, log-unreadable).",
 	}, []string{"reason"})
 	releasesIncompleteTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "jobvault_archiver_releases_incomplete_total", Help: "Finalizers released without a complete archive, by kind (job, pod) and cause (deadline, operator).",
+		Name: "jobvault_archiver_releases_incomplete_total", Help: "Finalizers released without a complete archive, by kind (job, pod) and first cause (operator, pods, unavailable, gap, untracked).",
 	}, []string{"kind", "cause"})
 	logGapsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "jobvault_archiver_log_gaps_total", Help: "Container logs recorded with missing output (a gap) or unavailable, by reason.",
