@@ -63,6 +63,17 @@ func writingJob(t *testing.T, s *stack.Rig, rt *testbed.Runtime, name, runsFor s
 	return job, pod
 }
 
+// wroteAll returns what the pod's container wrote in its first run, and fails the test unless that
+// is all of out: the container ended before writing it all, so the test's timing is off.
+func wroteAll(t *testing.T, s *stack.Rig, rt *testbed.Runtime, pod string, out []testbed.Chunk) []byte {
+	t.Helper()
+	written := rt.Written(s.NS, pod, "main", 0)
+	if !bytes.Equal(written, testbed.Bytes(out)) {
+		t.Fatalf("the container wrote %d of %d bytes before it ended: the test's timing is off", len(written), len(testbed.Bytes(out)))
+	}
+	return written
+}
+
 // waitWritten waits until the pod's container wrote at least n bytes in its first run.
 func waitWritten(t *testing.T, s *stack.Rig, rt *testbed.Runtime, pod string, n int) {
 	t.Helper()
@@ -84,10 +95,7 @@ func TestCaptureThroughRotation(t *testing.T) {
 	out := stack.SteadyOutput("rotating", 60, 100<<10)
 	job, pod := writingJob(t, s, rt, "rotating", "8s", out, 100*time.Millisecond)
 	j := s.WaitArchived(t, job, 3*time.Minute)
-	written := rt.Written(s.NS, pod, "main", 0)
-	if !bytes.Equal(written, testbed.Bytes(out)) {
-		t.Fatalf("the container wrote %d of %d bytes before it ended: the test's timing is off", len(written), len(testbed.Bytes(out)))
-	}
+	written := wroteAll(t, s, rt, pod, out)
 	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
 	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
@@ -122,10 +130,7 @@ func TestCaptureThroughRotationAtScale(t *testing.T) {
 	job, pod := writingJob(t, s, rt, "at-scale", "68s", out, 100*time.Millisecond)
 	j := s.WaitArchived(t, job, 5*time.Minute)
 	t.Logf("archived %d MiB in %s from the job's creation", len(testbed.Bytes(out))>>20, time.Since(start).Round(time.Second))
-	written := rt.Written(s.NS, pod, "main", 0)
-	if !bytes.Equal(written, testbed.Bytes(out)) {
-		t.Fatalf("the container wrote %d of %d bytes before it ended: the test's timing is off", len(written), len(testbed.Bytes(out)))
-	}
+	written := wroteAll(t, s, rt, pod, out)
 	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
 	s.CheckLog(t, row, written)
 	if t.Failed() {
@@ -278,10 +283,7 @@ func TestCaptureLongAndBinaryLines(t *testing.T) {
 	}
 	job, pod := writingJob(t, s, rt, "odd", "3s", out, 300*time.Millisecond)
 	j := s.WaitArchived(t, job, 2*time.Minute)
-	written := rt.Written(s.NS, pod, "main", 0)
-	if !bytes.Equal(written, testbed.Bytes(out)) {
-		t.Fatalf("the container wrote %d of %d bytes before it ended", len(written), len(testbed.Bytes(out)))
-	}
+	written := wroteAll(t, s, rt, pod, out)
 	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
 }
 
@@ -398,10 +400,7 @@ func TestCaptureFallbackMarksPossiblyRotated(t *testing.T) {
 	stack.WaitPhase(t, s.Env, job, batchv1alpha1.Completed, 2*time.Minute)
 	s.Start(t)
 	j := s.WaitArchived(t, job, 2*time.Minute)
-	written := rt.Written(s.NS, pod, "main", 0)
-	if !bytes.Equal(written, testbed.Bytes(out)) {
-		t.Fatalf("the container wrote %d of %d bytes before it ended", len(written), len(testbed.Bytes(out)))
-	}
+	wroteAll(t, s, rt, pod, out)
 	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
 	s.CheckLog(t, row, out[len(out)-1].Data) // the current file: the last chunk
 	g := gaps(t, s, string(j.UID))
@@ -424,10 +423,7 @@ func TestCaptureSlowLog(t *testing.T) {
 	out := stack.SteadyOutput("slow", 20, 2<<10)
 	job, pod := writingJob(t, s, rt, "slow", "10s", out, 400*time.Millisecond)
 	j := s.WaitArchived(t, job, 2*time.Minute)
-	written := rt.Written(s.NS, pod, "main", 0)
-	if !bytes.Equal(written, testbed.Bytes(out)) {
-		t.Fatalf("the container wrote %d of %d bytes before it ended", len(written), len(testbed.Bytes(out)))
-	}
+	written := wroteAll(t, s, rt, pod, out)
 	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
 	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
