@@ -94,6 +94,31 @@ func GetJob(t testing.TB, env *testbed.Env, job *batchv1alpha1.Job) *batchv1alph
 	return &j
 }
 
+// WaitPodsRunning waits until at least n of the pods opts select run.
+func WaitPodsRunning(t testing.TB, env *testbed.Env, n int, timeout time.Duration, opts ...client.ListOption) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var pods corev1.PodList
+		if err := env.Client.List(t.Context(), &pods, opts...); err != nil {
+			t.Fatal(err)
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pods running after %s", running, n, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // WaitPhase waits until the job is in phase and returns it as last seen.
 func WaitPhase(t testing.TB, env *testbed.Env, job *batchv1alpha1.Job, phase batchv1alpha1.JobPhase, timeout time.Duration) *batchv1alpha1.Job {
 	t.Helper()

@@ -105,7 +105,7 @@ func TestArchiveDeletedRunningJob(t *testing.T) {
 			want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
 			stack.CreateAs(t, s.Env, "carol", job)
 			j := stack.WaitPhase(t, s.Env, job, batchv1alpha1.Running, 2*time.Minute)
-			waitPodsRunning(t, s.Env, s.NS, 2)
+			stack.WaitPodsRunning(t, s.Env, 2, time.Minute, client.InNamespace(s.NS))
 			if err := s.Env.Client.Delete(t.Context(), j, client.PropagationPolicy(policy)); err != nil {
 				t.Fatal(err)
 			}
@@ -137,30 +137,6 @@ func TestArchiveDeletedRunningJob(t *testing.T) {
 				t.Errorf("job row %s (%v), want archived", row.ArchiveState, err)
 			}
 		})
-	}
-}
-
-func waitPodsRunning(t *testing.T, env *testbed.Env, ns string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var pods corev1.PodList
-		if err := env.Client.List(t.Context(), &pods, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		if running >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d pods running", running, n)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 

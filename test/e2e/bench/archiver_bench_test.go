@@ -82,31 +82,6 @@ func createJobs(b *testing.B, s *stack.Rig, rt *testbed.Runtime, prefix string, 
 	return jobs, pods
 }
 
-// waitRunning waits until n pods of the namespace run.
-func waitRunning(b *testing.B, s *stack.Rig, n int, timeout time.Duration) {
-	b.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var list corev1.PodList
-		if err := s.Env.Client.List(b.Context(), &list, client.InNamespace(s.NS)); err != nil {
-			b.Fatal(err)
-		}
-		running := 0
-		for _, p := range list.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		if running >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d pods running after %s", running, n, timeout)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
 // linesWritten is how many lines the sampled containers wrote so far, in all.
 func linesWritten(rt *testbed.Runtime, ns string, pods []string) int {
 	n := 0
@@ -253,7 +228,7 @@ func BenchmarkFollow1000(b *testing.B) {
 			return testbed.Output{Runs: [][]testbed.Chunk{smallLines(pod, lines)}, Every: every}
 		}, testbed.RunsFor("2h"))
 		t0 := time.Now()
-		waitRunning(b, s, n, 15*time.Minute)
+		stack.WaitPodsRunning(b, s.Env, n, 15*time.Minute, client.InNamespace(s.NS))
 		b.Logf("%d pods in %d jobs running in %s", n, len(jobs), time.Since(t0).Round(time.Second))
 		sampled := sample(pods, 20)
 		time.Sleep(5 * time.Second) // every container writing
@@ -613,7 +588,7 @@ func BenchmarkReleaseLatency(b *testing.B) {
 		jobs, pods := createJobs(b, s, rt, "release", n, 1, func(pod string) testbed.Output {
 			return testbed.Output{Runs: [][]testbed.Chunk{smallLines(pod, 50)}, Every: 200 * time.Millisecond}
 		}, testbed.RunsFor(end.UTC().Format(time.RFC3339Nano)))
-		waitRunning(b, s, n, lead)
+		stack.WaitPodsRunning(b, s.Env, n, lead, client.InNamespace(s.NS))
 		if left := time.Until(end); left < 15*time.Second {
 			b.Logf("the pods ran only %s before they end: some may still write as they end", left.Round(time.Second))
 		}

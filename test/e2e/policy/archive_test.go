@@ -96,7 +96,7 @@ func TestArchiveUnderPolicies(t *testing.T) {
 			t.Fatal(err)
 		}
 		j := stack.WaitPhase(t, s.Env, job, batchv1alpha1.Running, 2*time.Minute)
-		waitPodsRunning(t, s.Env, s.NS, "deleted", 2)
+		stack.WaitPodsRunning(t, s.Env, 2, time.Minute, client.InNamespace(s.NS), client.MatchingLabels{tracking.JobPodLabel: "deleted"})
 		if err := as(t, tenant).Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
 			t.Fatal(err)
 		}
@@ -146,31 +146,6 @@ func waitGone(t *testing.T, env *testbed.Env, obj client.Object) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still exists after 2 minutes (finalizers %v, err %v)", obj.GetName(), obj.GetFinalizers(), err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// waitPodsRunning waits until the job's n pods run.
-func waitPodsRunning(t *testing.T, env *testbed.Env, ns, job string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var pods corev1.PodList
-		if err := env.Client.List(t.Context(), &pods, client.InNamespace(ns), client.MatchingLabels{"volcano.sh/job-name": job}); err != nil {
-			t.Fatal(err)
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		if running == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d pods of %s running after a minute", running, n, job)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
