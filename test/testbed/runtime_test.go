@@ -296,6 +296,11 @@ func TestNodeWritesThroughAPIServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, env, pod, "running", time.Minute, running)
+	// The runtime sees the pod running at its next list, which may come after ours: wait for it
+	// to write, or an outage that starts now would find the container not yet started.
+	for len(rt.Written(ns, pod.Name, "main", 0)) == 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
 	before := len(rt.Written(ns, pod.Name, "main", 0))
 	start := time.Now()
 	env.RestartAPIServer(t, 5*time.Second)
