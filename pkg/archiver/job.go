@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -211,7 +212,8 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 
 	obj := r.recordable(job)
 	obj.APIVersion, obj.Kind = jobAPIVersion, "Job"
-	if err := r.putJSON(ctx, r.Layout.JobObject(ref), obj); err != nil {
+	retain := r.retainUntil(now)
+	if err := r.putJSON(ctx, r.Layout.JobObject(ref), obj, retain); err != nil {
 		return fmt.Errorf("store final object of job %s: %w", klog.KObj(job), err)
 	}
 	row, err := r.Records.Job(ctx, string(job.UID))
@@ -234,7 +236,7 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	// makes the job released, never archived.
 	reason, cause := incompleteReason(reason, pods, logs, gaps)
 	row.ReleaseReason = reason
-	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, gaps, r.Layout.JobObject(ref), now)); err != nil {
+	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, gaps, r.Layout.JobObject(ref), now), retain); err != nil {
 		return fmt.Errorf("store manifest of job %s: %w", klog.KObj(job), err)
 	}
 	location := r.Store.URL(r.Layout.JobDir(ref) + "/")
@@ -272,10 +274,18 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	return nil
 }
 
-func (r *JobReconciler) putJSON(ctx context.Context, key string, v any) error {
+// putJSON stores v as JSON under key, locked until retainUntil (zero: unlocked). An object an
+// earlier pass locked (it crashed before the job was released) cannot be replaced on GCS or the
+// fs backend: that one is kept, as the record written first.
+func (r *JobReconciler) putJSON(ctx context.Context, key string, v any, retainUntil time.Time) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return r.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json"})
+	err = r.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json", RetainUntil: retainUntil})
+	if errors.Is(err, objstore.ErrLocked) {
+		ctrl.LoggerFrom(ctx).Info("Kept the locked object an earlier pass stored", "key", key, "error", err.Error())
+		return nil
+	}
+	return err
 }
