@@ -619,8 +619,8 @@ func (s *S3) Ping(ctx context.Context) error {
 }
 
 // s3Error adds ErrNotFound to a NoSuchKey response, and ErrLocked to a refusal because of Object
-// Lock (AWS and MinIO answer AccessDenied, with a message naming the lock). A missing bucket is a
-// configuration error, not a missing object, and stays as it is.
+// Lock (AWS answers AccessDenied, MinIO InvalidRequest, each with a message naming the lock). A
+// missing bucket is a configuration error, not a missing object, and stays as it is.
 func s3Error(err error) error {
 	var resp minio.ErrorResponse
 	if !errors.As(err, &resp) {
@@ -629,7 +629,7 @@ func s3Error(err error) error {
 	switch {
 	case resp.Code == minio.NoSuchKey:
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case resp.Code == "AccessDenied" && lockMessage(resp.Message), resp.Code == "ObjectLocked":
+	case (resp.Code == "AccessDenied" || resp.Code == "InvalidRequest") && lockMessage(resp.Message):
 		return fmt.Errorf("%w: %w", ErrLocked, err)
 	}
 	return err
