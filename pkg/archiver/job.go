@@ -274,18 +274,26 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	return nil
 }
 
-// putJSON stores v as JSON under key, locked until retainUntil (zero: unlocked). An object an
-// earlier pass locked (it crashed before the job was released) cannot be replaced on GCS or the
-// fs backend: that one is kept, as the record written first.
+// putJSON stores v as JSON under key, locked until retainUntil (zero: unlocked). A locked object
+// is written once: when an earlier pass stored it (and then failed before the job was released),
+// that one stands as the record, rather than a second version (S3) or a refused overwrite (GCS, fs).
 func (r *JobReconciler) putJSON(ctx context.Context, key string, v any, retainUntil time.Time) error {
+	if !retainUntil.IsZero() {
+		_, err := r.Store.Stat(ctx, key)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, objstore.ErrNotFound) {
+			return err
+		}
+	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
 	err = r.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json", RetainUntil: retainUntil})
 	if errors.Is(err, objstore.ErrLocked) {
-		ctrl.LoggerFrom(ctx).Info("Kept the locked object an earlier pass stored", "key", key, "error", err.Error())
-		return nil
+		return nil // stored and locked meanwhile by a concurrent pass
 	}
 	return err
 }
