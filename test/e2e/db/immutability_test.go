@@ -17,6 +17,7 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -65,12 +66,7 @@ func sqlState(err error) pqerror.Code {
 // jobvault.prune = 'on') may delete, but never update, and only until it ends.
 func TestDBAppendOnly(t *testing.T) {
 	ctx := t.Context()
-	dsn := testbed.Postgres(t)
-	records, err := db.Open(ctx, dsn, db.Options{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer records.Close()
+	records, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
 	history(t, records, "u1")
 
@@ -180,11 +176,17 @@ func loginRole(t *testing.T, c *sql.DB, dsn, group string) string {
 			t.Errorf("drop role %s: %v", name, err)
 		}
 	})
+	return dsnAs(t, dsn, name)
+}
+
+// dsnAs is dsn with user as the user.
+func dsnAs(t *testing.T, dsn, user string) string {
+	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.User = url.User(name)
+	u.User = url.User(user)
 	return u.String()
 }
 
@@ -193,12 +195,7 @@ func loginRole(t *testing.T, c *sql.DB, dsn, group string) string {
 // nor drop or disable the triggers; jobvault_auditor can read the audit views and nothing else.
 func TestDBRoles(t *testing.T) {
 	ctx := t.Context()
-	dsn := testbed.Postgres(t)
-	owner, err := db.Open(ctx, dsn, db.Options{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer owner.Close()
+	owner, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
 	for _, role := range []string{"jobvault_writer", "jobvault_auditor"} {
 		if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname = $1 AND NOT rolcanlogin AND NOT rolsuper`, role); n != 1 {
@@ -351,12 +348,7 @@ func TestDBMigrateWithoutSuperuser(t *testing.T) {
 			}
 		}
 	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(name)
-	records, err := db.Open(ctx, u.String(), db.Options{Migrate: true})
+	records, err := db.Open(ctx, dsnAs(t, dsn, name), db.Options{Migrate: true})
 	if err != nil {
 		t.Fatalf("Open with Migrate as a non-superuser: %v", err)
 	}
