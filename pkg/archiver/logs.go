@@ -316,8 +316,8 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 				return err
 			}
 		}
-		key := r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance)
-		a, err := capture.Assemble(ctx, r.Records, r.Store, ref, key, r.retainUntil(r.Clock.Now()))
+		a, err := capture.Assemble(ctx, r.Records, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance),
+			r.retainUntil(r.Clock.Now()))
 		if err != nil {
 			return err
 		}
