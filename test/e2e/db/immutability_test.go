@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -321,12 +322,57 @@ ORDER BY 1`)
 	})
 }
 
-// TestDBMigrateWithoutSuperuser: a migrating user that owns the database but is no superuser (as
-// on managed Postgres) applies every migration, the roles' grants included.
-func TestDBMigrateWithoutSuperuser(t *testing.T) {
+// dropRoles removes jobvault_writer and jobvault_auditor from the Postgres server, with their
+// privileges in every database. Roles belong to the whole server, which the tests of this process
+// share: none of this package's tests runs in parallel.
+func dropRoles(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	pg := testbed.PostgresCluster(t)
+	admin := rawDB(t, pg.AdminDSN())
+	if queryInt(t, admin, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_auditor')`) != 2 {
+		t.Fatal("the roles should exist before this test drops them")
+	}
+	rows, err := admin.QueryContext(ctx, `SELECT datname FROM pg_database WHERE datallowconn`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dbs []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, name)
+	}
+	rows.Close()
+	for _, name := range dbs {
+		c, err := sql.Open("postgres", pg.DSN(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.ExecContext(ctx, `DROP OWNED BY jobvault_writer, jobvault_auditor`)
+		c.Close()
+		if err != nil {
+			t.Fatalf("revoke the roles' privileges in %s: %v", name, err)
+		}
+	}
+	if _, err := admin.ExecContext(ctx, `DROP ROLE jobvault_writer, jobvault_auditor`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDBMigrateWithoutCreateRole: a migrating user that owns the database but may not create roles
+// (as on managed Postgres) applies every migration all the same, with a warning naming the
+// missing roles and the remedy; a DBA then creates the roles and, as the tables' owner, grants
+// them with jobvault_grant_roles().
+func TestDBMigrateWithoutCreateRole(t *testing.T) {
 	ctx := t.Context()
 	dsn := testbed.Postgres(t)
 	c := rawDB(t, dsn)
+	stack.OpenRecords(t) // the roles exist once any database is migrated
+	dropRoles(t)
+
 	name := fmt.Sprintf("jv_test_owner_%d", rand.Uint32())
 	var dbName string
 	if err := c.QueryRowContext(ctx, `SELECT current_database()`).Scan(&dbName); err != nil {
@@ -348,13 +394,38 @@ func TestDBMigrateWithoutSuperuser(t *testing.T) {
 			}
 		}
 	})
-	records, err := db.Open(ctx, dsnAs(t, dsn, name), db.Options{Migrate: true})
+	ownerDSN := dsnAs(t, dsn, name)
+	records, err := db.Open(ctx, ownerDSN, db.Options{Migrate: true})
 	if err != nil {
-		t.Fatalf("Open with Migrate as a non-superuser: %v", err)
+		t.Fatalf("Open with Migrate by a user without CREATEROLE: %v", err)
 	}
 	defer records.Close()
 	assertVersion(t, records, db.LatestVersion)
-	if n := queryInt(t, c, `SELECT count(*) FROM information_schema.role_table_grants WHERE grantee = 'jobvault_auditor' AND table_catalog = current_database()`); n != 5 {
-		t.Errorf("grants to jobvault_auditor = %d, want 5 (the audit views)", n)
+	if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_auditor')`); n != 0 {
+		t.Errorf("%d jobvault roles after a migration by a user without CREATEROLE, want 0", n)
+	}
+	pgLog, err := os.ReadFile(testbed.PostgresCluster(t).Proc.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"jobvault_writer", "jobvault_auditor"} {
+		if want := "WARNING:  jobvault: role " + role + " not created: the migrating user " + name + " lacks CREATEROLE"; !strings.Contains(string(pgLog), want) {
+			t.Errorf("Postgres log lacks the warning %q", want)
+		}
+	}
+
+	// The DBA's remedy, as documented.
+	for _, s := range []string{`CREATE ROLE jobvault_writer NOLOGIN`, `CREATE ROLE jobvault_auditor NOLOGIN`} {
+		if _, err := c.ExecContext(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rawDB(t, ownerDSN).ExecContext(ctx, `SELECT jobvault_grant_roles()`); err != nil {
+		t.Fatalf("jobvault_grant_roles() as the owner: %v", err)
+	}
+	for role, want := range map[string]int{"jobvault_auditor": 5, "jobvault_writer": 22} {
+		if n := queryInt(t, c, `SELECT count(*) FROM information_schema.role_table_grants WHERE grantee = $1 AND table_catalog = current_database()`, role); n != want {
+			t.Errorf("table privileges granted to %s = %d, want %d", role, n, want)
+		}
 	}
 }
