@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -211,7 +212,8 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 
 	obj := r.recordable(job)
 	obj.APIVersion, obj.Kind = jobAPIVersion, "Job"
-	if err := r.putJSON(ctx, r.Layout.JobObject(ref), obj); err != nil {
+	retain := r.retainUntil(now)
+	if err := r.putJSON(ctx, r.Layout.JobObject(ref), obj, retain); err != nil {
 		return fmt.Errorf("store final object of job %s: %w", klog.KObj(job), err)
 	}
 	row, err := r.Records.Job(ctx, string(job.UID))
@@ -234,7 +236,7 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	// makes the job released, never archived.
 	reason, cause := incompleteReason(reason, pods, logs, gaps)
 	row.ReleaseReason = reason
-	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, gaps, r.Layout.JobObject(ref), now)); err != nil {
+	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, gaps, r.Layout.JobObject(ref), now), retain); err != nil {
 		return fmt.Errorf("store manifest of job %s: %w", klog.KObj(job), err)
 	}
 	location := r.Store.URL(r.Layout.JobDir(ref) + "/")
@@ -272,10 +274,26 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	return nil
 }
 
-func (r *JobReconciler) putJSON(ctx context.Context, key string, v any) error {
+// putJSON stores v as JSON under key, locked until retainUntil (zero: unlocked). A locked object
+// is written once: when an earlier pass stored it (and then failed before the job was released),
+// that one stands as the record, rather than a second version (S3) or a refused overwrite (GCS, fs).
+func (r *JobReconciler) putJSON(ctx context.Context, key string, v any, retainUntil time.Time) error {
+	if !retainUntil.IsZero() {
+		_, err := r.Store.Stat(ctx, key)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, objstore.ErrNotFound) {
+			return err
+		}
+	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return r.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json"})
+	err = r.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json", RetainUntil: retainUntil})
+	if errors.Is(err, objstore.ErrLocked) {
+		return nil // stored and locked meanwhile by a concurrent pass
+	}
+	return err
 }

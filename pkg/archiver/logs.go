@@ -317,7 +317,8 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 				return err
 			}
 		}
-		a, err := capture.Assemble(ctx, r.Records, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance))
+		a, err := capture.Assemble(ctx, r.Records, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance),
+			r.retainUntil(r.Clock.Now()))
 		if err != nil {
 			return err
 		}

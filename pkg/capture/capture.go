@@ -531,21 +531,21 @@ type Assembled struct {
 }
 
 // Assemble composes the recorded segments of a run into one object under key (an empty gzip
-// member when the run wrote nothing), and returns its size and sha256. It does not delete the
-// segments: call Forget once the result is recorded.
-func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, key string) (Assembled, error) {
+// member when the run wrote nothing), locked until retainUntil (zero: unlocked), and returns its
+// size and sha256. It does not delete the segments: call Forget once the result is recorded.
+func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, key string, retainUntil time.Time) (Assembled, error) {
 	segs, err := recs.Segments(ctx, ref.PodUID, ref.Container, ref.Run)
 	if err != nil {
 		return Assembled{}, err
 	}
-	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip"}
+	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil}
 	a := Assembled{Key: key}
 	h := sha256.New()
 	if len(segs) == 0 {
 		var b bytes.Buffer
 		zw := gzip.NewWriter(&b)
 		_ = zw.Close()
-		if err := store.Put(ctx, key, bytes.NewReader(b.Bytes()), opts); err != nil {
+		if err := store.Put(ctx, key, bytes.NewReader(b.Bytes()), opts); lockedElse(err) != nil {
 			return Assembled{}, fmt.Errorf("store the empty log of %s: %w", ref, err)
 		}
 		a.StoredBytes = int64(b.Len())
@@ -558,7 +558,7 @@ func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, 
 			keys[i] = s.ObjectKey
 			a.StoredBytes += s.StoredBytes
 		}
-		if err := store.Compose(ctx, key, keys, opts); err != nil {
+		if err := store.Compose(ctx, key, keys, opts); lockedElse(err) != nil {
 			return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
 		}
 		last := segs[len(segs)-1]
@@ -569,6 +569,16 @@ func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, 
 	}
 	a.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return a, nil
+}
+
+// lockedElse is err, or nil if err is objstore.ErrLocked: a locked object under the key of an
+// assembled log was assembled by an earlier pass from the same segments (they are deleted only
+// once the log is recorded), so it holds the same bytes, and GCS refuses to replace it.
+func lockedElse(err error) error {
+	if errors.Is(err, objstore.ErrLocked) {
+		return nil
+	}
+	return err
 }
 
 // Forget deletes a run's segments, objects and rows, once its assembled log is recorded.

@@ -203,7 +203,7 @@ func (r *rig) end(t *testing.T, done chan error) {
 // check assembles the run and compares it with what was written and not lost.
 func (r *rig) check(t *testing.T) {
 	t.Helper()
-	a, err := Assemble(t.Context(), r.recs, r.store, r.ref, "final.log.gz")
+	a, err := Assemble(t.Context(), r.recs, r.store, r.ref, "final.log.gz", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
