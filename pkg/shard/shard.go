@@ -62,8 +62,9 @@ func FromPodName(name string) (int, error) {
 		return 0, errors.New("no pod name to take the shard from (set POD_NAME from metadata.name)")
 	}
 	i := strings.LastIndexByte(name, '-')
-	n, err := strconv.Atoi(name[i+1:])
-	if i < 0 || err != nil || n < 0 {
+	ord := name[i+1:]
+	n, err := strconv.Atoi(ord)
+	if i < 0 || err != nil || strings.TrimLeft(ord, "0123456789") != "" {
 		return 0, fmt.Errorf("pod name %q does not end in a StatefulSet ordinal (-N)", name)
 	}
 	return n, nil
