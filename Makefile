@@ -45,6 +45,17 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 	$(GO) test -count=1 -run '^$$' -bench 'Handler' -benchtime 20000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Follow1000|CaptureThroughput|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
+	$(GO) test -count=1 -run '^$$' -bench 'Shards' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
+
+# JOBVAULT_BENCH_SIZE_JOBS and _PODS: the live VcJobs and tracked pods one archiver holds (the issue's
+# 10,000 and 100,000 by default here; BenchmarkSize alone defaults to 2,000 and 20,000); _IDLE_SECONDS
+# the idle window (30).
+JOBVAULT_BENCH_SIZE_JOBS ?= 10000
+JOBVAULT_BENCH_SIZE_PODS ?= 100000
+.PHONY: bench-size
+bench-size: testbed ## Benchmark one archiver holding 10,000 live VcJobs and 100,000 pods (cache, start-up backlog, RSS, idle CPU); about 20 minutes
+	JOBVAULT_BENCH_SIZE_JOBS=$(JOBVAULT_BENCH_SIZE_JOBS) JOBVAULT_BENCH_SIZE_PODS=$(JOBVAULT_BENCH_SIZE_PODS) \
+	  $(GO) test -count=1 -run '^$$' -bench 'Size' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 
 # DEMO_ARGS: --store=s3 archives to a local MinIO instead of .demo/archive; --exit stops after the summary.
 DEMO_ARGS ?=

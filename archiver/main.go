@@ -28,6 +28,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/shard"
 )
 
 func main() {
@@ -51,6 +52,7 @@ type flags struct {
 	namespaces              string
 	leaderElect             bool
 	leaderElectionNamespace string
+	shardFromPodName        bool
 	metricsAddr, probeAddr  string
 	zap                     zap.Options
 }
@@ -76,6 +78,9 @@ func parseFlags() (*flags, error) {
 	fs.IntVar(&f.opts.JobWorkers, "job-workers", f.opts.JobWorkers, "Jobs reconciled in parallel.")
 	fs.StringVar(&f.excludeNamespaces, "exclude-namespaces", strings.Join(f.opts.ExcludeNamespaces, ","), "Comma-separated namespaces whose VcJobs are never tracked (keep in line with the webhook's namespaceSelector).")
 	fs.StringVar(&f.namespaces, "namespaces", "", "Comma-separated namespaces to archive; empty for all. Lets several archivers shard a cluster by namespace.")
+	fs.IntVar(&f.opts.Shard.Index, "shard", f.opts.Shard.Index, "This replica's shard, from 0 to --total-shards - 1: it archives the VcJobs whose UID hashes to it (FNV-1a modulo --total-shards) and their pods.")
+	fs.IntVar(&f.opts.Shard.Total, "total-shards", f.opts.Shard.Total, "How many shards the VcJobs are split into, one archiver (with its own leader election) each. Every replica must be given the same count.")
+	fs.BoolVar(&f.shardFromPodName, "shard-from-pod-name", false, "Take --shard from the ordinal at the end of $POD_NAME (a StatefulSet pod, jobvault-archiver-2 is shard 2) instead of the flag.")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "Elect a leader so only one replica archives at a time.")
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -91,7 +96,17 @@ func parseFlags() (*flags, error) {
 	if f.store.LockMode != "" && f.opts.Retention <= 0 {
 		lockErr = fmt.Errorf("--store-lock-mode %s needs a --retention to lock objects for", f.store.LockMode)
 	}
-	if err := errors.Join(f.db.Validate(), f.opts.Validate(), f.store.Validate(), lockErr); err != nil {
+	var shardErr error
+	if f.shardFromPodName {
+		shardSet := false
+		fs.Visit(func(fl *flag.Flag) { shardSet = shardSet || fl.Name == "shard" })
+		if shardSet {
+			shardErr = errors.New("--shard and --shard-from-pod-name are exclusive")
+		} else if f.opts.Shard.Index, shardErr = shard.FromPodName(os.Getenv("POD_NAME")); shardErr != nil {
+			shardErr = fmt.Errorf("--shard-from-pod-name: %w", shardErr)
+		}
+	}
+	if err := errors.Join(f.db.Validate(), f.opts.Validate(), f.store.Validate(), lockErr, shardErr); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return f, nil
@@ -137,7 +152,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cacheOpts, err := archiver.CacheOptions(f.opts.Namespaces...)
+	cacheOpts, err := archiver.CacheOptions(f.opts)
 	if err != nil {
 		return err
 	}
@@ -147,7 +162,7 @@ func run() error {
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:  f.probeAddr,
 		LeaderElection:          f.leaderElect,
-		LeaderElectionID:        "jobvault-archiver",
+		LeaderElectionID:        archiver.LeaderElectionID(f.opts.Shard),
 		LeaderElectionNamespace: f.leaderElectionNamespace,
 		// The leader steps down on SIGTERM at once, so a new replica takes over without waiting
 		// for the lease to expire; nothing is in flight that a restart cannot redo.
@@ -172,6 +187,6 @@ func run() error {
 	}); err != nil {
 		return err
 	}
-	log.Info("Starting archiver", "store", store.URL(f.opts.Layout.Prefix), "logDeadline", f.opts.LogDeadline)
+	log.Info("Starting archiver", "store", store.URL(f.opts.Layout.Prefix), "logDeadline", f.opts.LogDeadline, "shard", f.opts.Shard.String())
 	return mgr.Start(ctx)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/shard"
 )
 
 // Records is what the archiver needs of the database (implemented by *db.DB). Every method is an
@@ -119,6 +120,9 @@ type Options struct {
 	// Retention is how long final objects are kept from their job's or pod's finalization (see
 	// retainUntil); zero keeps them without a retain-until date.
 	Retention time.Duration
+	// Shard is this replica's share of the jobs (and so of their pods): the others are left to the
+	// replicas of the other shards. The zero value and a Total of 1 archive everything.
+	Shard shard.Shard
 }
 
 // excluded reports whether jobvault never tracks the VcJobs, and so the pods, of namespace ns.
@@ -128,7 +132,8 @@ func (o Options) excluded(ns string) bool { return slices.Contains(o.ExcludeName
 func DefaultOptions() Options {
 	return Options{LogDeadline: 24 * time.Hour, LogOpenTimeout: 30 * time.Second, TerminationMargin: 30 * time.Second,
 		NodeLostAfter: 5 * time.Minute, SweepPeriod: 10 * time.Minute, MaxStreams: 2000, Capture: capture.DefaultConfig,
-		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}, Redact: true}
+		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}, Redact: true,
+		Shard: shard.Shard{Index: 0, Total: 1}}
 }
 
 // Validate lists every problem with the options at once.
@@ -153,6 +158,9 @@ func (o Options) Validate() error {
 	errs = append(errs, o.Layout.Validate())
 	if o.Retention < 0 {
 		errs = append(errs, fmt.Errorf("retention must not be negative, got %s", o.Retention))
+	}
+	if o.Shard != (shard.Shard{}) {
+		errs = append(errs, o.Shard.Validate())
 	}
 	if o.PodWorkers < 1 || o.JobWorkers < 1 {
 		errs = append(errs, fmt.Errorf("pod and job workers must be at least 1, got %d and %d", o.PodWorkers, o.JobWorkers))

@@ -45,8 +45,8 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.excluded(job.Namespace) {
-		return ctrl.Result{}, nil
+	if r.excluded(job.Namespace) || !r.Shard.Owns(job.UID) {
+		return ctrl.Result{}, nil // never tracked here, or another shard's
 	}
 	if !tracked(job) && job.DeletionTimestamp == nil {
 		return ctrl.Result{}, r.track(ctx, job) // the update brings the job back here

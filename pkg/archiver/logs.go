@@ -120,11 +120,12 @@ func (r *PodReconciler) finished(ctx context.Context, pod *corev1.Pod) bool {
 }
 
 // archiveLogs makes sure every container run of the pod is captured, live while it runs, and its
-// log recorded once it ended. It reports whether some log is not recorded yet.
-func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (pending bool, err error) {
+// log recorded once it ended. It reports whether some log is not recorded yet, and whether a
+// container run of it is captured (live) rather than only waiting to start.
+func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (pending, live bool, err error) {
 	recorded, err := r.Records.PodLogObjects(ctx, string(pod.UID))
 	if err != nil {
-		return false, fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
+		return false, false, fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
 	}
 	done := map[string]bool{}
 	for _, l := range recorded {
@@ -143,17 +144,17 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 			row := record.LogObject{PodUID: string(pod.UID), Container: cr.container, ContainerType: cr.ctype, Instance: cr.instance,
 				State: record.LogUnavailable, Reason: neverStarted}
 			if err := r.Records.PutLogObject(ctx, row); err != nil {
-				return false, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
+				return false, false, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
 			}
 			continue
 		}
-		pending = true
+		pending, live = true, true
 		ref := capture.Ref{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: cr.container, Run: cr.run}
 		if !r.Captures.Ensure(ref.String()+"/"+ref.PodUID, pod.DeepCopy(), func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
-			return true, nil // not leading yet: the requeue comes back
+			return true, true, nil // not leading yet: the requeue comes back
 		}
 	}
-	return pending, nil
+	return pending, live, nil
 }
 
 // captureRun captures one container run until its log is recorded: stored, with any gap recorded

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,9 +46,15 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl
 		return ctrl.Result{}, nil // in a namespace jobvault never tracks
 	}
 	job, ok := ownerJob(pod)
+	if ok && !r.Shard.Owns(types.UID(job.UID)) {
+		return ctrl.Result{}, nil // another shard's
+	}
 	if !ok {
 		if !controllerutil.ContainsFinalizer(pod, tracking.PodFinalizer) {
 			return ctrl.Result{}, nil // not a VcJob's pod
+		}
+		if mine, err := r.ownsLoose(ctx, pod); err != nil || !mine {
+			return ctrl.Result{}, err
 		}
 		var done bool
 		if job, done, err = r.orphaned(ctx, pod); err != nil || done {
@@ -70,11 +77,16 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl
 		}
 		return ctrl.Result{}, r.addPodFinalizer(ctx, pod) // the webhook missed it
 	}
-	waiting, err := r.archiveLogs(ctx, pod, job)
+	waiting, live, err := r.archiveLogs(ctx, pod, job)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if waiting {
+		if !live && pod.DeletionTimestamp == nil {
+			// Only containers that have not started yet: their start is a pod event. Without this,
+			// every pending pod came back every retryAfter: 10,000 reconciles a second for 100,000.
+			return ctrl.Result{}, nil
+		}
 		// Captures in flight requeue the pod when they end; the periodic look is a safety net
 		// (a capture waiting for a slot, a grace period running out).
 		return ctrl.Result{RequeueAfter: r.retryAfter()}, nil

@@ -20,12 +20,19 @@ const (
 func (o Options) recordable(job *batchv1alpha1.Job) *batchv1alpha1.Job {
 	out := job.DeepCopy()
 	out.ManagedFields = nil
-	if !o.Redact {
-		return out
+	if o.Redact {
+		redact(out)
 	}
-	delete(out.Annotations, lastAppliedAnnotation)
-	for i := range out.Spec.Tasks {
-		spec := &out.Spec.Tasks[i].Template.Spec
+	return out
+}
+
+// redact replaces the literal env values of the job's pod templates by Redacted and drops kubectl's
+// last-applied configuration, in place. Applied twice it changes nothing more (jobTransform caches
+// jobs redacted, and recordable redacts them again).
+func redact(job *batchv1alpha1.Job) {
+	delete(job.Annotations, lastAppliedAnnotation)
+	for i := range job.Spec.Tasks {
+		spec := &job.Spec.Tasks[i].Template.Spec
 		for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 			for j := range cs {
 				for k := range cs[j].Env {
@@ -36,5 +43,4 @@ func (o Options) recordable(job *batchv1alpha1.Job) *batchv1alpha1.Job {
 			}
 		}
 	}
-	return out
 }

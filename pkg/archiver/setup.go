@@ -5,10 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -18,30 +16,7 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/capture"
-	"github.com/jobvault/jobvault/pkg/tracking"
 )
-
-// CacheOptions keep only what the archiver needs in memory: the pods Volcano created for VcJobs
-// (tracking.JobPodSelector; the reconcilers check tracking.JobOf), and no managedFields on anything
-// (they are most of an object's size and never read). With namespaces, only those are watched.
-func CacheOptions(namespaces ...string) (cache.Options, error) {
-	jobPods, err := metav1.LabelSelectorAsSelector(tracking.JobPodSelector())
-	if err != nil {
-		return cache.Options{}, err
-	}
-	var byNS map[string]cache.Config
-	for _, ns := range namespaces {
-		if byNS == nil {
-			byNS = map[string]cache.Config{}
-		}
-		byNS[ns] = cache.Config{}
-	}
-	return cache.Options{
-		DefaultNamespaces: byNS,
-		DefaultTransform:  cache.TransformStripManagedFields(),
-		ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: jobPods}},
-	}, nil
-}
 
 // rateLimiter retries failed reconciles from half a second up to a minute apart, so an outage of
 // the store or database is noticed within a minute of its end.
@@ -72,6 +47,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vcjob").
 		For(&batchv1alpha1.Job{}).
 		Owns(&corev1.Pod{}).
+		WithEventFilter(opts.shardFilter()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.JobWorkers, RateLimiter: rateLimiter()}).
 		Complete(&JobReconciler{Deps: deps, Options: opts}); err != nil {
 		return err
@@ -86,6 +62,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("pod").
 		For(&corev1.Pod{}).
+		WithEventFilter(opts.shardFilter()).
 		WatchesRawSource(source.Channel(captures.Events(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter()}).
 		Complete(pods)

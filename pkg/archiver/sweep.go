@@ -65,6 +65,12 @@ func (r *PodReconciler) sweepOnce(ctx context.Context) (int, error) {
 				if _, cached := p.Labels[tracking.JobPodLabel]; cached {
 					continue // the pod reconciler sees it
 				}
+				if mine, err := r.ownsLoose(ctx, p); err != nil || !mine {
+					if err != nil {
+						return let, err
+					}
+					continue // another shard's
+				}
 				p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
 				if err := r.letGoUntracked(ctx, p); err != nil {
 					return let, err

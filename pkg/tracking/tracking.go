@@ -86,7 +86,14 @@ func JobOf(pod metav1.Object) (metav1.OwnerReference, bool) {
 	if _, ok := pod.GetLabels()[JobPodLabel]; !ok {
 		return metav1.OwnerReference{}, false
 	}
-	ref := metav1.GetControllerOfNoCopy(pod)
+	return ControllingJob(pod)
+}
+
+// ControllingJob returns the object's controlling ownerReference if it is a VcJob (any version of
+// batch.volcano.sh Job), whatever its labels: for pods outside JobOf's view (their JobPodLabel
+// removed) that still need a home, such as the shard that lets them go.
+func ControllingJob(obj metav1.Object) (metav1.OwnerReference, bool) {
+	ref := metav1.GetControllerOfNoCopy(obj)
 	if ref == nil || ref.Kind != "Job" {
 		return metav1.OwnerReference{}, false
 	}

@@ -91,9 +91,9 @@ func linesWritten(rt *testbed.Runtime, ns string, pods []string) int {
 	return n
 }
 
-// sample picks k of the pods, spread evenly.
-func sample(pods []string, k int) []string {
-	var out []string
+// sample picks k of the pods (or anything), spread evenly.
+func sample[T any](pods []T, k int) []T {
+	var out []T
 	for i := range min(k, len(pods)) {
 		out = append(out, pods[i*len(pods)/min(k, len(pods))])
 	}

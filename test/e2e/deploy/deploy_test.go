@@ -235,7 +235,7 @@ func deleteNamespace(t *testing.T, env *testbed.Env, name string) {
 func TestDeployManifests(t *testing.T) {
 	env := testbed.Cluster(t)
 	dirs := kustomizations(t)
-	for _, want := range []string{"archiver", "certmanager", "default", "overlays/gcs", "overlays/s3", "selfsigned", "webhook"} {
+	for _, want := range []string{"archiver", "certmanager", "default", "overlays/gcs", "overlays/s3", "overlays/sharded", "selfsigned", "webhook"} {
 		if !slices.Contains(dirs, want) {
 			t.Errorf("config/%s has no kustomization (found %q)", want, dirs)
 		}
@@ -290,12 +290,17 @@ func checkNamespaces(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-// checkReferences: every ServiceAccount a Deployment runs as or a binding names is rendered, every
-// binding's role is rendered, and every Service selects the pods of exactly one Deployment (the
+// workloads are the Deployments and StatefulSets (config/overlays/sharded's archiver) rendered.
+func workloads(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	return append(ofKind(objs, "Deployment"), ofKind(objs, "StatefulSet")...)
+}
+
+// checkReferences: every ServiceAccount a workload runs as or a binding names is rendered, every
+// binding's role is rendered, and every Service selects the pods of exactly one workload (the
 // webhook's Service must never send admission requests to the archiver).
 func checkReferences(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	for _, d := range ofKind(objs, "Deployment") {
+	for _, d := range workloads(objs) {
 		sa, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "serviceAccountName")
 		if sa == "" || find(objs, "ServiceAccount", sa) == nil {
 			t.Errorf("Deployment %s runs as ServiceAccount %q, which is not rendered", d.GetName(), sa)
@@ -322,7 +327,7 @@ func checkReferences(t *testing.T, objs []*unstructured.Unstructured) {
 	for _, svc := range ofKind(objs, "Service") {
 		sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
 		var selected []string
-		for _, d := range ofKind(objs, "Deployment") {
+		for _, d := range workloads(objs) {
 			podLabels, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
 			if len(sel) > 0 && labels.SelectorFromSet(sel).Matches(labels.Set(podLabels)) {
 				selected = append(selected, d.GetName())
@@ -389,10 +394,14 @@ func deploymentMountsSecret(objs []*unstructured.Unstructured, deployment, secre
 	return false
 }
 
-// archiverContainer returns the archiver Deployment's container, nil if dir renders none.
+// archiverContainer returns the archiver Deployment's (or sharded StatefulSet's) container, nil if
+// dir renders none.
 func archiverContainer(t *testing.T, objs []*unstructured.Unstructured) (*corev1.PodSpec, *corev1.Container) {
 	t.Helper()
 	d := find(objs, "Deployment", "jobvault-archiver")
+	if d == nil {
+		d = find(objs, "StatefulSet", "jobvault-archiver")
+	}
 	if d == nil {
 		return nil, nil
 	}
@@ -421,7 +430,7 @@ func checkArchiverDeployment(t *testing.T, dir string, objs []*unstructured.Unst
 	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "archiver" {
 		t.Errorf("archiver command %q: want the archiver program (the image holds both)", c.Command)
 	}
-	wantBackend := map[string]string{"overlays/s3": "s3", "overlays/gcs": "gcs"}[dir]
+	wantBackend := map[string]string{"overlays/s3": "s3", "overlays/gcs": "gcs", "overlays/sharded": "s3"}[dir]
 	if wantBackend == "" {
 		wantBackend = "fs"
 	}
