@@ -74,6 +74,7 @@ func TestMonitoring(t *testing.T) {
 	// appear after an event: the webhook's per-path request counters, for one).
 	s := stack.NewRig(t, objstore.BackendS3)
 	job := testbed.Job(s.NS, "monitored").Task("worker", 1, []string{"main"}).Obj()
+	stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
 	stack.CreateAs(t, s.Env, "alice", job)
 	s.WaitArchived(t, job, 2*time.Minute)
 	exported := exportedNames(t, s.Metrics(t)).Union(exportedNames(t, stack.WebhookMetrics(t)))
@@ -115,6 +116,7 @@ func TestMonitoring(t *testing.T) {
 		}
 	})
 	held := testbed.Job(s.NS, "held").Task("worker", 1, []string{"main"}).Obj()
+	stack.PodLogs(t, s.Env, s.NS, held.Name, map[string]int{"worker": 1}, []string{"main"}, false)
 	stack.CreateAs(t, s.Env, "alice", held)
 	stack.WaitPhase(t, s.Env, held, batchv1alpha1.Completed, 2*time.Minute)
 	want("both backends down, the job and its pod held past due", func(g map[string]float64) bool {
