@@ -31,23 +31,31 @@ func TestJobDue(t *testing.T) {
 		}
 		return j
 	}
-	for _, tc := range []struct {
-		name  string
-		job   *batchv1alpha1.Job
-		since time.Time
-		due   bool
-	}{
+	checkDue(t, jobDue, []dueCase[*batchv1alpha1.Job]{
 		{"running", job(batchv1alpha1.Running, true, false), time.Time{}, false},
 		{"aborted is resumable", job(batchv1alpha1.Aborted, true, false), time.Time{}, false},
 		{"completed: since its last phase change", job(batchv1alpha1.Completed, true, false), changed, true},
 		{"failed", job(batchv1alpha1.Failed, true, false), changed, true},
 		{"being deleted while running: since then", job(batchv1alpha1.Running, true, true), deleted, true},
 		{"released already", job(batchv1alpha1.Completed, false, false), time.Time{}, false},
-	} {
+	})
+}
+
+// dueCase is a case of jobDue or podDue: the object, and when it became due if it is.
+type dueCase[T any] struct {
+	name  string
+	obj   T
+	since time.Time
+	due   bool
+}
+
+func checkDue[T any](t *testing.T, due func(T) (time.Time, bool), cases []dueCase[T]) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			since, due := jobDue(tc.job)
-			if due != tc.due || !since.Equal(tc.since) {
-				t.Errorf("jobDue = %v, %v; want %v, %v", since, due, tc.since, tc.due)
+			since, ok := due(tc.obj)
+			if ok != tc.due || !since.Equal(tc.since) {
+				t.Errorf("due = %v, %v; want %v, %v", since, ok, tc.since, tc.due)
 			}
 		})
 	}
@@ -70,26 +78,14 @@ func TestPodDue(t *testing.T) {
 		}
 		return p
 	}
-	for _, tc := range []struct {
-		name  string
-		pod   *corev1.Pod
-		since time.Time
-		due   bool
-	}{
+	checkDue(t, podDue, []dueCase[*corev1.Pod]{
 		{"running", pod(corev1.PodRunning, true, time.Time{}, false), time.Time{}, false},
 		{"ended: since its last container stopped", pod(corev1.PodSucceeded, true, time.Time{}, true), finished, true},
 		{"ended without statuses: since its creation", pod(corev1.PodFailed, true, time.Time{}, false), created, true},
 		{"being deleted: since its grace period ends", pod(corev1.PodRunning, true, graceEnd, false), graceEnd, true},
 		{"ended before its deletion: since it ended", pod(corev1.PodSucceeded, true, graceEnd, true), finished, true},
 		{"released already", pod(corev1.PodSucceeded, false, time.Time{}, true), time.Time{}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			since, due := podDue(tc.pod)
-			if due != tc.due || !since.Equal(tc.since) {
-				t.Errorf("podDue = %v, %v; want %v, %v", since, due, tc.since, tc.due)
-			}
-		})
-	}
+	})
 }
 
 // TestHeldCollector: the gauges count what is due by now and age the oldest; a pod within its

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,6 +245,11 @@ type createTarget struct {
 // most 1.10 times what a webhook answering one constant patch does, in the same run.
 const onePatchRatioTarget = 1.10
 
+// saturatedP50 marks a run whose pace the API server could not keep up with: a create without any
+// webhook normally takes a few milliseconds here, so a median beyond this means creates queue,
+// and the p99s then compare queueing, not webhooks. Such a run's verdict is INCONCLUSIVE.
+const saturatedP50 = 50 * time.Millisecond
+
 // createArms creates objects through the real API server in four namespaces in turn:
 //   - with: our webhook is registered for it (config/webhook's configuration);
 //   - onepatch: a webhook on the same server that answers with one constant patch operation, the
@@ -358,13 +364,20 @@ func createArms(b *testing.B, tgt createTarget) {
 	b.ResetTimer()
 	start := time.Now()
 	var late time.Duration // how far behind schedule the pacer fell at worst
+	var inFlight atomic.Int64
+	var peak int64 // creates in flight at once, at most
 	var wg sync.WaitGroup
 	for i := range len(arms) * b.N {
 		at := start.Add(time.Duration(i) * interval)
 		time.Sleep(time.Until(at))
 		late = max(late, time.Since(at))
 		a, round := arms[order[(i/len(arms))%len(order)][i%len(arms)]], i/len(arms)
-		wg.Go(func() { a.lat[round] = create(a, i) })
+		n := inFlight.Add(1)
+		peak = max(peak, n)
+		wg.Go(func() {
+			defer inFlight.Add(-1)
+			a.lat[round] = create(a, i)
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -375,11 +388,11 @@ func createArms(b *testing.B, tgt createTarget) {
 	}
 
 	ms := func(sec float64) float64 { return sec * 1000 }
-	p99 := map[string]time.Duration{}
+	p50, p99, hooks := map[string]time.Duration{}, map[string]time.Duration{}, map[string]string{}
 	for _, a := range arms {
 		slices.Sort(a.lat)
-		p99[a.name] = quantile(a.lat, 0.99)
-		b.ReportMetric(ms(quantile(a.lat, 0.50).Seconds()), "p50-ms-"+a.name)
+		p50[a.name], p99[a.name], hooks[a.name] = quantile(a.lat, 0.50), quantile(a.lat, 0.99), a.hook
+		b.ReportMetric(ms(p50[a.name].Seconds()), "p50-ms-"+a.name)
 		b.ReportMetric(ms(p99[a.name].Seconds()), "p99-ms-"+a.name)
 	}
 	for _, name := range []string{"with", "onepatch", "noop"} {
@@ -392,14 +405,14 @@ func createArms(b *testing.B, tgt createTarget) {
 		return // the framework's first, one-iteration run: too few for a p99
 	}
 	achieved := float64(len(arms)*b.N) / elapsed.Seconds()
-	b.Logf("%s creates at %.0f/s (achieved %.1f/s, pacer at most %v late; machine %.0f%% busy, load %s), %d per arm:",
-		tgt.kind, tgt.rate, achieved, late.Round(time.Millisecond), busy(cpu0, cpu1), loadAvg(), b.N)
+	b.Logf("%s creates at %.0f/s (achieved %.1f/s, pacer at most %v late, at most %d in flight; machine %.0f%% busy, load %s), %d per arm:",
+		tgt.kind, tgt.rate, achieved, late.Round(time.Millisecond), peak, busy(cpu0, cpu1), loadAvg(), b.N)
 	// The webhook calls as the API server timed them (request encoding, the HTTPS round trip, the
 	// patch applied), beside the client's figure of the whole create.
 	calls := apiServerCallLatency(b, env)
 	for _, a := range arms {
 		line := fmt.Sprintf("  %-8s client p50 %6.2f ms  p99 %6.2f ms  p99/without %.2f", a.name,
-			ms(quantile(a.lat, 0.50).Seconds()), ms(p99[a.name].Seconds()), float64(p99[a.name])/float64(p99["without"]))
+			ms(p50[a.name].Seconds()), ms(p99[a.name].Seconds()), float64(p99[a.name])/float64(p99["without"]))
 		if a.hook != "" {
 			d := calls[a.hook].minus(callsBefore[a.hook])
 			if d.count > 0 {
@@ -414,11 +427,20 @@ func createArms(b *testing.B, tgt createTarget) {
 		b.ReportMetric(ms((sum-serverSum)/float64(count-serverCount)), "server-mean-ms")
 		b.Logf("  our handler, as controller-runtime timed it: mean %.3f ms", ms((sum-serverSum)/float64(count-serverCount)))
 	}
+	// The mean webhook call as the API server timed it is the steadier figure (no queueing of the
+	// rest of the create in it): printed beside the p99 target, not instead of it.
+	callMean := func(name string) float64 { return calls[hooks[name]].minus(callsBefore[hooks[name]]).mean() }
+	callRatio := callMean("with") / callMean("onepatch")
 	verdict := "PASS"
-	if ratio > onePatchRatioTarget {
+	switch {
+	case p50["without"] > saturatedP50:
+		verdict = fmt.Sprintf("INCONCLUSIVE: saturated, a create without any webhook took %v at p50 (over %v): the p99s measure queueing",
+			p50["without"].Round(time.Millisecond), saturatedP50)
+	case ratio > onePatchRatioTarget:
 		verdict = "MISS"
 	}
-	b.Logf("  %s at %.0f/s: our p99 / one-patch p99 = %.2f (target <= %.2f) %s", tgt.kind, tgt.rate, ratio, onePatchRatioTarget, verdict)
+	b.Logf("  %s at %.0f/s: our p99 / one-patch p99 = %.2f (target <= %.2f) %s; API server's mean call, ours / one-patch = %.2f",
+		tgt.kind, tgt.rate, ratio, onePatchRatioTarget, verdict, callRatio)
 }
 
 // isJobHook reports whether w is the configuration's VcJob webhook.
@@ -450,6 +472,9 @@ type histogram struct {
 	sum, count float64
 	buckets    map[float64]float64 // upper bound (seconds) → cumulative count
 }
+
+// mean is the mean observation, NaN without any.
+func (h histogram) mean() float64 { return h.sum / h.count }
 
 // minus is the histogram of what was observed since before.
 func (h histogram) minus(before histogram) histogram {
