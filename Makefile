@@ -38,12 +38,14 @@ test-scale: testbed ## Run the scale proofs kept out of make test (live capture 
 test-unit: ## Quick unit-only run for local iteration (no testbed parts; not what CI runs)
 	$(GO) test -count=1 -short ./pkg/... ./webhook/... ./archiver/... ./certs/...
 
-# The archiver's benchmarks take JOBVAULT_BENCH_FOLLOW_PODS and _SECONDS (1000 containers, 60 s), and
-# JOBVAULT_BENCH_CAPTURE_BYTES and _CHUNK_BYTES (512 MiB written 256 KiB every 50 ms).
+# The webhook's end-to-end benchmarks take -create-rates (VcJobs, default 20,50,100 per second) and
+# -pod-create-rate (default 200 per second) after the package. The archiver's benchmarks take
+# JOBVAULT_BENCH_FOLLOW_PODS and _SECONDS (1000 containers, 60 s), and JOBVAULT_BENCH_CAPTURE_BYTES
+# and _CHUNK_BYTES (512 MiB written 256 KiB every 50 ms).
 .PHONY: bench
 bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's end-to-end one needs a cluster of its own
 	$(GO) test -count=1 -run '^$$' -bench 'Handler' -benchtime 20000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
-	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
+	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob|CreatePod' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Follow1000|CaptureThroughput|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Shards' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 

@@ -2,6 +2,8 @@ package archiver
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +36,11 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	}
 	opts.Capture.ObserveLag = func(d time.Duration) { captureLagSeconds.Observe(d.Seconds()) }
 	opts.Capture.ObserveReopen = func(cause string) { followReopensTotal.WithLabelValues(cause).Inc() }
+	backends.use(deps.Records, deps.Store)
+	if err := errors.Join(trackHeld(ctx, mgr.GetCache(), &batchv1alpha1.Job{}, heldJobs, jobDue, opts.excluded),
+		trackHeld(ctx, mgr.GetCache(), &corev1.Pod{}, heldPods, podDue, opts.excluded)); err != nil {
+		return fmt.Errorf("watch held finalizers: %w", err)
+	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podOwnerIndex, func(o client.Object) []string {
 		if ref, ok := ownerJob(o.(*corev1.Pod)); ok {
 			return []string{ref.UID}

@@ -162,14 +162,20 @@ func ArgValue(args []string, prefix string) string {
 // Metrics returns what the running archiver's /metrics serves.
 func (a *Archiver) Metrics(t testbed.T) string {
 	t.Helper()
-	resp, err := http.Get("http://" + a.MetricsAddr + "/metrics")
+	return scrape(t, "archiver", a.MetricsAddr)
+}
+
+// scrape returns what the /metrics endpoint at addr serves (of the program named what).
+func scrape(t testbed.T, what, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		t.Fatalf("archiver metrics: %v", err)
+		t.Fatalf("%s metrics: %v", what, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("archiver metrics: %v", err)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s metrics: %s %v", what, resp.Status, err)
 	}
 	return string(b)
 }

@@ -52,6 +52,8 @@ const WebhookConfigName = "jobvault-testbed"
 var (
 	webhookMu   sync.Mutex
 	webhookProc *testbed.Process
+	// webhookMetricsAddr is where Webhook's binary serves /metrics.
+	webhookMetricsAddr string
 )
 
 // Webhook runs the webhook binary on 127.0.0.1 with a freshly minted CA and serving certificate and
@@ -76,8 +78,9 @@ func Webhook(t testbed.T, env *testbed.Env) *testbed.Process {
 		t.Fatal(err)
 	}
 	port, probe := testbed.FreePort(t), testbed.FreePort(t)
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(testbed.FreePort(t))
 	cmd := exec.Command(testbed.GoBuild(t, "./webhook"), "--kubeconfig="+env.KubeconfigPath, "--cert-dir="+dir, "--bind-address=127.0.0.1",
-		"--port="+strconv.Itoa(port), "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe))
+		"--port="+strconv.Itoa(port), "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe))
 	p := testbed.StartShared(t, "webhook", cmd)
 	p.WaitReady(t, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", time.Minute)
 
@@ -88,8 +91,21 @@ func Webhook(t testbed.T, env *testbed.Env) *testbed.Process {
 	if err := env.Client.Create(context.Background(), cfg); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("register webhook: %v", err)
 	}
-	webhookProc = p
+	webhookProc, webhookMetricsAddr = p, metricsAddr
 	return p
+}
+
+// WebhookMetrics returns what the /metrics of Webhook's binary serves. Webhook must have been
+// started.
+func WebhookMetrics(t testbed.T) string {
+	t.Helper()
+	webhookMu.Lock()
+	addr := webhookMetricsAddr
+	webhookMu.Unlock()
+	if addr == "" {
+		t.Fatalf("webhook metrics: the webhook binary was not started (stack.Webhook)")
+	}
+	return scrape(t, "webhook", addr)
 }
 
 // CreateWhileJobWebhookDown creates job as user while the VcJob webhook of Webhook's registration

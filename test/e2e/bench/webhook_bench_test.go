@@ -4,12 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,11 +24,15 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/utils/clock"
 	utilptr "k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -33,13 +44,9 @@ import (
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
-// Targets (see the issue): handler p99 under 1 ms; creating a VcJob through the API server with
-// the webhook at most 1.25 times slower at p99 than without. A missed target is logged, not
-// failed: this machine's neighbours make absolute timings noisy.
-const (
-	handlerP99Target = time.Millisecond
-	e2eRatioTarget   = 1.25
-)
+// Target (see the issue): handler p99 under 1 ms. A missed target is logged, not failed: this
+// machine's neighbours make absolute timings noisy.
+const handlerP99Target = time.Millisecond
 
 // BenchmarkHandler measures one admission review through the webhook's HTTP handler (the mux the
 // server registers: AdmissionReview decode, mutation, patch, encode; TLS and network excluded),
@@ -150,10 +157,104 @@ func serverLatency(b *testing.B, path string) (float64, uint64) {
 	return 0, 0
 }
 
-// createRate is the pace of BenchmarkCreateVcJob: creates per second, all namespaces together.
-var createRate = flag.Float64("create-rate", 20, "VcJob creates per second in BenchmarkCreateVcJob, spread evenly over its four namespaces")
+// The paces of the end-to-end benchmarks: creates per second through the API server, all arms
+// together (each arm gets its share; see createArms).
+var (
+	createRates = flag.String("create-rates", "20,50,100",
+		"VcJob creates per second in BenchmarkCreateVcJob, comma-separated, one sub-benchmark each; all four arms together")
+	podCreateRate = flag.Float64("pod-create-rate", 200, "pod creates per second in BenchmarkCreatePod, all four arms together")
+)
 
-// BenchmarkCreateVcJob creates VcJobs through the real API server in four namespaces in turn:
+// BenchmarkCreateVcJob creates VcJobs through the real API server, paced open-loop at each of
+// -create-rates, with our webhook and the floors of any webhook (see createArms). The jobs use a
+// queue that does not exist (absentQueue), so Volcano does no work for them.
+//
+// The flags go after the package: go test -run '^$' -bench CreateVcJob -benchtime 1000x ./test/e2e/bench -create-rates=10,20
+func BenchmarkCreateVcJob(b *testing.B) {
+	var rates []float64
+	for _, f := range strings.Split(*createRates, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || r <= 0 {
+			b.Fatalf("-create-rates=%q: want positive numbers separated by commas", *createRates)
+		}
+		rates = append(rates, r)
+	}
+	for _, rate := range rates {
+		b.Run(fmt.Sprintf("rate=%g", rate), func(b *testing.B) {
+			createArms(b, createTarget{
+				kind: "VcJob", group: batchv1alpha1.SchemeGroupVersion.Group, path: admission.JobPath, rate: rate, isHook: isJobHook,
+				objects: func(b *testing.B, _ client.Client, ns string) func(i int) client.Object {
+					return func(i int) client.Object {
+						job := testbed.Job(ns, fmt.Sprintf("bench-%d", i)).Task("main", 1, []string{"main"}).Obj()
+						job.Spec.Queue = absentQueue
+						return job
+					}
+				},
+				ours: func(o client.Object) bool { return slices.Contains(o.GetFinalizers(), tracking.JobFinalizer) },
+			})
+		})
+	}
+}
+
+// BenchmarkCreatePod creates pods of a VcJob through the real API server, paced open-loop at
+// -pod-create-rate, with our pod webhook and the floors of any webhook (see createArms). Each
+// arm's pods are controlled by a VcJob of their namespace (in absentQueue, so Volcano creates
+// none itself) and carry Volcano's job label, as the pods Volcano creates do; their scheduler
+// does not exist, so no node runs them.
+func BenchmarkCreatePod(b *testing.B) {
+	if *podCreateRate <= 0 {
+		b.Fatalf("-pod-create-rate must be positive, not %v", *podCreateRate)
+	}
+	createArms(b, createTarget{
+		kind: "Pod", group: "", path: admission.PodPath, rate: *podCreateRate, isHook: isPodHook,
+		objects: func(b *testing.B, c client.Client, ns string) func(i int) client.Object {
+			owner := testbed.Job(ns, "owner").Task("main", 1, []string{"main"}).Obj()
+			owner.Spec.Queue = absentQueue
+			if err := c.Create(context.Background(), owner); err != nil {
+				b.Fatalf("create the pods' VcJob in %s: %v", ns, err)
+			}
+			spec := owner.Spec.Tasks[0].Template.Spec
+			spec.SchedulerName = "jobvault-bench-none"
+			return func(i int) client.Object {
+				return &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{
+						Name: fmt.Sprintf("owner-main-%d", i), Namespace: ns,
+						Labels: map[string]string{tracking.JobPodLabel: owner.Name},
+						OwnerReferences: []metav1.OwnerReference{{APIVersion: batchv1alpha1.SchemeGroupVersion.String(), Kind: "Job",
+							Name: owner.Name, UID: owner.UID, Controller: utilptr.To(true), BlockOwnerDeletion: utilptr.To(true)}},
+					},
+					Spec: *spec.DeepCopy(),
+				}
+			}
+		},
+		ours: func(o client.Object) bool { return slices.Contains(o.GetFinalizers(), tracking.PodFinalizer) },
+	})
+}
+
+// createTarget is what createArms creates, and how our webhook for it is recognised.
+type createTarget struct {
+	kind  string  // "VcJob" or "Pod", for the output
+	group string  // its API group
+	path  string  // our handler's path
+	rate  float64 // creates per second, all arms together
+	// isHook picks our webhook for the kind out of config/webhook's configuration.
+	isHook func(*admissionregistrationv1.MutatingWebhook) bool
+	// objects prepares namespace ns and returns the i-th object to create in it.
+	objects func(b *testing.B, c client.Client, ns string) func(i int) client.Object
+	// ours reports whether our webhook mutated the created object.
+	ours func(client.Object) bool
+}
+
+// Targets of the end-to-end benchmarks (see the issue): at p99, our webhook costs a create at
+// most 1.10 times what a webhook answering one constant patch does, in the same run.
+const onePatchRatioTarget = 1.10
+
+// saturatedP50 marks a run whose pace the API server could not keep up with: a create without any
+// webhook normally takes a few milliseconds here, so a median beyond this means creates queue,
+// and the p99s then compare queueing, not webhooks. Such a run's verdict is INCONCLUSIVE.
+const saturatedP50 = 50 * time.Millisecond
+
+// createArms creates objects through the real API server in four namespaces in turn:
 //   - with: our webhook is registered for it (config/webhook's configuration);
 //   - onepatch: a webhook on the same server that answers with one constant patch operation, the
 //     floor of any mutating webhook: the API server applies the patch, and because the object
@@ -162,17 +263,16 @@ var createRate = flag.Float64("create-rate", 20, "VcJob creates per second in Be
 //   - without: no webhook.
 //
 // All four see the same API server, etcd and Volcano load in the same run. Reports p50/p99 of
-// each, each p99 over the p99 without (the target is ours, p99-ratio), the webhook calls as the
-// API server timed them, the time our handler spent, and the machine's CPU use. Each iteration
-// is one create in each namespace; use e.g. -benchtime=1000x for a stable p99, and run it alone
-// (-run='^$'): another suite's cluster-wide webhook registration would blur the baseline, so it
-// skips if one is present.
+// each, our p99 over the one-patch p99 (the target) and each p99 over the p99 without, the
+// webhook calls as the API server timed them (its own histogram, mean and p99 from its buckets),
+// the time our handler spent, and the machine's CPU use. Each iteration is one create in each
+// namespace; use e.g. -benchtime=1000x for a stable p99, and run it alone (-run='^$'): another
+// suite's cluster-wide webhook registration would blur the baseline, so it skips if one is present.
 //
-// The load is open-loop at -create-rate, as Kubernetes' own API latency SLOs are measured
-// (clusterloader2 creates at a fixed QPS): each create starts on schedule whether or not the
-// previous one has returned, so a slow create is not hidden by delaying the next. The flag goes
-// after the package: go test -run '^$' -bench CreateVcJob -benchtime 1000x ./test/e2e/bench -create-rate=10
-func BenchmarkCreateVcJob(b *testing.B) {
+// The load is open-loop, as Kubernetes' own API latency SLOs are measured (clusterloader2 creates
+// at a fixed QPS): each create starts on schedule whether or not the previous one has returned,
+// so a slow create is not hidden by delaying the next.
+func createArms(b *testing.B, tgt createTarget) {
 	admission.TuneGC() // the webhook server runs in this process, as the webhook binary would
 	env := testbed.Cluster(b)
 	ctx := context.Background()
@@ -188,14 +288,11 @@ func BenchmarkCreateVcJob(b *testing.B) {
 				continue // never sees the benchmark's namespaces: Volcano's
 			}
 			for _, r := range w.Rules {
-				if slices.Contains(r.APIGroups, batchv1alpha1.SchemeGroupVersion.Group) || slices.Contains(r.APIGroups, "*") {
-					b.Skipf("MutatingWebhookConfiguration %s already handles VcJobs, so there is no baseline; run this benchmark alone (-run='^$')", cfg.Name)
+				if slices.Contains(r.APIGroups, tgt.group) || slices.Contains(r.APIGroups, "*") {
+					b.Skipf("MutatingWebhookConfiguration %s already handles %ss, so there is no baseline; run this benchmark alone (-run='^$')", cfg.Name, tgt.kind)
 				}
 			}
 		}
-	}
-	if *createRate <= 0 {
-		b.Fatalf("-create-rate must be positive, not %v", *createRate)
 	}
 
 	srv := stack.ServeWebhook(b, env)
@@ -205,6 +302,10 @@ func BenchmarkCreateVcJob(b *testing.B) {
 		ns   string
 		hook string // the webhook's name in the API server's metrics, "" for none
 		lat  []time.Duration
+		// timedOut counts the creates that failed for overload (see overloaded): the API server's
+		// own deadline, a call to the arm's webhook that did not answer in time, a broken connection.
+		timedOut atomic.Int64
+		object   func(i int) client.Object
 	}
 	const floorAnnotation = "e2e.jobvault.io/floor"
 	floors := map[string]cradmission.Response{
@@ -220,7 +321,7 @@ func BenchmarkCreateVcJob(b *testing.B) {
 		switch resp, floor := floors[name]; {
 		case name == "with":
 			srv.Register(b, env, []string{a.ns}, func(w *admissionregistrationv1.MutatingWebhook) {
-				if isJobHook(w) {
+				if tgt.isHook(w) {
 					a.hook = w.Name
 				}
 			})
@@ -229,33 +330,40 @@ func BenchmarkCreateVcJob(b *testing.B) {
 			srv.Server.Register(path, &cradmission.Webhook{Handler: cradmission.HandlerFunc(
 				func(context.Context, cradmission.Request) cradmission.Response { return resp })})
 			srv.Register(b, env, []string{a.ns}, func(w *admissionregistrationv1.MutatingWebhook) {
-				if isJobHook(w) {
+				if tgt.isHook(w) {
 					a.hook = name + ".e2e.jobvault.io"
 					w.Name, w.ClientConfig.URL = a.hook, utilptr.To("https://"+srv.Addr+path)
 				}
 			})
 		}
+		a.object = tgt.objects(b, c, a.ns)
 	}
 
 	create := func(a *arm, i int) time.Duration {
-		job := testbed.Job(a.ns, fmt.Sprintf("bench-%d", i)).Task("main", 1, []string{"main"}).Obj()
-		job.Spec.Queue = absentQueue
+		obj := a.object(i)
 		t0 := time.Now()
-		if err := c.Create(ctx, job); err != nil {
-			b.Errorf("create VcJob in %s: %v", a.ns, err)
+		err := c.Create(ctx, obj)
+		took := time.Since(t0)
+		if overloaded(err) {
+			// A saturated API server's answer, whichever the arm: its time counts, as a client
+			// waited it, and the run is reported as saturated.
+			a.timedOut.Add(1)
+			return took
+		}
+		if err != nil {
+			b.Errorf("create %s in %s: %v", tgt.kind, a.ns, err)
 			return 0
 		}
-		took := time.Since(t0)
-		tracked, floored := slices.Contains(job.Finalizers, tracking.JobFinalizer), job.Annotations[floorAnnotation] != ""
-		if tracked != (a.name == "with") || floored != (a.name == "onepatch") {
-			b.Errorf("VcJob in the %s namespace %s: finalizer %v, floor annotation %v", a.name, a.ns, tracked, floored)
+		ours, floored := tgt.ours(obj), obj.GetAnnotations()[floorAnnotation] != ""
+		if ours != (a.name == "with") || floored != (a.name == "onepatch") {
+			b.Errorf("%s in the %s namespace %s: ours %v, floor annotation %v", tgt.kind, a.name, a.ns, ours, floored)
 		}
 		return took
 	}
 	// Warm every path: connections, the webhook clients, caches.
 	for i := range 5 {
 		for n, a := range arms {
-			create(a, -1-n-len(arms)*i)
+			create(a, 1_000_000+n+len(arms)*i)
 		}
 	}
 
@@ -263,19 +371,30 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	// square: over four rounds each arm takes every position once and follows every other arm
 	// once, so that none benefits from another's warm-up or load.
 	order := [4][4]int{{0, 1, 3, 2}, {1, 2, 0, 3}, {2, 3, 1, 0}, {3, 0, 2, 1}}
-	interval := time.Duration(float64(time.Second) / *createRate)
-	serverSum, serverCount := serverLatency(b, admission.JobPath)
+	interval := time.Duration(float64(time.Second) / tgt.rate)
+	serverSum, serverCount := serverLatency(b, tgt.path)
 	callsBefore := apiServerCallLatency(b, env)
 	cpu0 := cpuTimes(b)
 	b.ResetTimer()
 	start := time.Now()
+	var late time.Duration // how far behind schedule the pacer fell at worst
+	var inFlight atomic.Int64
+	var peak int64 // creates in flight at once, at most
 	var wg sync.WaitGroup
 	for i := range len(arms) * b.N {
-		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+		at := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(at))
+		late = max(late, time.Since(at))
 		a, round := arms[order[(i/len(arms))%len(order)][i%len(arms)]], i/len(arms)
-		wg.Go(func() { a.lat[round] = create(a, i) })
+		n := inFlight.Add(1)
+		peak = max(peak, n)
+		wg.Go(func() {
+			defer inFlight.Add(-1)
+			a.lat[round] = create(a, i)
+		})
 	}
 	wg.Wait()
+	elapsed := time.Since(start)
 	b.StopTimer()
 	cpu1 := cpuTimes(b)
 	if b.Failed() {
@@ -283,40 +402,90 @@ func BenchmarkCreateVcJob(b *testing.B) {
 	}
 
 	ms := func(sec float64) float64 { return sec * 1000 }
-	// The webhook calls as the API server timed them (request encoding, the HTTPS round trip, the
-	// patch applied) and, within ours, the time our handler spent.
-	calls := apiServerCallLatency(b, env)
-	for _, a := range arms {
-		if after, before := calls[a.hook], callsBefore[a.hook]; a.hook != "" && after.count > before.count {
-			b.ReportMetric(ms((after.sum-before.sum)/(after.count-before.count)), "call-mean-ms-"+a.name)
-		}
-	}
-	if sum, count := serverLatency(b, admission.JobPath); count > serverCount {
-		b.ReportMetric(ms((sum-serverSum)/float64(count-serverCount)), "server-mean-ms")
-	}
-	b.ReportMetric(busy(cpu0, cpu1), "cpu-busy-%")
-	p99 := map[string]time.Duration{}
+	p50, p99, hooks := map[string]time.Duration{}, map[string]time.Duration{}, map[string]string{}
 	for _, a := range arms {
 		slices.Sort(a.lat)
-		p99[a.name] = quantile(a.lat, 0.99)
-		b.ReportMetric(quantile(a.lat, 0.50).Seconds()*1000, "p50-ms-"+a.name)
-		b.ReportMetric(p99[a.name].Seconds()*1000, "p99-ms-"+a.name)
+		p50[a.name], p99[a.name], hooks[a.name] = quantile(a.lat, 0.50), quantile(a.lat, 0.99), a.hook
+		b.ReportMetric(ms(p50[a.name].Seconds()), "p50-ms-"+a.name)
+		b.ReportMetric(ms(p99[a.name].Seconds()), "p99-ms-"+a.name)
 	}
-	for _, name := range []string{"onepatch", "noop"} {
+	for _, name := range []string{"with", "onepatch", "noop"} {
 		b.ReportMetric(float64(p99[name])/float64(p99["without"]), "p99-ratio-"+name)
 	}
-	ratio := float64(p99["with"]) / float64(p99["without"])
-	b.ReportMetric(ratio, "p99-ratio")
-	if b.N >= 100 && ratio > e2eRatioTarget {
-		b.Logf("p99 ratio %.2f misses the %.2f target (with %v, without %v; one-patch webhook %v, no-op webhook %v)",
-			ratio, e2eRatioTarget, p99["with"], p99["without"], p99["onepatch"], p99["noop"])
+	ratio := float64(p99["with"]) / float64(p99["onepatch"])
+	b.ReportMetric(ratio, "p99-over-onepatch")
+	b.ReportMetric(busy(cpu0, cpu1), "cpu-busy-%")
+	if b.N < 100 {
+		return // the framework's first, one-iteration run: too few for a p99
 	}
+	achieved := float64(len(arms)*b.N) / elapsed.Seconds()
+	b.Logf("%s creates at %.0f/s (achieved %.1f/s, pacer at most %v late, at most %d in flight; machine %.0f%% busy, load %s), %d per arm:",
+		tgt.kind, tgt.rate, achieved, late.Round(time.Millisecond), peak, busy(cpu0, cpu1), loadAvg(), b.N)
+	// The webhook calls as the API server timed them (request encoding, the HTTPS round trip, the
+	// patch applied), beside the client's figure of the whole create.
+	calls := apiServerCallLatency(b, env)
+	var timedOut int64
+	for _, a := range arms {
+		line := fmt.Sprintf("  %-8s client p50 %6.2f ms  p99 %6.2f ms  p99/without %.2f  overloaded %d", a.name,
+			ms(p50[a.name].Seconds()), ms(p99[a.name].Seconds()), float64(p99[a.name])/float64(p99["without"]), a.timedOut.Load())
+		timedOut += a.timedOut.Load()
+		if a.hook != "" {
+			d := calls[a.hook].minus(callsBefore[a.hook])
+			if d.count > 0 {
+				b.ReportMetric(ms(d.sum/d.count), "call-mean-ms-"+a.name)
+				line += fmt.Sprintf("  |  API server's webhook call (%s): %.0f calls, mean %.2f ms, p99 %s",
+					a.hook, d.count, ms(d.sum/d.count), d.quantileString(0.99))
+			}
+		}
+		b.Log(line)
+	}
+	if sum, count := serverLatency(b, tgt.path); count > serverCount {
+		b.ReportMetric(ms((sum-serverSum)/float64(count-serverCount)), "server-mean-ms")
+		b.Logf("  our handler, as controller-runtime timed it: mean %.3f ms", ms((sum-serverSum)/float64(count-serverCount)))
+	}
+	// The mean webhook call as the API server timed it is the steadier figure (no queueing of the
+	// rest of the create in it): printed beside the p99 target, not instead of it.
+	callMean := func(name string) float64 { return calls[hooks[name]].minus(callsBefore[hooks[name]]).mean() }
+	callRatio := callMean("with") / callMean("onepatch")
+	verdict := "PASS"
+	switch {
+	case timedOut > 0:
+		verdict = fmt.Sprintf("INCONCLUSIVE: saturated, %d creates failed for overload", timedOut)
+	case p50["without"] > saturatedP50:
+		verdict = fmt.Sprintf("INCONCLUSIVE: saturated, a create without any webhook took %v at p50 (over %v): the p99s measure queueing",
+			p50["without"].Round(time.Millisecond), saturatedP50)
+	case ratio > onePatchRatioTarget:
+		verdict = "MISS"
+	}
+	b.Logf("  %s at %.0f/s: our p99 / one-patch p99 = %.2f (target <= %.2f) %s; API server's mean call, ours / one-patch = %.2f",
+		tgt.kind, tgt.rate, ratio, onePatchRatioTarget, verdict, callRatio)
+}
+
+// overloaded reports whether a create failed because the machine could not carry the load: the
+// API server (or a webhook it called) did not answer in time, or the connection to the API server
+// broke (a TLS handshake that timed out, a reset, a stream the server dropped).
+func overloaded(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) || utilnet.IsConnectionReset(err) ||
+		apierrors.IsInternalError(err) && strings.Contains(msg, "context deadline exceeded") ||
+		strings.Contains(msg, "TLS handshake timeout") || strings.Contains(msg, "INTERNAL_ERROR; received from peer")
 }
 
 // isJobHook reports whether w is the configuration's VcJob webhook.
 func isJobHook(w *admissionregistrationv1.MutatingWebhook) bool {
 	return slices.ContainsFunc(w.Rules, func(r admissionregistrationv1.RuleWithOperations) bool {
 		return slices.Contains(r.APIGroups, batchv1alpha1.SchemeGroupVersion.Group)
+	})
+}
+
+// isPodHook reports whether w is the configuration's pod webhook.
+func isPodHook(w *admissionregistrationv1.MutatingWebhook) bool {
+	return slices.ContainsFunc(w.Rules, func(r admissionregistrationv1.RuleWithOperations) bool {
+		return slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "pods")
 	})
 }
 
@@ -330,8 +499,43 @@ func isJobHook(w *admissionregistrationv1.MutatingWebhook) bool {
 // webhook with none, as before the testbed ran Volcano's.
 const absentQueue = "jobvault-bench-absent"
 
-// histogram is the sum (seconds) and count of a latency histogram.
-type histogram struct{ sum, count float64 }
+// histogram is a latency histogram: the sum (seconds), the count and the cumulative buckets.
+type histogram struct {
+	sum, count float64
+	buckets    map[float64]float64 // upper bound (seconds) → cumulative count
+}
+
+// mean is the mean observation, NaN without any.
+func (h histogram) mean() float64 { return h.sum / h.count }
+
+// minus is the histogram of what was observed since before.
+func (h histogram) minus(before histogram) histogram {
+	d := histogram{sum: h.sum - before.sum, count: h.count - before.count, buckets: map[float64]float64{}}
+	for le, n := range h.buckets {
+		d.buckets[le] = n - before.buckets[le]
+	}
+	return d
+}
+
+// quantileString estimates the q-quantile as Prometheus' histogram_quantile does (linear within
+// the bucket it falls in) and says which bucket that is: the API server's buckets are coarse (5 ms,
+// 25 ms, 100 ms, ...), so the estimate is only as good as them.
+func (h histogram) quantileString(q float64) string {
+	bounds := slices.Sorted(maps.Keys(h.buckets))
+	rank, lower, below := q*h.count, 0.0, 0.0
+	for _, le := range bounds {
+		if n := h.buckets[le]; n >= rank {
+			if math.IsInf(le, 1) {
+				return fmt.Sprintf("> %g ms", lower*1000)
+			}
+			est := lower + (le-lower)*(rank-below)/max(n-below, 1)
+			return fmt.Sprintf("~%.1f ms (in the %g–%g ms bucket)", est*1000, lower*1000, le*1000)
+		} else {
+			lower, below = le, n
+		}
+	}
+	return "?"
+}
 
 // apiServerCallLatency reads the API server's histogram of calls to each mutating webhook on
 // CREATE (apiserver_admission_webhook_admission_duration_seconds), by webhook name.
@@ -342,8 +546,15 @@ func apiServerCallLatency(b *testing.B, env *testbed.Env) map[string]histogram {
 	for _, m := range apiServerMetrics(b, env, name)[name].GetMetric() {
 		if l := metricLabels(m); l["operation"] == "CREATE" {
 			h := byHook[l["name"]]
+			if h.buckets == nil {
+				h.buckets = map[float64]float64{}
+			}
 			h.sum += m.GetHistogram().GetSampleSum()
 			h.count += float64(m.GetHistogram().GetSampleCount())
+			for _, bk := range m.GetHistogram().GetBucket() {
+				h.buckets[bk.GetUpperBound()] += float64(bk.GetCumulativeCount())
+			}
+			h.buckets[math.Inf(1)] = h.count
 			byHook[l["name"]] = h
 		}
 	}

@@ -252,7 +252,7 @@ func TestDeployManifests(t *testing.T) {
 
 			var apply []*unstructured.Unstructured
 			for _, o := range objs {
-				if !isCertManager(o) {
+				if !isCertManager(o) && !isMonitoring(o) {
 					apply = append(apply, o)
 				}
 			}
