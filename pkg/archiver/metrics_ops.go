@@ -64,6 +64,9 @@ func init() {
 		record.GapRestarted, record.GapMaybeRotated, record.GapReleased} {
 		logGapsTotal.WithLabelValues(string(reason))
 	}
+	for _, cause := range []string{"ended", "broken", "open", "store", "status"} {
+		followReopensTotal.WithLabelValues(cause)
+	}
 }
 
 // held is the set of objects of one kind that are due for release and still hold the finalizer,

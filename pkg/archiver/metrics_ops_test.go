@@ -149,7 +149,7 @@ func TestCountersStartAtZero(t *testing.T) {
 		name string
 		c    prometheus.Collector
 		want int
-	}{{"archive failures", archiveFailuresTotal, 3}, {"incomplete releases", releasesIncompleteTotal, 8}, {"log gaps", logGapsTotal, 7}} {
+	}{{"archive failures", archiveFailuresTotal, 3}, {"incomplete releases", releasesIncompleteTotal, 8}, {"log gaps", logGapsTotal, 7}, {"follow reopens", followReopensTotal, 5}} {
 		if n := testutil.CollectAndCount(tc.c); n < tc.want {
 			t.Errorf("%s: %d series before the first event, want %d", tc.name, n, tc.want)
 		}
