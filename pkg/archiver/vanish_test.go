@@ -39,6 +39,15 @@ func (m *memRecords) RecordTransitions(context.Context, string, []record.Transit
 }
 func (m *memRecords) UpsertPod(_ context.Context, p record.Pod) error      { m.pods[p.UID] = p; return nil }
 func (m *memRecords) PutLogObject(context.Context, record.LogObject) error { return nil }
+func (m *memRecords) Transitions(context.Context, string) ([]record.Transition, error) {
+	return nil, nil
+}
+func (m *memRecords) ChainEntry(context.Context, string) (record.ChainEntry, bool, error) {
+	return record.ChainEntry{}, false, nil
+}
+func (m *memRecords) FinalizeJob(context.Context, record.Finalization, record.Seal) (record.Finalized, error) {
+	return record.Finalized{}, nil
+}
 func (m *memRecords) PodLogObjects(context.Context, string) ([]record.LogObject, error) {
 	return nil, nil
 }

@@ -127,15 +127,9 @@ func archiveProblems(state record.ArchiveState, at *time.Time, reason string) []
 	return problems
 }
 
-// MarkJobArchived records that a job's archive is complete (releaseReason empty: state archived) or
-// that it was released without one (state released, with the reason), at time at (now if zero),
-// with its archive location. Idempotent: once a job is archived or released, later calls change
-// nothing and succeed. ErrNotFound if there is no row for jobUID.
-func (d *DB) MarkJobArchived(ctx context.Context, jobUID, location string, at time.Time, releaseReason string) error {
-	ctx, cancel := d.bound(ctx)
-	defer cancel()
-	var exists bool
-	err := d.db.QueryRowContext(ctx, `
+// markJobArchivedSQL moves a pending job ($1) to archived ($4 empty) or released (reason $4), with
+// its location ($2) and time ($3), and says whether the job exists. FinalizeJob runs it too.
+const markJobArchivedSQL = `
 WITH marked AS (
     UPDATE jobs SET
         archive_state    = CASE WHEN $4 = '' THEN 'archived' ELSE 'released' END,
@@ -144,7 +138,17 @@ WITH marked AS (
         release_reason   = NULLIF($4, '')
     WHERE uid = $1 AND archive_state = 'pending'
 )
-SELECT EXISTS (SELECT 1 FROM jobs WHERE uid = $1)`,
+SELECT EXISTS (SELECT 1 FROM jobs WHERE uid = $1)`
+
+// MarkJobArchived records that a job's archive is complete (releaseReason empty: state archived) or
+// that it was released without one (state released, with the reason), at time at (now if zero),
+// with its archive location. Idempotent: once a job is archived or released, later calls change
+// nothing and succeed. ErrNotFound if there is no row for jobUID.
+func (d *DB) MarkJobArchived(ctx context.Context, jobUID, location string, at time.Time, releaseReason string) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	var exists bool
+	err := d.db.QueryRowContext(ctx, markJobArchivedSQL,
 		jobUID, nullString(location), nullTimeValue(at), releaseReason).Scan(&exists)
 	if err != nil {
 		return fmt.Errorf("mark job %s archived: %w", jobUID, translate(err))
