@@ -45,6 +45,11 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 	$(GO) test -count=1 -run '^$$' -bench 'Handler' -benchtime 20000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Follow1000|CaptureThroughput|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
+	$(MAKE) bench-audit
+
+.PHONY: bench-audit
+bench-audit: testbed ## Audit chain benchmarks: finalizations/s with the chain vs without; the full proof (3,000 chained jobs, 1,000 random tamperings, all detected) with verify time per 1,000 jobs
+	$(GO) test -count=1 -run '^$$' -bench 'Audit' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/audit
 
 # DEMO_ARGS: --store=s3 archives to a local MinIO instead of .demo/archive; --exit stops after the summary.
 DEMO_ARGS ?=

@@ -35,14 +35,10 @@ func (d *DB) FinalizeJob(ctx context.Context, f record.Finalization, seal record
 	if f.JobUID == "" || f.ManifestKey == "" || !sha256Hex.MatchString(f.RecordDigest) {
 		return record.Finalized{}, fmt.Errorf("finalize job %s: %w finalization: job UID, manifest key and a sha256 record digest are required", f.JobUID, ErrInvalid)
 	}
-	if e, found, err := d.ChainEntry(ctx, f.JobUID); err != nil {
-		return record.Finalized{}, fmt.Errorf("finalize job %s: %w", f.JobUID, err)
-	} else if found {
-		return record.Finalized{Entry: e}, nil
-	}
 	out, err := d.appendChain(ctx, f, seal)
 	if errors.Is(err, ErrConflict) {
-		// Another finalization of the job committed first.
+		// The job is in the chain already (a repeated finalization, or a concurrent one that
+		// committed first): the insert failed and rolled everything back, its number included.
 		e, _, err := d.ChainEntry(ctx, f.JobUID)
 		if err != nil {
 			return record.Finalized{}, fmt.Errorf("finalize job %s: %w", f.JobUID, err)
@@ -65,15 +61,17 @@ func (d *DB) appendChain(ctx context.Context, f record.Finalization, seal record
 			_ = tx.Rollback()
 		}
 	}()
+	// Mark the job, and make sure the cluster has a head row to lock, in one round trip.
 	var exists bool
-	if err := tx.QueryRowContext(ctx, markJobArchivedSQL, f.JobUID, nullString(f.Location), nullTimeValue(f.ArchivedAt), f.ReleaseReason).Scan(&exists); err != nil {
+	err = tx.QueryRowContext(ctx, `
+WITH head AS (
+    INSERT INTO audit_chain_heads (cluster, seq, manifest_sha256) VALUES ($5, 0, '') ON CONFLICT DO NOTHING
+)`+markJobArchivedSQL, f.JobUID, nullString(f.Location), nullTimeValue(f.ArchivedAt), f.ReleaseReason, f.Cluster).Scan(&exists)
+	if err != nil {
 		return record.Finalized{}, translate(err)
 	}
 	if !exists {
 		return record.Finalized{}, ErrNotFound
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_chain_heads (cluster, seq, manifest_sha256) VALUES ($1, 0, '') ON CONFLICT DO NOTHING`, f.Cluster); err != nil {
-		return record.Finalized{}, translate(err)
 	}
 	// The locked section: from here to the commit, every finalization of the cluster waits.
 	locked := time.Now()

@@ -128,9 +128,10 @@ func archiveProblems(state record.ArchiveState, at *time.Time, reason string) []
 }
 
 // markJobArchivedSQL moves a pending job ($1) to archived ($4 empty) or released (reason $4), with
-// its location ($2) and time ($3), and says whether the job exists. FinalizeJob runs it too.
+// its location ($2) and time ($3), and says whether the job exists. It continues a WITH clause,
+// so that FinalizeJob can add its own step to the same statement.
 const markJobArchivedSQL = `
-WITH marked AS (
+, marked AS (
     UPDATE jobs SET
         archive_state    = CASE WHEN $4 = '' THEN 'archived' ELSE 'released' END,
         archive_location = COALESCE($2, archive_location),
@@ -148,7 +149,7 @@ func (d *DB) MarkJobArchived(ctx context.Context, jobUID, location string, at ti
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	var exists bool
-	err := d.db.QueryRowContext(ctx, markJobArchivedSQL,
+	err := d.db.QueryRowContext(ctx, `WITH noop AS (SELECT 1)`+markJobArchivedSQL,
 		jobUID, nullString(location), nullTimeValue(at), releaseReason).Scan(&exists)
 	if err != nil {
 		return fmt.Errorf("mark job %s archived: %w", jobUID, translate(err))
