@@ -187,6 +187,8 @@ type verifier struct {
 	// swapped are the manifests found holding another sha256 than their entry's, resolved once
 	// every entry is known.
 	swapped []swap
+	// unlinked are the entries whose previous entry is missing, checked once all are known.
+	unlinked []record.ChainEntry
 }
 
 type swap struct {
@@ -325,7 +327,10 @@ func (v *verifier) link(e record.ChainEntry, prev *record.ChainEntry, expected i
 		if e.Seq == 1 && e.PrevSHA256 != "" {
 			v.add(Finding{Kind: Reordered, Item: item, Seq: e.Seq, JobUID: e.JobUID, Detail: "the first entry names a previous manifest"})
 		}
-		return // the missing entry is reported
+		// The entry before is missing (reported): the link cannot be checked, but a previous
+		// hash that is another entry's manifest, elsewhere in the chain, still shows a move.
+		v.unlinked = append(v.unlinked, e)
+		return
 	}
 	if e.PrevSHA256 != prev.ManifestSHA256 {
 		detail := fmt.Sprintf("its previous manifest sha256 is %s, but entry seq %d's is %s", short(e.PrevSHA256), prev.Seq, short(prev.ManifestSHA256))
@@ -487,8 +492,15 @@ func slicesDeleteFunc(rows []archive.RowDigest, del func(archive.RowDigest) bool
 	return out
 }
 
-// resolveSwaps names the entry whose manifest a mismatching bucket copy holds.
+// resolveSwaps names the entry whose manifest a mismatching bucket copy holds, and the entries
+// without a previous one that name another entry's manifest as their previous.
 func (v *verifier) resolveSwaps() {
+	for _, e := range v.unlinked {
+		if s, ok := v.shaSeq[e.PrevSHA256]; ok && s != e.Seq-1 {
+			v.add(Finding{Kind: Reordered, Item: fmt.Sprintf("chain entry seq %d", e.Seq), Seq: e.Seq, JobUID: e.JobUID,
+				Detail: fmt.Sprintf("its previous manifest is entry seq %d's", s)})
+		}
+	}
 	for _, s := range v.swapped {
 		if seq, ok := v.shaSeq[s.sha]; ok {
 			v.report.Findings[s.finding].Detail += fmt.Sprintf(": it holds the manifest of seq %d (swapped)", seq)
