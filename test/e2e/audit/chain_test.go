@@ -24,6 +24,7 @@ func TestMain(m *testing.M) { testbed.Main(m) }
 // transaction fails takes no number; repeating a finalization, also after a crash between the
 // chain's commit and the manifest's upload, changes nothing; and the chain verifies.
 func TestAuditChainGaplessAndIdempotent(t *testing.T) {
+	t.Parallel()
 	r := newChainRig(t)
 	r.build(t, 60, 8, 20)
 	ctx := t.Context()
@@ -99,6 +100,7 @@ func TestAuditChainGaplessAndIdempotent(t *testing.T) {
 // The chain and its digests are append-only: UPDATE, DELETE and TRUNCATE are refused, and a
 // finalized job's record cannot be rewritten by an upsert.
 func TestAuditAppendOnly(t *testing.T) {
+	t.Parallel()
 	r := newChainRig(t)
 	r.build(t, 3, 1, 3)
 	c := r.superuser(t)
@@ -131,6 +133,7 @@ func TestAuditAppendOnly(t *testing.T) {
 // Random tamperings of every kind on a chain of finalized jobs are each detected and named, and
 // verify names nothing else. The full proof (1,000 tamperings in 3,000 jobs) is BenchmarkAuditVerify.
 func TestAuditTamperingsDetected(t *testing.T) {
+	t.Parallel()
 	r := newChainRig(t)
 	r.build(t, 200, 8, 50)
 	tp := newTamperer(t, r, 14)
@@ -147,6 +150,7 @@ func TestAuditTamperingsDetected(t *testing.T) {
 
 // A verify of part of the chain checks only that part, and the link into it.
 func TestAuditVerifyRange(t *testing.T) {
+	t.Parallel()
 	r := newChainRig(t)
 	r.build(t, 30, 4, 0)
 	entry, _, _ := r.Records.ChainEntry(t.Context(), r.Refs[3].UID) // some entry; flip its manifest
