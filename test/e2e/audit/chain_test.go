@@ -1,5 +1,6 @@
-// Package audit tests the audit chain (pkg/audit, db.FinalizeJob, archiver.Sealer and `archiver
-// audit verify`) against a real Postgres and MinIO, and through the real archiver on the testbed.
+// Package audit tests the audit chain (pkg/audit, db.FinalizeJob, archiver.Sealer) against a real
+// Postgres and MinIO, without a cluster; the real archiver's chain is verified end to end by
+// test/e2e/archiver's TestArchiverAuditChainVerifies.
 package audit
 
 import (

@@ -4,12 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/x509"
 	"database/sql"
-	"encoding/pem"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -197,30 +193,4 @@ func (r *chainRig) superuser(t testing.TB) *sql.DB {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// writeKeys writes an ed25519 key pair as PEM files (PKCS #8 and PKIX) and returns their paths.
-func writeKeys(t testing.TB) (private, public string) {
-	t.Helper()
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubDER, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	private, public = filepath.Join(dir, "key.pem"), filepath.Join(dir, "pub.pem")
-	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return private, public
 }

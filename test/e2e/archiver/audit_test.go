@@ -1,4 +1,4 @@
-package audit
+package archiver
 
 import (
 	"bytes"
@@ -19,8 +19,8 @@ import (
 // The real archiver, on the testbed, chains every job it finalizes (archived or released), signs
 // the head with the key from --audit-signing-key, and `archiver audit verify` then finds the chain
 // whole, and names a log changed by one byte behind its back.
-func TestAuditArchiverChainVerifies(t *testing.T) {
-	private, public := writeKeys(t)
+func TestArchiverAuditChainVerifies(t *testing.T) {
+	private, public := stack.AuditKeys(t)
 	s := stack.NewRig(t, objstore.BackendS3, "--audit-signing-key="+private, "--audit-digest-period=1s", "--cluster-name=testbed", "--log-deadline=3s")
 	jobs := []*batchv1alpha1.Job{
 		testbed.Job(s.NS, "two-workers").Task("worker", 2, []string{"main"}).Obj(),
