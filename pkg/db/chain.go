@@ -39,8 +39,12 @@ func (d *DB) FinalizeJob(ctx context.Context, f record.Finalization, seal record
 	if errors.Is(err, ErrConflict) {
 		// The job is in the chain already (a repeated finalization, or a concurrent one that
 		// committed first): the insert failed and rolled everything back, its number included.
-		e, _, err := d.ChainEntry(ctx, f.JobUID)
-		if err != nil {
+		e, found, cerr := d.ChainEntry(ctx, f.JobUID)
+		if cerr != nil {
+			return record.Finalized{}, fmt.Errorf("finalize job %s: %w", f.JobUID, cerr)
+		}
+		if !found {
+			// The number, not the job, was taken: the head row disagrees with the chain.
 			return record.Finalized{}, fmt.Errorf("finalize job %s: %w", f.JobUID, err)
 		}
 		return record.Finalized{Entry: e}, nil
