@@ -175,3 +175,31 @@ func TestAuditVerifyRange(t *testing.T) {
 		check(entry.Seq+1, 0, 0)
 	}
 }
+
+// The signer chains its digests, and stores again a digest the bucket lost (a crash between the
+// database and the bucket) before it signs the next.
+func TestAuditSignerChainsAndRestores(t *testing.T) {
+	t.Parallel()
+	r := newChainRig(t)
+	r.build(t, 5, 2, 0)
+	r.sign(t)
+	ds, err := r.Records.SignedDigests(t.Context(), "eu-1")
+	if err != nil || len(ds) != 1 || ds[0].Seq != 5 {
+		t.Fatalf("digests %+v (%v), want one of seq 5", ds, err)
+	}
+	if err := r.Store.Delete(t.Context(), ds[0].ObjectKey); err != nil {
+		t.Fatal(err)
+	}
+	if rep := r.verify(t); len(rep.Findings) != 1 || rep.Findings[0].Kind != audit.Missing || rep.Findings[0].Item != "digest "+ds[0].ObjectKey {
+		t.Errorf("verify with the digest object deleted: %v, want it missing", rep.Findings)
+	}
+	r.build(t, 2, 1, 0)
+	r.sign(t)
+	ds, _ = r.Records.SignedDigests(t.Context(), "eu-1")
+	if len(ds) != 2 || ds[1].PrevDigest != ds[0].DigestSHA256 || ds[1].Seq != 7 {
+		t.Fatalf("digests %+v, want a second of seq 7 chained to the first", ds)
+	}
+	if rep := r.verify(t); !rep.OK() || rep.Digests != 2 {
+		t.Errorf("verify after the signer restored the lost digest: %v (%d digests)", rep.Findings, rep.Digests)
+	}
+}
