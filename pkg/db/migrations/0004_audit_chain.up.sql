@@ -20,7 +20,7 @@ CREATE FUNCTION jobvault_refuse_change() RETURNS trigger
     LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION '% on % refused: the audit chain is append-only', TG_OP, TG_TABLE_NAME
-        USING ERRCODE = 'insufficient_privilege';
+        USING ERRCODE = 'restrict_violation';
 END
 $$;
 
