@@ -80,6 +80,7 @@ func parseFlags() (*flags, error) {
 	fs.Int64Var(&f.opts.Capture.SegmentBytes, "capture-segment-bytes", f.opts.Capture.SegmentBytes, "A followed log is stored in segments of about this many uncompressed bytes (each capture holds one in memory, compressed).")
 	fs.DurationVar(&f.opts.Capture.SegmentAge, "capture-segment-age", f.opts.Capture.SegmentAge, "A followed log's segment is stored once this old, however small: a crash costs at most a re-read of that much output.")
 	fs.Int64Var(&f.opts.Capture.NodeLogMaxSize, "node-log-max-size", f.opts.Capture.NodeLogMaxSize, "The nodes' log rotation size in bytes (the kubelet's containerLogMaxSize). A container log read only after its end (never followed) that comes within a tenth of it is recorded with a 'possibly rotated before read' gap. 0 turns the check off.")
+	fs.DurationVar(&f.opts.Retention, "retention", f.opts.Retention, "How long final objects (log objects, job.json, manifest.json) are retained from their pod's or job's finalization: their retain-until date, which --store-lock-mode enforces in the store. 0: no retain-until date (and no lock).")
 	fs.BoolVar(&f.opts.Redact, "redact", f.opts.Redact, "Record jobs with the literal env values of their pod templates replaced by <redacted> (names and valueFrom kept) and without kubectl's last-applied-configuration annotation, which repeats them; --redact=false records them as they are.")
 	fs.DurationVar(&f.opts.SweepPeriod, "sweep-period", f.opts.SweepPeriod, "How often pods that hold the pod finalizer outside the archiver's view (their volcano.sh/job-name label removed) are looked for and let go.")
 	fs.IntVar(&f.opts.PodWorkers, "pod-workers", f.opts.PodWorkers, "Pods reconciled in parallel (captures run beside them, bounded by --max-streams).")
@@ -100,6 +101,9 @@ func parseFlags() (*flags, error) {
 	f.opts.ExcludeNamespaces = splitList(f.excludeNamespaces)
 	f.opts.Namespaces = splitList(f.namespaces)
 	var auditErrs []error
+	if f.store.LockMode != "" && f.opts.Retention <= 0 {
+		auditErrs = append(auditErrs, fmt.Errorf("--store-lock-mode %s needs a --retention to lock objects for", f.store.LockMode))
+	}
 	if f.auditDigestPeriod <= 0 {
 		auditErrs = append(auditErrs, fmt.Errorf("--audit-digest-period must be positive, got %s", f.auditDigestPeriod))
 	}

@@ -120,6 +120,9 @@ type Options struct {
 	// Redact replaces literal env values in pod templates and drops kubectl's last-applied
 	// configuration before a job is recorded (see recordable).
 	Redact bool
+	// Retention is how long final objects are kept from their job's or pod's finalization (see
+	// retainUntil); zero keeps them without a retain-until date.
+	Retention time.Duration
 }
 
 // excluded reports whether jobvault never tracks the VcJobs, and so the pods, of namespace ns.
@@ -152,6 +155,9 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("node log max size must not be negative, got %d", o.Capture.NodeLogMaxSize))
 	}
 	errs = append(errs, o.Layout.Validate())
+	if o.Retention < 0 {
+		errs = append(errs, fmt.Errorf("retention must not be negative, got %s", o.Retention))
+	}
 	if o.PodWorkers < 1 || o.JobWorkers < 1 {
 		errs = append(errs, fmt.Errorf("pod and job workers must be at least 1, got %d and %d", o.PodWorkers, o.JobWorkers))
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,6 +45,9 @@ type Sealer struct {
 	Store   objstore.Store
 	Layout  archive.Layout
 	Cluster string
+	// RetainUntil, when not nil, gives the retain-until date of the final objects of a job
+	// finalized at a time (Options.retainUntil); a zero date leaves them unlocked.
+	RetainUntil func(finalizedAt time.Time) time.Time
 }
 
 // Sealed is the outcome of Seal.
@@ -67,9 +71,13 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	if err != nil {
 		return Sealed{}, err
 	}
+	var retain time.Time
+	if s.RetainUntil != nil {
+		retain = s.RetainUntil(now)
+	}
 	var jobObjectEntry archive.ObjectEntry
 	if !chained {
-		if jobObjectEntry, err = s.putJSON(ctx, s.Layout.JobObject(ref), jobObject); err != nil {
+		if jobObjectEntry, err = s.putJSON(ctx, s.Layout.JobObject(ref), jobObject, retain); err != nil {
 			return Sealed{}, fmt.Errorf("store final object: %w", err)
 		}
 	}
@@ -94,7 +102,7 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 		}
 	}
 	out.Entry = entry
-	if err := s.Store.Put(ctx, entry.ManifestKey, bytes.NewReader(entry.Manifest), objstore.PutOptions{ContentType: "application/json"}); err != nil {
+	if _, err := s.putOnce(ctx, entry.ManifestKey, entry.Manifest, retain); err != nil {
 		return Sealed{}, fmt.Errorf("store manifest: %w", err)
 	}
 	return out, nil
@@ -160,15 +168,39 @@ func (s Sealer) read(ctx context.Context, uid string) (audit.Record, error) {
 	return rec, nil
 }
 
-// putJSON stores v as indented JSON at key and returns the size and sha256 of what it stored.
-func (s Sealer) putJSON(ctx context.Context, key string, v any) (archive.ObjectEntry, error) {
+// putJSON stores v as indented JSON at key, locked until retain (zero: unlocked), and returns the
+// size and sha256 of the object stored there.
+func (s Sealer) putJSON(ctx context.Context, key string, v any, retain time.Time) (archive.ObjectEntry, error) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return archive.ObjectEntry{}, err
 	}
-	if err := s.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json"}); err != nil {
-		return archive.ObjectEntry{}, err
+	kept, err := s.putOnce(ctx, key, b, retain)
+	if err != nil || !kept {
+		sum := sha256.Sum256(b)
+		return archive.ObjectEntry{Key: key, Bytes: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}, err
 	}
-	sum := sha256.Sum256(b)
-	return archive.ObjectEntry{Key: key, Bytes: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}, nil
+	// An earlier pass stored it, locked: that object is the record, so hash what it holds.
+	h, err := audit.HashObject(ctx, s.Store, key, false)
+	return h.ObjectEntry, err
+}
+
+// putOnce stores b at key. Locked (retain not zero), an object is written once: when an earlier
+// pass stored it (and then failed before the job was released), that one stands, rather than a
+// second version (S3) or a refused overwrite (GCS, fs); kept says so.
+func (s Sealer) putOnce(ctx context.Context, key string, b []byte, retain time.Time) (kept bool, err error) {
+	if !retain.IsZero() {
+		_, err := s.Store.Stat(ctx, key)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, objstore.ErrNotFound) {
+			return false, err
+		}
+	}
+	err = s.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json", RetainUntil: retain})
+	if errors.Is(err, objstore.ErrLocked) {
+		return true, nil // stored and locked meanwhile by a concurrent pass
+	}
+	return false, err
 }

@@ -161,6 +161,7 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 // database are retried without limit; a log that cannot be read, until the deadline.
 func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref capture.Ref, ctype record.ContainerType) {
 	log := ctrl.Log.WithName("capture").WithValues("Pod", klog.KRef(ref.Namespace, ref.Pod), "container", ref.Container, "run", ref.Run)
+	ctx = ctrl.LoggerInto(ctx, log) // for Capture's own messages (streams reopened)
 	segKey := func(seq int32) string { return r.Layout.Segment(job, ref.Pod, ref.PodUID, ref.Container, ref.Run, seq) }
 	retry := time.Second
 	for {
@@ -316,7 +317,8 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 				return err
 			}
 		}
-		a, err := capture.Assemble(ctx, r.Records, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance))
+		a, err := capture.Assemble(ctx, r.Records, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance),
+			r.retainUntil(r.Clock.Now()))
 		if err != nil {
 			return err
 		}

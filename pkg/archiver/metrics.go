@@ -35,6 +35,9 @@ var (
 		Name: "jobvault_archiver_capture_lag_seconds", Help: "How far behind its container each followed log line arrives (the node's timestamp to now). Past the time a container takes to fill a rotated file, the node's reader skips files unseen.",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	})
+	followReopensTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jobvault_archiver_follow_reopens_total", Help: "Follow streams of running containers reopened, by why they ended: ended (closed by the node), broken, open (could not be opened), store (a segment could not be recorded), status.",
+	}, []string{"cause"})
 	jobsBackstoppedTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "jobvault_archiver_jobs_backstopped_total", Help: "VcJobs the webhook missed, given their finalizer by the archiver.",
 	})
@@ -46,5 +49,5 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(jobsArchivedTotal, podsArchivedTotal, logBytesArchivedTotal, transitionsRecordedTotal,
-		archiveFailuresTotal, releasesIncompleteTotal, logGapsTotal, captureLagSeconds, jobsBackstoppedTotal, releaseLatencySeconds)
+		archiveFailuresTotal, releasesIncompleteTotal, logGapsTotal, captureLagSeconds, followReopensTotal, jobsBackstoppedTotal, releaseLatencySeconds)
 }

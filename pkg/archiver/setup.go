@@ -58,6 +58,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		return err
 	}
 	opts.Capture.ObserveLag = func(d time.Duration) { captureLagSeconds.Observe(d.Seconds()) }
+	opts.Capture.ObserveReopen = func(cause string) { followReopensTotal.WithLabelValues(cause).Inc() }
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podOwnerIndex, func(o client.Object) []string {
 		if ref, ok := ownerJob(o.(*corev1.Pod)); ok {
 			return []string{ref.UID}

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/jobvault/jobvault/pkg/archive"
@@ -98,6 +99,11 @@ type Config struct {
 	// too). It is the early warning of the one loss a capture cannot see: a stream more than one
 	// rotated file behind has the node's reader skip the files in between.
 	ObserveLag func(time.Duration)
+	// ObserveReopen, when set, is told why each follow stream of a running container ended before
+	// it is reopened: "ended" (the node closed it: its streaming idle timeout, an API server
+	// restart), "broken" (reading it failed), "open" (it could not be opened), "store" (a segment
+	// or gap could not be recorded) or "status" (whether the run is over could not be told).
+	ObserveReopen func(cause string)
 }
 
 // DefaultConfig is what the archiver uses unless told otherwise.
@@ -132,6 +138,9 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		err = c.follow(ctx, src, over)
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if !errors.Is(err, errOver) {
+			c.reopening(ctx, err)
 		}
 		// follow honours the segment's age only while its stream stays open.
 		if err := c.flushAged(ctx); err != nil {
@@ -242,6 +251,37 @@ type line struct {
 // errOver ends a follow stream because the run is over.
 var errOver = errors.New("run over")
 
+// streamError is why a follow stream ended with an error: its cause, for ObserveReopen.
+type streamError struct {
+	cause string
+	err   error
+}
+
+func (e *streamError) Error() string { return e.cause + ": " + e.err.Error() }
+func (e *streamError) Unwrap() error { return e.err }
+
+func streamFailed(cause string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &streamError{cause: cause, err: err}
+}
+
+// reopening reports a follow stream that ended while its run goes on: to ObserveReopen, and to the
+// log (a stream the node closed is routine, at V(1); a failure at the default level, once per
+// reopening, which the backoff spaces out).
+func (c *capture) reopening(ctx context.Context, err error) {
+	cause, level := "ended", 1
+	var se *streamError
+	if errors.As(err, &se) {
+		cause, level = se.cause, 0
+	}
+	if c.cfg.ObserveReopen != nil {
+		c.cfg.ObserveReopen(cause)
+	}
+	logr.FromContextOrDiscard(ctx).V(level).Info("Log stream ended; reopening it", "log", c.ref.String(), "cause", cause, "error", err)
+}
+
 // follow streams the run's log from the durable position, writing segments as they fill or age,
 // until the stream ends or breaks, or the run is over (errOver).
 func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) error {
@@ -251,7 +291,7 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 	c.segSkip = 0
 	rc, err := src.Open(ctx, c.ref, OpenOptions{Follow: true, Since: c.segLast})
 	if err != nil {
-		return err
+		return streamFailed("open", err)
 	}
 	defer rc.Close()
 	lines := make(chan line)
@@ -270,17 +310,17 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 				c.cfg.ObserveLag(time.Since(l.ts))
 			}
 			if err := c.add(ctx, l, &first); err != nil {
-				return err
+				return streamFailed("store", err)
 			}
 		case err := <-readErr:
-			return err
+			return streamFailed("broken", err)
 		case <-tick.C:
 			if err := c.flushAged(ctx); err != nil {
-				return err
+				return streamFailed("store", err)
 			}
 			end, err := over(ctx)
 			if err != nil {
-				return err
+				return streamFailed("status", err)
 			}
 			if end.Over {
 				return errOver
@@ -491,21 +531,21 @@ type Assembled struct {
 }
 
 // Assemble composes the recorded segments of a run into one object under key (an empty gzip
-// member when the run wrote nothing), and returns its size and sha256. It does not delete the
-// segments: call Forget once the result is recorded.
-func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, key string) (Assembled, error) {
+// member when the run wrote nothing), locked until retainUntil (zero: unlocked), and returns its
+// size and sha256. It does not delete the segments: call Forget once the result is recorded.
+func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, key string, retainUntil time.Time) (Assembled, error) {
 	segs, err := recs.Segments(ctx, ref.PodUID, ref.Container, ref.Run)
 	if err != nil {
 		return Assembled{}, err
 	}
-	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip"}
+	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil}
 	a := Assembled{Key: key}
 	h := sha256.New()
 	if len(segs) == 0 {
 		var b bytes.Buffer
 		zw := gzip.NewWriter(&b)
 		_ = zw.Close()
-		if err := store.Put(ctx, key, bytes.NewReader(b.Bytes()), opts); err != nil {
+		if err := store.Put(ctx, key, bytes.NewReader(b.Bytes()), opts); lockedElse(err) != nil {
 			return Assembled{}, fmt.Errorf("store the empty log of %s: %w", ref, err)
 		}
 		a.StoredBytes = int64(b.Len())
@@ -518,7 +558,7 @@ func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, 
 			keys[i] = s.ObjectKey
 			a.StoredBytes += s.StoredBytes
 		}
-		if err := store.Compose(ctx, key, keys, opts); err != nil {
+		if err := store.Compose(ctx, key, keys, opts); lockedElse(err) != nil {
 			return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
 		}
 		last := segs[len(segs)-1]
@@ -529,6 +569,16 @@ func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, 
 	}
 	a.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return a, nil
+}
+
+// lockedElse is err, or nil if err is objstore.ErrLocked: a locked object under the key of an
+// assembled log was assembled by an earlier pass from the same segments (they are deleted only
+// once the log is recorded), so it holds the same bytes, and GCS refuses to replace it.
+func lockedElse(err error) error {
+	if errors.Is(err, objstore.ErrLocked) {
+		return nil
+	}
+	return err
 }
 
 // Forget deletes a run's segments, objects and rows, once its assembled log is recorded.

@@ -203,7 +203,7 @@ func (r *rig) end(t *testing.T, done chan error) {
 // check assembles the run and compares it with what was written and not lost.
 func (r *rig) check(t *testing.T) {
 	t.Helper()
-	a, err := Assemble(t.Context(), r.recs, r.store, r.ref, "final.log.gz")
+	a, err := Assemble(t.Context(), r.recs, r.store, r.ref, "final.log.gz", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +389,9 @@ func (n *failingNode) Open(context.Context, Ref, OpenOptions) (io.ReadCloser, er
 func TestCaptureBacksOffStreamsThatBreakAtOnce(t *testing.T) {
 	r := newRig(t)
 	r.cfg.Retry = 400 * time.Millisecond
+	var mu sync.Mutex
+	causes := map[string]int{}
+	r.cfg.ObserveReopen = func(cause string) { mu.Lock(); causes[cause]++; mu.Unlock() }
 	n := &failingNode{}
 	ctx, stop := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 	defer stop()
@@ -398,6 +401,12 @@ func TestCaptureBacksOffStreamsThatBreakAtOnce(t *testing.T) {
 	// 100 ms then doubling up to 400 ms: opens at 0, 0.2, 0.6, 1.0 and 1.4 s; without backoff, 15.
 	if n.opens > 6 {
 		t.Errorf("%d opens in 1.5 s, want at most 6", n.opens)
+	}
+	// Every stream but the one the deadline cut was reported broken, and nothing else.
+	mu.Lock()
+	defer mu.Unlock()
+	if causes["broken"] < n.opens-1 || len(causes) != 1 {
+		t.Errorf("reopens reported %v after %d opens, want each as broken", causes, n.opens)
 	}
 }
 

@@ -9,7 +9,12 @@
 // state never returns to pending, a stored log is never downgraded, a terminal phase is never
 // replaced by a stale non-terminal one).
 //
-// Errors are translated by SQLSTATE: errors.Is(err, ErrNotFound), ErrInvalid, ErrConflict.
+// Phase transitions, stored log rows and log gaps are append-only (migration 0005's triggers):
+// changing or deleting one fails with ErrAppendOnly, except deletion by the retention pruner in a
+// transaction that ran SET LOCAL jobvault.prune = 'on'.
+//
+// Errors are translated by SQLSTATE: errors.Is(err, ErrNotFound), ErrInvalid, ErrConflict,
+// ErrAppendOnly.
 //
 // Every new phase transition is announced with NOTIFY on NotifyChannel; see Notification.
 package db
@@ -35,7 +40,7 @@ import (
 
 // LatestVersion is the schema version the embedded migrations lead to. A test keeps it in step
 // with the migrations directory.
-const LatestVersion = 4
+const LatestVersion = 5
 
 // migrationsTable records the applied schema version (golang-migrate's bookkeeping).
 const migrationsTable = "schema_migrations"

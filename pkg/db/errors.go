@@ -19,6 +19,9 @@ var (
 	ErrInvalid = errors.New("invalid")
 	// ErrConflict: a uniqueness rule was broken in a way an upsert does not absorb.
 	ErrConflict = errors.New("conflict")
+	// ErrAppendOnly: the write would change or delete a row that never changes once written (a
+	// job's phase transition, a stored log, a log gap). Only the retention pruner deletes them.
+	ErrAppendOnly = errors.New("append-only")
 	// ErrDirty: a migration failed part-way and the schema version is marked dirty. Every migration
 	// runs in one transaction, so the failed one left no changes; an operator must check and
 	// force the version (golang-migrate's `force`) before migrations can run again.
@@ -44,6 +47,9 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	case pqErr.Code == pqerror.UniqueViolation, pqErr.Code == pqerror.ExclusionViolation:
 		return fmt.Errorf("%w: %w", ErrConflict, err)
+	case pqErr.Code == pqerror.RestrictViolation:
+		// Raised by the append-only triggers (migration 0005).
+		return fmt.Errorf("%w: %w", ErrAppendOnly, err)
 	case pqErr.Code == pqerror.CheckViolation, pqErr.Code == pqerror.NotNullViolation,
 		pqErr.Code.Class() == "22": // data exception: bad JSON, out-of-range number, bad timestamp
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -17,11 +17,12 @@ var (
 // PutLogObject records the outcome of archiving one container log, keyed by (PodUID, Container,
 // Instance). The pod row must exist (ErrNotFound otherwise).
 //
-// A stored row is never downgraded: a later unavailable write for it is ignored (and succeeds). An
-// unavailable row is upgraded by a later stored write. A stored write over a stored row replaces
-// it: object keys are deterministic, so a re-upload after a crash overwrote the object, and the
-// row must describe the bytes now in the bucket. (Callers avoid re-uploads by checking
-// PodLogObjects first; write the row only after the upload is durable.)
+// A stored row is final: a later unavailable write for it is ignored (and succeeds), the same
+// stored write again changes nothing, and a stored write with other values fails with
+// ErrAppendOnly (migration 0005's trigger) and changes nothing. An unavailable row is upgraded by
+// a later stored write. (Callers avoid re-uploads by checking PodLogObjects first; write the row
+// only after the upload is durable. A log assembled again from the same segments after a crash
+// has the same key, sizes and hash.)
 func (d *DB) PutLogObject(ctx context.Context, l record.LogObject) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()

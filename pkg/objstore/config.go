@@ -18,6 +18,18 @@ const (
 	BackendGCS = "gcs"
 )
 
+// Lock modes accepted by Config.LockMode: how a backend locks objects stored with
+// PutOptions.RetainUntil.
+const (
+	// LockGovernance: S3 Object Lock governance mode, GCS retention mode Unlocked. Users with
+	// the bypass permission (s3:BypassGovernanceRetention, GCS overrideUnlockedRetention) can
+	// still shorten the retention or delete the object; nobody else can.
+	LockGovernance = "governance"
+	// LockCompliance: S3 Object Lock compliance mode, GCS retention mode Locked. Nobody, not even
+	// the account's root user, can delete the object or shorten its retention before it ends.
+	LockCompliance = "compliance"
+)
+
 // Timeouts bound every backend call, on top of the caller's context, so that a hung service
 // fails the call instead of blocking a reconcile (and with it namespace deletion) forever.
 type Timeouts struct {
@@ -57,6 +69,10 @@ type Config struct {
 	Backend string
 	// Timeouts bound every backend call; New uses them in place of S3.Timeouts and GCS.Timeouts.
 	Timeouts Timeouts
+	// LockMode is LockGovernance or LockCompliance to lock the objects stored with
+	// PutOptions.RetainUntil, or empty to lock nothing. New uses it in place of S3.LockMode and
+	// GCS.LockMode; the fs backend makes locked objects read-only files in either mode.
+	LockMode string
 	// FSRoot is the root directory of the filesystem backend.
 	FSRoot string
 	// S3 configures the S3 backend. When its AccessKey or SecretKey is empty, New loads both with
@@ -77,6 +93,11 @@ func (c *Config) BindFlags(flags *flag.FlagSet) {
 		"Timeout of each object store metadata call (stat, delete, ping).")
 	flags.DurationVar(&c.Timeouts.Transfer, "store-transfer-timeout", DefaultTransferTimeout,
 		"Timeout of each object upload, download or listing, and of each part of a compose.")
+
+	flags.StringVar(&c.LockMode, "store-lock-mode", "",
+		"Lock final objects until their retain-until date (see --retention): governance or compliance (S3 Object Lock modes; "+
+			"GCS object retention Unlocked or Locked; the fs backend makes them read-only files). Empty locks nothing. "+
+			"With s3 the bucket must have Object Lock enabled.")
 
 	flags.StringVar(&c.FSRoot, "store-fs-root", "",
 		"Root directory of the fs backend; created if missing.")
@@ -118,6 +139,9 @@ func (c Config) Validate() error {
 	if c.Timeouts.Transfer < 0 {
 		add("--store-transfer-timeout %s is negative", c.Timeouts.Transfer)
 	}
+	if err := validLockMode(c.LockMode); err != nil {
+		add("--store-lock-mode: %w", err)
+	}
 	switch c.Backend {
 	case "", BackendFS:
 		if c.FSRoot == "" {
@@ -136,6 +160,15 @@ func (c Config) Validate() error {
 		add("--store-backend %q is not one of %s, %s, %s", c.Backend, BackendFS, BackendS3, BackendGCS)
 	}
 	return errors.Join(errs...)
+}
+
+// validLockMode reports whether mode is a lock mode or empty.
+func validLockMode(mode string) error {
+	switch mode {
+	case "", LockGovernance, LockCompliance:
+		return nil
+	}
+	return fmt.Errorf("%q is not one of %s, %s (or empty for no lock)", mode, LockGovernance, LockCompliance)
 }
 
 func (c Config) validateS3() []error {
@@ -172,7 +205,9 @@ func (c Config) validateS3() []error {
 	return errs
 }
 
-// New validates c and returns the selected backend. It does not contact the service; call Ping
+// New validates c and returns the selected backend. It does not contact the service, but for an
+// S3 store with a lock mode, whose bucket must have Object Lock enabled (checked within the Call
+// timeout): a bucket that cannot lock objects would otherwise fail every locked write. Call Ping
 // from a readiness check.
 func New(ctx context.Context, c Config) (Store, error) {
 	if err := c.Validate(); err != nil {
@@ -182,6 +217,7 @@ func New(ctx context.Context, c Config) (Store, error) {
 	case BackendS3:
 		cfg := c.S3
 		cfg.Timeouts = c.Timeouts
+		cfg.LockMode = c.LockMode
 		if cfg.AccessKey == "" || cfg.SecretKey == "" {
 			var err error
 			cfg.AccessKey, cfg.SecretKey, err = LoadS3Credentials(c.S3AccessKeyFile, c.S3SecretKeyFile)
@@ -193,17 +229,27 @@ func New(ctx context.Context, c Config) (Store, error) {
 		if err != nil {
 			return nil, err
 		}
+		if cfg.LockMode != "" {
+			if err := s.CheckLock(ctx); err != nil {
+				return nil, fmt.Errorf("create object store: --store-lock-mode %s: %w", cfg.LockMode, err)
+			}
+		}
 		return s, nil
 	case BackendGCS:
 		cfg := c.GCS
 		cfg.Timeouts = c.Timeouts
+		cfg.LockMode = c.LockMode
 		s, err := NewGCS(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
 		return s, nil
 	default:
-		s, err := NewFS(c.FSRoot)
+		var opts []FSOption
+		if c.LockMode != "" {
+			opts = append(opts, WithReadOnlyLocks())
+		}
+		s, err := NewFS(c.FSRoot, opts...)
 		if err != nil {
 			return nil, err
 		}

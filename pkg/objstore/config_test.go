@@ -49,6 +49,9 @@ func TestValidate(t *testing.T) {
 			S3: S3Config{Endpoint: "minio:9000", Bucket: "archive", AccessKey: "a", SecretKey: "s"}}},
 		{name: "gcs", cfg: Config{Backend: BackendGCS, GCS: GCSConfig{Bucket: "archive"}}},
 		{name: "fs without root", cfg: Config{}, want: []string{"--store-fs-root is required"}},
+		{name: "fs locked", cfg: Config{FSRoot: "/var/lib/jobvault", LockMode: LockCompliance}},
+		{name: "unknown lock mode", cfg: Config{FSRoot: "/var/lib/jobvault", LockMode: "GOVERNANCE"},
+			want: []string{`--store-lock-mode: "GOVERNANCE" is not one of governance, compliance`}},
 		{
 			name: "every common problem",
 			cfg:  Config{Backend: "azure", Timeouts: Timeouts{Call: -1, Transfer: -time.Second}},

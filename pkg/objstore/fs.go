@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,14 +24,28 @@ const tmpPrefix = ".objstore-tmp-"
 // are not stored: a file has no place for them and nothing reads them back. Unlike S3 and GCS, a
 // key cannot be both an object and a prefix of other keys ("a/b" and "a/b/c"); Put reports the
 // conflict as an error. The archive layout never produces one.
+//
+// With WithReadOnlyLocks, an object stored with PutOptions.RetainUntil is a read-only file
+// (0444). Whatever the option, Delete refuses to remove a read-only file, and Put and Compose
+// refuse to replace one with different bytes (the same bytes succeed, so a repeated write stays
+// idempotent), both with ErrLocked. This guards against mistakes, not against an administrator:
+// the owner of the files can make them writable again. Use S3 Object Lock or GCS retention for
+// records that must resist a privileged user.
 type FS struct {
 	root string // absolute, cleaned
+	lock bool   // store objects with a RetainUntil read-only
 }
 
 var _ Store = (*FS)(nil)
 
+// FSOption configures NewFS.
+type FSOption func(*FS)
+
+// WithReadOnlyLocks makes the objects stored with PutOptions.RetainUntil read-only files.
+func WithReadOnlyLocks() FSOption { return func(f *FS) { f.lock = true } }
+
 // NewFS returns a store rooted at root, creating the directory if needed.
-func NewFS(root string) (*FS, error) {
+func NewFS(root string, opts ...FSOption) (*FS, error) {
 	if root == "" {
 		return nil, errors.New("create filesystem store: root is empty")
 	}
@@ -41,7 +56,11 @@ func NewFS(root string) (*FS, error) {
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("create filesystem store: %w", err)
 	}
-	return &FS{root: abs}, nil
+	f := &FS{root: abs}
+	for _, o := range opts {
+		o(f)
+	}
+	return f, nil
 }
 
 // path maps key to its file, rejecting keys that could escape root or collide with temp files.
@@ -60,12 +79,12 @@ func (f *FS) path(key string) (string, error) {
 
 // Put writes r to a temporary file next to the target, syncs it and renames it over the target,
 // so readers and crashes see either the old object or the whole new one, never a partial file.
-func (f *FS) Put(ctx context.Context, key string, r io.Reader, _ PutOptions) error {
+func (f *FS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) error {
 	p, err := f.path(key)
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
-	if err := f.write(ctx, p, newSource(ctx, r)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, r), f.locks(opts)); err != nil {
 		return fmt.Errorf("put %s: %w", f.URL(key), err)
 	}
 	return nil
@@ -74,7 +93,7 @@ func (f *FS) Put(ctx context.Context, key string, r io.Reader, _ PutOptions) err
 // Compose writes the sources one after the other to a temporary file next to dst, syncs it and
 // renames it over dst, as Put does; a missing source removes the temporary file and fails the
 // call. One source file is open at a time.
-func (f *FS) Compose(ctx context.Context, dst string, srcs []string, _ PutOptions) error {
+func (f *FS) Compose(ctx context.Context, dst string, srcs []string, opts PutOptions) error {
 	if err := checkCompose(dst, srcs); err != nil {
 		return fmt.Errorf("compose %s: %w", dst, err)
 	}
@@ -89,15 +108,19 @@ func (f *FS) Compose(ctx context.Context, dst string, srcs []string, _ PutOption
 	}
 	c := &concat{names: srcs, open: func(i int) (io.ReadCloser, error) { return f.open(srcs[i]) }}
 	defer c.Close()
-	if err := f.write(ctx, p, newSource(ctx, c)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, c), f.locks(opts)); err != nil {
 		return fmt.Errorf("compose %s: %w", f.URL(dst), err)
 	}
 	return nil
 }
 
-// write copies r to a temporary file in p's directory, syncs it and renames it to p. On failure
-// it removes the temporary file.
-func (f *FS) write(ctx context.Context, p string, r io.Reader) (err error) {
+// locks reports whether an object stored with opts is a read-only file.
+func (f *FS) locks(opts PutOptions) bool { return f.lock && !opts.RetainUntil.IsZero() }
+
+// write copies r to a temporary file in p's directory, syncs it and renames it to p, read-only
+// if readOnly. On failure it removes the temporary file. A read-only file at p is replaced by
+// nothing: the same bytes leave it as it is, others fail with ErrLocked.
+func (f *FS) write(ctx context.Context, p string, r io.Reader, readOnly bool) (err error) {
 	dir := filepath.Dir(p)
 	tmp, err := createTemp(dir)
 	if err != nil {
@@ -116,7 +139,11 @@ func (f *FS) write(ctx context.Context, p string, r io.Reader) (err error) {
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	if err = tmp.Chmod(0o644); err != nil {
+	mode := os.FileMode(0o644)
+	if readOnly {
+		mode = 0o444
+	}
+	if err = tmp.Chmod(mode); err != nil {
 		return err
 	}
 	if err = tmp.Close(); err != nil {
@@ -124,6 +151,15 @@ func (f *FS) write(ctx context.Context, p string, r io.Reader) (err error) {
 	}
 	// A write cancelled after the last byte must not store the object either.
 	if err = ctx.Err(); err != nil {
+		return err
+	}
+	if locked, err := isReadOnly(p); err != nil || locked {
+		if err == nil {
+			err = keepLocked(p, tmp.Name())
+		}
+		if err == nil {
+			_ = os.Remove(tmp.Name()) // the same bytes are stored already
+		}
 		return err
 	}
 	if err = os.Rename(tmp.Name(), p); err != nil {
@@ -138,6 +174,62 @@ func (f *FS) write(ctx context.Context, p string, r io.Reader) (err error) {
 		}
 		if d == f.root || !strings.HasPrefix(d, f.root) {
 			return nil
+		}
+	}
+}
+
+// isReadOnly reports whether p is a regular file nobody may write: a locked object.
+func isReadOnly(p string) (bool, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		if errors.Is(notFound(err), ErrNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	return fi.Mode().IsRegular() && fi.Mode().Perm()&0o222 == 0, nil
+}
+
+// keepLocked compares the locked file p with the file tmp that would replace it: nil when they
+// hold the same bytes, ErrLocked otherwise.
+func keepLocked(p, tmp string) error {
+	same, err := sameFiles(p, tmp)
+	if err != nil {
+		return err
+	}
+	if !same {
+		return fmt.Errorf("%w: %s is read-only and holds other bytes", ErrLocked, p)
+	}
+	return nil
+}
+
+// sameFiles reports whether the files a and b hold the same bytes, reading both in step.
+func sameFiles(a, b string) (bool, error) {
+	fa, err := os.Open(a)
+	if err != nil {
+		return false, err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, erra := io.ReadFull(fa, ba)
+		nb, errb := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false, nil
+		}
+		if erra == io.EOF || erra == io.ErrUnexpectedEOF {
+			return errb == io.EOF || errb == io.ErrUnexpectedEOF, nil
+		}
+		if erra != nil {
+			return false, erra
+		}
+		if errb != nil {
+			return false, errb
 		}
 	}
 }
@@ -253,6 +345,9 @@ func (f *FS) Delete(_ context.Context, key string) error {
 	}
 	if fi.IsDir() {
 		return nil // a prefix of other objects, not an object
+	}
+	if fi.Mode().IsRegular() && fi.Mode().Perm()&0o222 == 0 {
+		return fmt.Errorf("delete %s: %w: the file is read-only", f.URL(key), ErrLocked)
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s: %w", f.URL(key), err)

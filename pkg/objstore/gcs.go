@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
+	"time"
 
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
@@ -26,18 +28,30 @@ type GCSConfig struct {
 	ChunkSize int
 	// Timeouts bound each call.
 	Timeouts Timeouts
+	// LockMode is LockGovernance or LockCompliance to write objects stored with
+	// PutOptions.RetainUntil under GCS object retention, mode Unlocked or Locked respectively, or
+	// empty to lock nothing. The bucket must have object retention enabled.
+	LockMode string
 }
 
 // GCS is a Store on Google Cloud Storage. It authenticates with application default credentials
 // (workload identity, GOOGLE_APPLICATION_CREDENTIALS, ...), or not at all when
 // STORAGE_EMULATOR_HOST names an emulator. An object appears only when its upload is finalized,
 // so a failed Put leaves nothing under the key.
+//
+// With a lock mode, objects stored with PutOptions.RetainUntil get an object retention
+// (Unlocked for governance, Locked for compliance), and GCS refuses to delete or replace them
+// until it ends, which Put, Compose and Delete report as ErrLocked. The bucket must have object
+// retention enabled (`gcloud storage buckets create --enable-per-object-retention`); it is not
+// checked at start-up, as reading a bucket's metadata needs more than the object roles the
+// archiver is granted: the first locked write fails instead.
 type GCS struct {
 	client    *storage.Client
 	bucket    *storage.BucketHandle
 	name      string
 	chunkSize int
 	timeouts  Timeouts
+	lockMode  string // GCS retention mode; empty: no lock
 }
 
 var _ Store = (*GCS)(nil)
@@ -54,6 +68,10 @@ func NewGCS(ctx context.Context, cfg GCSConfig) (*GCS, error) {
 	if cfg.ChunkSize == 0 {
 		cfg.ChunkSize = DefaultChunkSize
 	}
+	if err := validLockMode(cfg.LockMode); err != nil {
+		return nil, fmt.Errorf("create GCS store: LockMode: %w", err)
+	}
+	lockMode := map[string]string{LockGovernance: "Unlocked", LockCompliance: "Locked"}[cfg.LockMode]
 	// Reads go through the XML API, pinned because the client's default is to switch to JSON:
 	// JSON reads refuse ReadCompressed ("custom Accept-Encoding headers not allowed"), and
 	// without it gzip-encoded objects come back
@@ -77,7 +95,21 @@ func NewGCS(ctx context.Context, cfg GCSConfig) (*GCS, error) {
 		name:      cfg.Bucket,
 		chunkSize: cfg.ChunkSize,
 		timeouts:  cfg.Timeouts.withDefaults(),
+		lockMode:  lockMode,
 	}, nil
+}
+
+// retention is the object retention of an object stored with opts, nil if it is not locked.
+func (g *GCS) retention(opts PutOptions) *storage.ObjectRetention {
+	if g.lockMode == "" || opts.RetainUntil.IsZero() {
+		return nil
+	}
+	// GCS keeps whole seconds: rounding up never retains for less than asked.
+	until := opts.RetainUntil.UTC()
+	if s := until.Truncate(time.Second); !s.Equal(until) {
+		until = s.Add(time.Second)
+	}
+	return &storage.ObjectRetention{Mode: g.lockMode, RetainUntil: until}
 }
 
 // Close releases the client's connections.
@@ -102,6 +134,7 @@ func (g *GCS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions)
 	}
 	w.ContentType = opts.ContentType
 	w.ContentEncoding = opts.ContentEncoding
+	w.Retention = g.retention(opts)
 	if _, err := io.Copy(w, newSource(ctx, r)); err != nil {
 		// Cancelling before Close is how an upload is abandoned; a plain Close would finalize
 		// the bytes written so far as the object.
@@ -111,7 +144,7 @@ func (g *GCS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions)
 	}
 	// Close finalizes the upload: this is where GCS reports most failures.
 	if err := w.Close(); err != nil {
-		return fmt.Errorf("put %s: %w", g.URL(key), err)
+		return fmt.Errorf("put %s: %w", g.URL(key), gcsError(err))
 	}
 	return nil
 }
@@ -220,14 +253,37 @@ func (g *GCS) Compose(ctx context.Context, dst string, srcs []string, opts PutOp
 	c := g.bucket.Object(dst).ComposerFrom(parts...)
 	c.ContentType = opts.ContentType
 	c.ContentEncoding = opts.ContentEncoding
+	c.Retention = g.retention(opts)
+	var attrs *storage.ObjectAttrs
 	err = bounded(ctx, g.timeouts.Transfer, func(ctx context.Context) error {
-		_, err := c.Run(ctx)
+		var err error
+		attrs, err = c.Run(ctx)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("compose %s: %w", g.URL(dst), gcsError(err))
 	}
+	if err := g.retainComposed(ctx, attrs, c.Retention); err != nil {
+		return fmt.Errorf("compose %s: %w", g.URL(dst), err)
+	}
 	return nil
+}
+
+// retainComposed sets the retention want on a composed object that did not get it from the
+// compose request (fake-gcs-server ignores a compose's destination retention), pinned to the
+// composed generation. Until then the object is unlocked; a failure fails Compose, whose retry
+// writes the object again.
+func (g *GCS) retainComposed(ctx context.Context, attrs *storage.ObjectAttrs, want *storage.ObjectRetention) error {
+	if want == nil || (attrs.Retention != nil && !attrs.Retention.RetainUntil.Before(want.RetainUntil)) {
+		return nil
+	}
+	return bounded(ctx, g.timeouts.Call, func(ctx context.Context) error {
+		_, err := g.bucket.Object(attrs.Name).Generation(attrs.Generation).Update(ctx, storage.ObjectAttrsToUpdate{Retention: want})
+		if err != nil {
+			return fmt.Errorf("set retention: %w", gcsError(err))
+		}
+		return nil
+	})
 }
 
 // deleteTemps deletes Compose's temporary objects, even after ctx ended, each within the Call
@@ -252,7 +308,7 @@ func (g *GCS) Delete(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Call)
 	defer cancel()
 	if err := g.bucket.Object(key).Delete(ctx); err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
-		return fmt.Errorf("delete %s: %w", g.URL(key), err)
+		return fmt.Errorf("delete %s: %w", g.URL(key), gcsError(err))
 	}
 	return nil
 }
@@ -303,11 +359,16 @@ func (g *GCS) Ping(ctx context.Context) error {
 	return nil
 }
 
-// gcsError adds ErrNotFound to a missing object error. A missing bucket stays as it is: it is a
-// configuration error, not a missing object.
+// gcsError adds ErrNotFound to a missing object error, and ErrLocked to a refusal because of an
+// object's retention or hold (403, with a message naming it). A missing bucket stays as it is: it
+// is a configuration error, not a missing object.
 func gcsError(err error) error {
 	if errors.Is(err, storage.ErrObjectNotExist) {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	var gerr *googleapi.Error
+	if errors.As(err, &gerr) && gerr.Code == http.StatusForbidden && lockMessage(gerr.Message) {
+		return fmt.Errorf("%w: %w", ErrLocked, err)
 	}
 	return err
 }

@@ -6,7 +6,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 )
+
+// ErrLocked is returned (wrapped) by Put, Compose and Delete when the object under the key is
+// immutable (S3 Object Lock, GCS object retention, a read-only file) and the call would replace or
+// remove it.
+var ErrLocked = errors.New("object is locked")
 
 // ErrNotFound is returned (wrapped) by Get and Stat when no object exists under the key, and by
 // Compose when one of its sources does not exist.
@@ -18,6 +24,12 @@ type PutOptions struct {
 	ContentType string
 	// ContentEncoding is set to "gzip" for gzip-compressed objects, so browsers and tools decompress.
 	ContentEncoding string
+	// RetainUntil, when not zero, makes the object immutable (write once, read many) until then,
+	// on a store configured with a lock mode (see Config.LockMode): S3 Object Lock retention or
+	// GCS object retention in that mode, or a read-only file on the fs backend. Zero, or a store
+	// without a lock mode, stores the object unlocked. Only final objects are locked, never
+	// objects that are deleted later (capture segments).
+	RetainUntil time.Time
 }
 
 // ObjectInfo describes a stored object.

@@ -3,7 +3,9 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +48,10 @@ type S3Config struct {
 	PartSize uint64
 	// Timeouts bound each call.
 	Timeouts Timeouts
+	// LockMode is LockGovernance or LockCompliance to write objects stored with
+	// PutOptions.RetainUntil under S3 Object Lock in that mode, or empty to lock nothing. The
+	// bucket must have Object Lock enabled (see CheckLock).
+	LockMode string
 }
 
 // S3 is a Store on an S3-compatible service, through minio-go.
@@ -53,11 +59,20 @@ type S3Config struct {
 // A failed or cancelled Put aborts its multipart upload, so no object appears under the key; parts
 // of an upload whose abort request also failed are invisible to Get and List but use space until
 // a bucket lifecycle rule (AbortIncompleteMultipartUpload) removes them.
+//
+// With a lock mode, objects stored with PutOptions.RetainUntil get an Object Lock retention in
+// that mode, and every request that carries their bytes (the PUT of the object, each part the
+// client uploads) sends a Content-MD5 header, which AWS requires of writes under Object Lock.
+// Object Lock works on versions: a Put over a locked key adds a new version and the locked one
+// stays, unchanged, until its retention ends. Delete removes every version of the key, as a
+// plain DELETE in a versioned bucket would only add a delete marker; the service refuses to
+// remove a locked version, which Delete reports as ErrLocked.
 type S3 struct {
 	client   *minio.Client
 	bucket   string
 	partSize uint64
 	timeouts Timeouts
+	lockMode minio.RetentionMode // empty: no lock
 }
 
 var _ Store = (*S3)(nil)
@@ -85,8 +100,18 @@ func NewS3(cfg S3Config) (*S3, error) {
 	if cfg.CAFile != "" && !cfg.Secure {
 		errs = append(errs, errors.New("CAFile is set but Secure is false"))
 	}
+	if err := validLockMode(cfg.LockMode); err != nil {
+		errs = append(errs, fmt.Errorf("LockMode: %w", err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create S3 store: %w", err)
+	}
+	var lockMode minio.RetentionMode
+	switch cfg.LockMode {
+	case LockGovernance:
+		lockMode = minio.Governance
+	case LockCompliance:
+		lockMode = minio.Compliance
 	}
 
 	transport, err := minio.DefaultTransport(cfg.Secure)
@@ -114,7 +139,40 @@ func NewS3(cfg S3Config) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create S3 store: %w", err)
 	}
-	return &S3{client: client, bucket: cfg.Bucket, partSize: cfg.PartSize, timeouts: cfg.Timeouts.withDefaults()}, nil
+	return &S3{client: client, bucket: cfg.Bucket, partSize: cfg.PartSize, timeouts: cfg.Timeouts.withDefaults(), lockMode: lockMode}, nil
+}
+
+// CheckLock reports an error unless the bucket has Object Lock enabled, without which every
+// locked write would fail. New calls it for a store with a lock mode.
+func (s *S3) CheckLock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeouts.Call)
+	defer cancel()
+	enabled, _, _, _, err := s.client.GetObjectLockConfig(ctx, s.bucket)
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) && resp.Code == "ObjectLockConfigurationNotFoundError" {
+		err, enabled = nil, ""
+	}
+	if err != nil {
+		return fmt.Errorf("read the Object Lock configuration of s3://%s: %w", s.bucket, err)
+	}
+	if enabled != "Enabled" {
+		return fmt.Errorf("bucket s3://%s does not have Object Lock enabled (it can only be enabled on a versioned bucket; "+
+			"with MinIO, create the bucket with `mc mb --with-lock`)", s.bucket)
+	}
+	return nil
+}
+
+// locks reports whether an object stored with opts is locked.
+func (s *S3) locks(opts PutOptions) bool { return s.lockMode != "" && !opts.RetainUntil.IsZero() }
+
+// putOptions are minio-go's options for writing an object with opts: its metadata and, when it
+// is locked, its retention and the Content-MD5 header of every request that carries its bytes.
+func (s *S3) putOptions(opts PutOptions) minio.PutObjectOptions {
+	o := minio.PutObjectOptions{ContentType: opts.ContentType, ContentEncoding: opts.ContentEncoding}
+	if s.locks(opts) {
+		o.Mode, o.RetainUntilDate, o.SendContentMd5 = s.lockMode, opts.RetainUntil.UTC(), true
+	}
+	return o
 }
 
 // loadCertPool returns the system roots plus the certificates in the PEM file caFile.
@@ -155,14 +213,13 @@ func (s *S3) put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 	if l, ok := r.(interface{ Len() int }); ok {
 		size = int64(l.Len())
 	}
-	_, err := s.client.PutObject(ctx, s.bucket, key, newSource(ctx, r), size, minio.PutObjectOptions{
-		ContentType:     opts.ContentType,
-		ContentEncoding: opts.ContentEncoding,
-		// Always explicit: for size -1 minio-go otherwise sizes parts for a 5 TiB object and
-		// allocates a ~528 MiB buffer per upload.
-		PartSize: s.partSize,
-	})
-	return err
+	o := s.putOptions(opts)
+	// Always explicit: for size -1 minio-go otherwise sizes parts for a 5 TiB object and
+	// allocates a ~528 MiB buffer per upload. (It computes a locked upload's Content-MD5 from
+	// that part buffer, or, for a single PUT of known size, from a buffer of that size.)
+	o.PartSize = s.partSize
+	_, err := s.client.PutObject(ctx, s.bucket, key, newSource(ctx, r), size, o)
+	return s3Error(err)
 }
 
 // maxParts is the most parts an S3 multipart upload may have.
@@ -211,10 +268,7 @@ func (s *S3) Compose(ctx context.Context, dst string, srcs []string, opts PutOpt
 	case len(parts) == 0:
 		// S3 completes no upload without parts: the empty concatenation is an empty Put.
 		err = bounded(ctx, s.timeouts.Call, func(ctx context.Context) error {
-			_, err := s.client.PutObject(ctx, s.bucket, dst, bytes.NewReader(nil), 0, minio.PutObjectOptions{
-				ContentType:     opts.ContentType,
-				ContentEncoding: opts.ContentEncoding,
-			})
+			_, err := s.client.PutObject(ctx, s.bucket, dst, bytes.NewReader(nil), 0, s.putOptions(opts))
 			return err
 		})
 	default:
@@ -313,10 +367,8 @@ func (s *S3) upload(ctx context.Context, dst string, parts []s3Part, opts PutOpt
 	var id string
 	err = bounded(ctx, s.timeouts.Call, func(ctx context.Context) error {
 		var err error
-		id, err = core.NewMultipartUpload(ctx, s.bucket, dst, minio.PutObjectOptions{
-			ContentType:     opts.ContentType,
-			ContentEncoding: opts.ContentEncoding,
-		})
+		// The retention is set when the upload is created and applies to the completed object.
+		id, err = core.NewMultipartUpload(ctx, s.bucket, dst, s.putOptions(opts))
 		return err
 	})
 	if err != nil {
@@ -340,7 +392,7 @@ func (s *S3) upload(ctx context.Context, dst string, parts []s3Part, opts PutOpt
 			if part.copy {
 				completed[i], err = s.copyPart(ctx, core, dst, id, i+1, part.ranges[0])
 			} else {
-				completed[i], err = s.uploadPart(ctx, core, dst, id, i+1, part)
+				completed[i], err = s.uploadPart(ctx, core, dst, id, i+1, part, s.locks(opts))
 			}
 			return err
 		})
@@ -378,12 +430,19 @@ func (s *S3) copyPart(ctx context.Context, core minio.Core, dst, id string, num 
 // A goroutine of its own reads the sources into a pipe: net/http may still be reading a request
 // body after the request returned (when the service answers before the body is sent), so the body
 // must be safe to close while it is read, which the pipe is and the sources are not.
-func (s *S3) uploadPart(ctx context.Context, core minio.Core, dst, id string, num int, part s3Part) (minio.CompletePart, error) {
+//
+// A part of a locked object needs its Content-MD5 before its bytes are sent: it is read into
+// memory first (planParts keeps a part the client uploads under 2*MinPartSize, 10 MiB), then
+// sent with the header. (UploadPartCopy carries no bytes and needs none.)
+func (s *S3) uploadPart(ctx context.Context, core minio.Core, dst, id string, num int, part s3Part, locked bool) (minio.CompletePart, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	names := make([]string, len(part.ranges))
 	for i, r := range part.ranges {
 		names[i] = r.src.key
+	}
+	if locked {
+		return s.uploadPartMD5(ctx, core, dst, id, num, part, names)
 	}
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
@@ -407,6 +466,28 @@ func (s *S3) uploadPart(ctx context.Context, core minio.Core, dst, id string, nu
 			// connection, and this one names the source and keeps ErrNotFound.
 			err = readErr
 		}
+		return minio.CompletePart{}, fmt.Errorf("upload: %w", err)
+	}
+	return minio.CompletePart{PartNumber: num, ETag: p.ETag}, nil
+}
+
+// uploadPartMD5 reads part into memory and uploads it with its Content-MD5.
+func (s *S3) uploadPartMD5(ctx context.Context, core minio.Core, dst, id string, num int, part s3Part, names []string) (minio.CompletePart, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, part.size))
+	c := &concat{names: names, open: func(i int) (io.ReadCloser, error) {
+		return s.openRange(ctx, part.ranges[i])
+	}}
+	_, err := io.Copy(buf, c)
+	if err = errors.Join(err, c.Close()); err != nil {
+		return minio.CompletePart{}, fmt.Errorf("upload: %w", err)
+	}
+	if int64(buf.Len()) != part.size {
+		return minio.CompletePart{}, fmt.Errorf("upload: read %d bytes of a %d-byte part", buf.Len(), part.size)
+	}
+	sum := md5.Sum(buf.Bytes())
+	p, err := core.PutObjectPart(ctx, s.bucket, dst, id, num, bytes.NewReader(buf.Bytes()), part.size,
+		minio.PutObjectPartOptions{Md5Base64: base64.StdEncoding.EncodeToString(sum[:])})
+	if err != nil {
 		return minio.CompletePart{}, fmt.Errorf("upload: %w", err)
 	}
 	return minio.CompletePart{PartNumber: num, ETag: p.ETag}, nil
@@ -464,14 +545,40 @@ func (s *S3) Stat(ctx context.Context, key string) (ObjectInfo, error) {
 	return ObjectInfo{Key: key, Size: info.Size}, nil
 }
 
-// Delete removes the object; S3 reports success for a missing key.
+// Delete removes the object; S3 reports success for a missing key. With a lock mode it removes
+// every version of the key (see S3), and fails with ErrLocked if one is locked.
 func (s *S3) Delete(ctx context.Context, key string) error {
 	if err := ValidateKey(key); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeouts.Call)
 	defer cancel()
+	if s.lockMode != "" {
+		return s.deleteVersions(ctx, key)
+	}
 	if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		return fmt.Errorf("delete %s: %w", s.URL(key), err)
+	}
+	return nil
+}
+
+// deleteVersions removes every version and delete marker of key. It never bypasses governance
+// retention: a locked version stays, and the call fails with ErrLocked.
+func (s *S3) deleteVersions(ctx context.Context, key string) error {
+	var errs []error
+	for obj := range s.client.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: key, WithVersions: true}) {
+		if obj.Err != nil {
+			return fmt.Errorf("delete %s: list versions: %w", s.URL(key), obj.Err)
+		}
+		if obj.Key != key {
+			continue // a longer key with the same prefix
+		}
+		err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{VersionID: obj.VersionID})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("version %s: %w", obj.VersionID, s3Error(err)))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("delete %s: %w", s.URL(key), err)
 	}
 	return nil
@@ -511,14 +618,32 @@ func (s *S3) Ping(ctx context.Context) error {
 	return nil
 }
 
-// s3Error adds ErrNotFound to a NoSuchKey response. A missing bucket is a configuration error,
-// not a missing object, and stays as it is.
+// s3Error adds ErrNotFound to a NoSuchKey response, and ErrLocked to a refusal because of Object
+// Lock (AWS answers AccessDenied, MinIO InvalidRequest, each with a message naming the lock). A
+// missing bucket is a configuration error, not a missing object, and stays as it is.
 func s3Error(err error) error {
 	var resp minio.ErrorResponse
-	if errors.As(err, &resp) && resp.Code == minio.NoSuchKey {
+	if !errors.As(err, &resp) {
+		return err
+	}
+	switch {
+	case resp.Code == minio.NoSuchKey:
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case (resp.Code == "AccessDenied" || resp.Code == "InvalidRequest") && lockMessage(resp.Message):
+		return fmt.Errorf("%w: %w", ErrLocked, err)
 	}
 	return err
+}
+
+// lockMessage reports whether an AccessDenied message blames a lock rather than permissions.
+func lockMessage(msg string) bool {
+	msg = strings.ToLower(msg)
+	for _, s := range []string{"worm", "object lock", "retention", "legal hold"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // LoadS3Credentials returns the S3 access and secret key. Each is read from its file when the file

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +68,18 @@ func TestCaptureSurvivesAPIServerRestart(t *testing.T) {
 	waitCaptured(t, s, pods*containers, back)
 	waitLogStreams(t, s, pods*containers)
 	t.Logf("%d captures live again %s later", pods*containers, time.Since(back).Round(100*time.Millisecond))
+	// Each capture reported its stream's end, so an operator sees the outage in the metrics.
+	reopens := map[string]int{}
+	total := 0
+	for _, m := range regexp.MustCompile(`(?m)^jobvault_archiver_follow_reopens_total\{cause="(\w+)"\} (\d+)`).FindAllStringSubmatch(s.Metrics(t), -1) {
+		n, _ := strconv.Atoi(m[2])
+		reopens[m[1]] += n
+		total += n
+	}
+	t.Logf("follow streams reopened, by cause: %v", reopens)
+	if total < pods*containers {
+		t.Errorf("%d follow streams reported reopened (%v), want at least %d", total, reopens, pods*containers)
+	}
 	for key, out := range want {
 		pod, c, _ := strings.Cut(key, "/")
 		if n, total := len(rt.Written(s.NS, pod, c, 0)), len(testbed.Bytes(out)); n >= total {

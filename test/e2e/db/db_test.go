@@ -671,14 +671,18 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 			t.Fatalf("PutLogObject(%s): %v", l, err)
 		}
 	}
-	// A stored re-upload (same deterministic key) replaces the sizes and hash.
+	// A stored row is final (migration 0005): the same write again is a no-op, other sizes or
+	// another hash are refused and change nothing.
+	if err := records.PutLogObject(ctx, prev2); err != nil {
+		t.Errorf("PutLogObject(stored row again): %v", err)
+	}
 	reupload := prev2
 	reupload.Bytes, reupload.SHA256 = 1200, strings.Repeat("cd", 32)
-	if err := records.PutLogObject(ctx, reupload); err != nil {
-		t.Fatal(err)
+	if err := records.PutLogObject(ctx, reupload); !errors.Is(err, db.ErrAppendOnly) {
+		t.Errorf("PutLogObject(stored row with another hash) = %v, want ErrAppendOnly", err)
 	}
 
-	wantLogs := []record.LogObject{initLog, reupload, prev10, main, debug}
+	wantLogs := []record.LogObject{initLog, prev2, prev10, main, debug}
 	ignoreStamps := cmpopts.IgnoreFields(record.LogObject{}, "CreatedAt", "UpdatedAt")
 	gotPod, err := records.PodLogObjects(ctx, "p1")
 	if err != nil {

@@ -316,6 +316,8 @@ type proxyOptions struct {
 	bytesPerSecond int64
 	// latency delays every request, as a distant service would.
 	latency time.Duration
+	// record, if set, sees every request before it is passed on (not its body).
+	record func(*http.Request)
 }
 
 // proxy returns the address of a proxy to the plain HTTP service at host:port target that does
@@ -334,6 +336,9 @@ func proxy(t *testing.T, target string, opts proxyOptions) string {
 			w.WriteHeader(http.StatusForbidden)
 			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>failed by the test</Message></Error>`)
 			return
+		}
+		if opts.record != nil {
+			opts.record(r)
 		}
 		time.Sleep(opts.latency)
 		r.Body = &proxyBody{ReadCloser: r.Body, opts: opts}

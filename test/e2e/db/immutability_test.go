@@ -1,0 +1,431 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
+
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/test/stack"
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+// history records one job with a transition, a pod with a stored and an unavailable log, a
+// segment and a gap: one row of each table the archiver writes.
+func history(t *testing.T, records *db.DB, uid string) {
+	t.Helper()
+	ctx := t.Context()
+	mustUpsertJob(t, records, newJob(uid).build())
+	if _, err := records.RecordTransitions(ctx, uid, []record.Transition{{Phase: "Running", Time: at(time.Minute), Source: record.SourceObserved}}); err != nil {
+		t.Fatalf("RecordTransitions: %v", err)
+	}
+	pod := "pod-" + uid
+	if err := records.UpsertPod(ctx, newPod(pod, uid)); err != nil {
+		t.Fatalf("UpsertPod: %v", err)
+	}
+	if err := records.PutLogObject(ctx, storedLog(pod, "main", "current")); err != nil {
+		t.Fatalf("PutLogObject stored: %v", err)
+	}
+	unavailable := record.LogObject{PodUID: pod, Container: "side", ContainerType: record.ContainerRegular, Instance: "current",
+		State: record.LogUnavailable, Reason: "node lost"}
+	if err := records.PutLogObject(ctx, unavailable); err != nil {
+		t.Fatalf("PutLogObject unavailable: %v", err)
+	}
+	if err := records.PutSegment(ctx, record.Segment{PodUID: pod, Container: "main", Run: 1, ObjectKey: "seg/0", StoredBytes: 1, Bytes: 1,
+		TotalBytes: 1, LastTime: at(time.Minute), HashState: []byte{1}}); err != nil {
+		t.Fatalf("PutSegment: %v", err)
+	}
+	if err := records.PutGap(ctx, record.Gap{PodUID: pod, Container: "main", Run: 0, After: at(time.Minute), Reason: "rotated"}); err != nil {
+		t.Fatalf("PutGap: %v", err)
+	}
+}
+
+// sqlState is the SQLSTATE of err, or "" if it has none.
+func sqlState(err error) pqerror.Code {
+	if e := pq.As(err); e != nil {
+		return e.Code
+	}
+	return ""
+}
+
+// TestDBAppendOnly: phase transitions, stored log rows and log gaps refuse UPDATE, DELETE (also
+// through a cascade from their job or pod) and TRUNCATE with SQLSTATE 23001 and a message naming
+// the table, for the tables' owner too; the archiver's idempotent upserts still work, an
+// unavailable log may still become stored, and the pruner's transaction (SET LOCAL
+// jobvault.prune = 'on') may delete, but never update, and only until it ends.
+func TestDBAppendOnly(t *testing.T) {
+	ctx := t.Context()
+	records, dsn := stack.OpenRecords(t)
+	c := rawDB(t, dsn)
+	history(t, records, "u1")
+
+	refused := func(t *testing.T, stmt, table string) {
+		t.Helper()
+		_, err := c.ExecContext(ctx, stmt)
+		if sqlState(err) != pqerror.RestrictViolation || !strings.Contains(err.Error(), table) {
+			t.Errorf("%s = %v, want SQLSTATE 23001 naming %s", stmt, err, table)
+		}
+	}
+	for _, tc := range []struct{ stmt, table string }{
+		{`UPDATE job_transitions SET reason = 'forged'`, "job_transitions"},
+		{`UPDATE job_transitions SET transition_time = transition_time`, "job_transitions"},
+		{`DELETE FROM job_transitions`, "job_transitions"},
+		{`TRUNCATE job_transitions`, "job_transitions"},
+		{`UPDATE log_objects SET sha256 = repeat('cd', 32) WHERE state = 'stored'`, "log_objects"},
+		{`UPDATE log_objects SET state = 'unavailable', reason = 'forged' WHERE state = 'stored'`, "log_objects"},
+		{`DELETE FROM log_objects WHERE state = 'stored'`, "log_objects"},
+		{`TRUNCATE log_objects`, "log_objects"},
+		{`UPDATE log_gaps SET reason = 'forged'`, "log_gaps"},
+		{`DELETE FROM log_gaps`, "log_gaps"},
+		{`TRUNCATE log_gaps`, "log_gaps"},
+		// Cascades count as deletes.
+		{`DELETE FROM jobs WHERE uid = 'u1'`, "job_transitions"},
+		{`DELETE FROM pods WHERE uid = 'pod-u1'`, "log_"},
+	} {
+		refused(t, tc.stmt, tc.table)
+	}
+	if n := queryInt(t, c, `SELECT (SELECT count(*) FROM job_transitions) + (SELECT count(*) FROM log_objects) + (SELECT count(*) FROM log_gaps)`); n != 4 {
+		t.Errorf("append-only rows after the refused writes = %d, want 4", n)
+	}
+
+	// What pkg/db reports, and what the archiver's upserts still do.
+	forged := storedLog("pod-u1", "main", "current")
+	forged.SHA256 = strings.Repeat("cd", 32)
+	if err := records.PutLogObject(ctx, forged); !errors.Is(err, db.ErrAppendOnly) {
+		t.Errorf("PutLogObject changing a stored log = %v, want ErrAppendOnly", err)
+	}
+	before, err := records.PodLogObjects(ctx, "pod-u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	history(t, records, "u1") // every upsert again: no-ops
+	nowStored := storedLog("pod-u1", "side", "current")
+	if err := records.PutLogObject(ctx, nowStored); err != nil {
+		t.Errorf("PutLogObject turning an unavailable log into a stored one: %v", err)
+	}
+	after, err := records.PodLogObjects(ctx, "pod-u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != 2 || !after[0].UpdatedAt.Equal(before[0].UpdatedAt) || after[1].State != record.LogStored {
+		t.Errorf("log objects after repeated upserts = %+v, want the stored one untouched and the other stored", after)
+	}
+	if _, err := c.ExecContext(ctx, `DELETE FROM log_segments`); err != nil {
+		t.Errorf("DELETE FROM log_segments (assembled segments go): %v", err)
+	}
+
+	// The pruner's transaction deletes, cascades included; it never updates; and its setting
+	// ends with it.
+	conn, err := c.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	inPrune := func(stmts ...string) error {
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		for _, s := range append([]string{`SET LOCAL jobvault.prune = 'on'`}, stmts...) {
+			if _, err := tx.ExecContext(ctx, s); err != nil {
+				return err
+			}
+		}
+		return tx.Commit()
+	}
+	if err := inPrune(`UPDATE job_transitions SET reason = 'forged'`); sqlState(err) != pqerror.RestrictViolation {
+		t.Errorf("UPDATE in the pruner's transaction = %v, want SQLSTATE 23001", err)
+	}
+	if err := inPrune(`DELETE FROM pods WHERE uid = 'pod-u1'`, `DELETE FROM jobs WHERE uid = 'u1'`); err != nil {
+		t.Errorf("deletes in the pruner's transaction: %v", err)
+	}
+	if n := queryInt(t, c, `SELECT (SELECT count(*) FROM job_transitions) + (SELECT count(*) FROM log_objects) + (SELECT count(*) FROM log_gaps)`); n != 0 {
+		t.Errorf("append-only rows after the prune = %d, want 0", n)
+	}
+	history(t, records, "u2")
+	if _, err := conn.ExecContext(ctx, `DELETE FROM job_transitions`); sqlState(err) != pqerror.RestrictViolation {
+		t.Errorf("DELETE on the pruner's connection after its transaction = %v, want SQLSTATE 23001", err)
+	}
+}
+
+// loginRole creates a login role that is a member of group (NOLOGIN roles cannot connect) and
+// returns a DSN of dsn's database as that role. The role is dropped at the end of the test.
+func loginRole(t *testing.T, c *sql.DB, dsn, group string) string {
+	t.Helper()
+	name := fmt.Sprintf("jv_test_%s_%d", strings.TrimPrefix(group, "jobvault_"), rand.Uint32())
+	if _, err := c.ExecContext(t.Context(), fmt.Sprintf(`CREATE ROLE %s LOGIN IN ROLE %s`, name, group)); err != nil {
+		t.Fatalf("create login role in %s: %v", group, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// Its sessions end with the test's database connections, closed before this cleanup.
+		if _, err := c.ExecContext(ctx, `DROP ROLE IF EXISTS `+name); err != nil {
+			t.Errorf("drop role %s: %v", name, err)
+		}
+	})
+	return dsnAs(t, dsn, name)
+}
+
+// dsnAs is dsn with user as the user.
+func dsnAs(t *testing.T, dsn, user string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(user)
+	return u.String()
+}
+
+// TestDBRoles uses the roles the migration creates, as login roles that are their members:
+// jobvault_writer runs every write of the archiver but cannot update or delete append-only rows,
+// nor drop or disable the triggers; jobvault_auditor can read the audit views and nothing else.
+func TestDBRoles(t *testing.T) {
+	ctx := t.Context()
+	owner, dsn := stack.OpenRecords(t)
+	c := rawDB(t, dsn)
+	for _, role := range []string{"jobvault_writer", "jobvault_auditor"} {
+		if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname = $1 AND NOT rolcanlogin AND NOT rolsuper`, role); n != 1 {
+			t.Errorf("role %s: %d NOLOGIN non-superuser roles, want 1", role, n)
+		}
+	}
+
+	t.Run("writer", func(t *testing.T) {
+		wdsn := loginRole(t, c, dsn, "jobvault_writer")
+		writer, err := db.Open(ctx, wdsn, db.Options{})
+		if err != nil {
+			t.Fatalf("Open as the writer: %v", err)
+		}
+		t.Cleanup(func() { writer.Close() })
+		history(t, writer, "w1")
+		history(t, writer, "w1")
+		if err := writer.DeleteSegments(ctx, "pod-w1", "main", 1); err != nil {
+			t.Errorf("DeleteSegments as the writer: %v", err)
+		}
+		if err := writer.MarkPodArchived(ctx, "pod-w1", at(time.Hour), ""); err != nil {
+			t.Errorf("MarkPodArchived as the writer: %v", err)
+		}
+		if err := writer.MarkJobArchived(ctx, "w1", "s3://b/p/", at(time.Hour), ""); err != nil {
+			t.Errorf("MarkJobArchived as the writer: %v", err)
+		}
+		for _, read := range []func() error{
+			func() error { _, err := writer.Transitions(ctx, "w1"); return err },
+			func() error { _, err := writer.LogObjects(ctx, "w1"); return err },
+			func() error { _, err := writer.Gaps(ctx, "w1"); return err },
+			func() error { _, _, err := writer.Version(ctx); return err },
+		} {
+			if err := read(); err != nil {
+				t.Errorf("read as the writer: %v", err)
+			}
+		}
+
+		wc := rawDB(t, wdsn)
+		for _, tc := range []struct {
+			stmt string
+			want pqerror.Code
+		}{
+			{`UPDATE job_transitions SET reason = 'forged'`, pqerror.InsufficientPrivilege},
+			{`DELETE FROM job_transitions`, pqerror.InsufficientPrivilege},
+			{`DELETE FROM log_objects`, pqerror.InsufficientPrivilege},
+			{`DELETE FROM log_gaps`, pqerror.InsufficientPrivilege},
+			{`DELETE FROM jobs`, pqerror.InsufficientPrivilege},
+			{`DELETE FROM pods`, pqerror.InsufficientPrivilege},
+			{`TRUNCATE job_transitions`, pqerror.InsufficientPrivilege},
+			{`UPDATE log_objects SET sha256 = repeat('cd', 32) WHERE state = 'stored'`, pqerror.RestrictViolation},
+			{`DROP TRIGGER job_transitions_append_only ON job_transitions`, pqerror.InsufficientPrivilege},
+			{`ALTER TABLE log_objects DISABLE TRIGGER log_objects_stored_final`, pqerror.InsufficientPrivilege},
+			{`DROP FUNCTION jobvault_append_only() CASCADE`, pqerror.InsufficientPrivilege},
+			{`CREATE OR REPLACE FUNCTION jobvault_pruning() RETURNS boolean LANGUAGE sql AS 'SELECT true'`, pqerror.InsufficientPrivilege},
+			{`INSERT INTO schema_migrations VALUES (99, false)`, pqerror.InsufficientPrivilege},
+		} {
+			_, err := wc.ExecContext(ctx, tc.stmt)
+			if got := sqlState(err); got != tc.want {
+				t.Errorf("as the writer: %s = %v (SQLSTATE %q), want SQLSTATE %s", tc.stmt, err, got, tc.want)
+			}
+		}
+		// Not even in a transaction that claims to be the pruner's.
+		tx, err := wc.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `SET LOCAL jobvault.prune = 'on'`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM job_transitions`); sqlState(err) != pqerror.InsufficientPrivilege {
+			t.Errorf("as the writer, DELETE in a transaction with jobvault.prune on = %v, want SQLSTATE 42501", err)
+		}
+	})
+
+	t.Run("auditor", func(t *testing.T) {
+		history(t, owner, "a1")
+		adsn := loginRole(t, c, dsn, "jobvault_auditor")
+		ac := rawDB(t, adsn)
+		views := []string{"audit_submissions", "audit_outcomes", "audit_retries", "audit_log_objects", "audit_log_gaps"}
+		for _, v := range views {
+			if _, err := ac.ExecContext(ctx, `SELECT * FROM `+v); err != nil {
+				t.Errorf("as the auditor: SELECT FROM %s: %v", v, err)
+			}
+		}
+		if n := queryInt(t, ac, `SELECT count(*) FROM audit_log_objects WHERE job_uid = 'a1'`); n != 2 {
+			t.Errorf("as the auditor: audit_log_objects rows of a1 = %d, want 2", n)
+		}
+		for _, stmt := range []string{`SELECT * FROM jobs`, `SELECT * FROM job_transitions`, `SELECT * FROM log_objects`,
+			`SELECT * FROM schema_migrations`, `INSERT INTO jobs (uid, namespace, name, created_at) VALUES ('x', 'n', 'x', now())`,
+			`DELETE FROM audit_submissions`} {
+			if _, err := ac.ExecContext(ctx, stmt); sqlState(err) != pqerror.InsufficientPrivilege {
+				t.Errorf("as the auditor: %s = %v, want SQLSTATE 42501", stmt, err)
+			}
+		}
+		// Nothing else: every privilege the auditor holds on this database's relations.
+		rows, err := c.QueryContext(ctx, `
+SELECT c.relname || ':' || p.privilege
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p(privilege)
+WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'm', 'S', 'p')
+  AND has_table_privilege('jobvault_auditor', c.oid, p.privilege)
+ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var got []string
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, s)
+		}
+		var want []string
+		for _, v := range views {
+			want = append(want, v+":SELECT")
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("auditor privileges = %v, want %v", got, want)
+		}
+	})
+}
+
+// dropRoles removes jobvault_writer and jobvault_auditor from the Postgres server, with their
+// privileges in every database. Roles belong to the whole server, which the tests of this process
+// share: none of this package's tests runs in parallel.
+func dropRoles(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	pg := testbed.PostgresCluster(t)
+	admin := rawDB(t, pg.AdminDSN())
+	if queryInt(t, admin, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_auditor')`) != 2 {
+		t.Fatal("the roles should exist before this test drops them")
+	}
+	rows, err := admin.QueryContext(ctx, `SELECT datname FROM pg_database WHERE datallowconn`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dbs []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, name)
+	}
+	rows.Close()
+	for _, name := range dbs {
+		c, err := sql.Open("postgres", pg.DSN(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.ExecContext(ctx, `DROP OWNED BY jobvault_writer, jobvault_auditor`)
+		c.Close()
+		if err != nil {
+			t.Fatalf("revoke the roles' privileges in %s: %v", name, err)
+		}
+	}
+	if _, err := admin.ExecContext(ctx, `DROP ROLE jobvault_writer, jobvault_auditor`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDBMigrateWithoutCreateRole: a migrating user that owns the database but may not create roles
+// (as on managed Postgres) applies every migration all the same, with a warning naming the
+// missing roles and the remedy; a DBA then creates the roles and, as the tables' owner, grants
+// them with jobvault_grant_roles().
+func TestDBMigrateWithoutCreateRole(t *testing.T) {
+	ctx := t.Context()
+	dsn := testbed.Postgres(t)
+	c := rawDB(t, dsn)
+	stack.OpenRecords(t) // the roles exist once any database is migrated
+	dropRoles(t)
+
+	name := fmt.Sprintf("jv_test_owner_%d", rand.Uint32())
+	var dbName string
+	if err := c.QueryRowContext(ctx, `SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{fmt.Sprintf(`CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEROLE`, name), fmt.Sprintf(`ALTER DATABASE %q OWNER TO %s`, dbName, name)} {
+		if _, err := c.ExecContext(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// The database goes with the test's cleanup (registered earlier, so it runs later):
+		// hand it and the role's objects back first.
+		for _, s := range []string{fmt.Sprintf(`ALTER DATABASE %q OWNER TO postgres`, dbName), `REASSIGN OWNED BY ` + name + ` TO postgres`, `DROP OWNED BY ` + name, `DROP ROLE ` + name} {
+			if _, err := c.ExecContext(cctx, s); err != nil {
+				t.Errorf("%s: %v", s, err)
+			}
+		}
+	})
+	ownerDSN := dsnAs(t, dsn, name)
+	records, err := db.Open(ctx, ownerDSN, db.Options{Migrate: true})
+	if err != nil {
+		t.Fatalf("Open with Migrate by a user without CREATEROLE: %v", err)
+	}
+	defer records.Close()
+	assertVersion(t, records, db.LatestVersion)
+	if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_auditor')`); n != 0 {
+		t.Errorf("%d jobvault roles after a migration by a user without CREATEROLE, want 0", n)
+	}
+	pgLog, err := os.ReadFile(testbed.PostgresCluster(t).Proc.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"jobvault_writer", "jobvault_auditor"} {
+		if want := "WARNING:  jobvault: role " + role + " not created: the migrating user " + name + " lacks CREATEROLE"; !strings.Contains(string(pgLog), want) {
+			t.Errorf("Postgres log lacks the warning %q", want)
+		}
+	}
+
+	// The DBA's remedy, as documented.
+	for _, s := range []string{`CREATE ROLE jobvault_writer NOLOGIN`, `CREATE ROLE jobvault_auditor NOLOGIN`} {
+		if _, err := c.ExecContext(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rawDB(t, ownerDSN).ExecContext(ctx, `SELECT jobvault_grant_roles()`); err != nil {
+		t.Fatalf("jobvault_grant_roles() as the owner: %v", err)
+	}
+	for role, want := range map[string]int{"jobvault_auditor": 5, "jobvault_writer": 22} {
+		if n := queryInt(t, c, `SELECT count(*) FROM information_schema.role_table_grants WHERE grantee = $1 AND table_catalog = current_database()`, role); n != want {
+			t.Errorf("table privileges granted to %s = %d, want %d", role, n, want)
+		}
+	}
+}
