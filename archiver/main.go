@@ -96,6 +96,10 @@ func parseFlags() (*flags, error) {
 	f.store.BindFlags(fs)
 	f.opts.Layout.BindFlags(fs)
 	f.zap.BindFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage:\n  archiver [flags]              run the controller\n  archiver logs COMMAND ...     read archived logs back (ls, cat, verify); archiver logs --help\n  archiver audit COMMAND ...    the audit chain (verify); archiver audit --help\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	flag.Parse()
 
 	f.opts.ExcludeNamespaces = splitList(f.excludeNamespaces)
