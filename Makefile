@@ -48,6 +48,11 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob|CreatePod' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Follow1000|CaptureThroughput|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Shards' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
+	$(MAKE) bench-audit
+
+.PHONY: bench-audit
+bench-audit: testbed ## Audit chain benchmarks: finalizations/s with the chain vs without; the full proof (3,000 chained jobs, 1,000 random tamperings, all detected) with verify time per 1,000 jobs
+	$(GO) test -count=1 -run '^$$' -bench 'Audit' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/audit
 
 # JOBVAULT_BENCH_SIZE_JOBS and _PODS: the live VcJobs and tracked pods one archiver holds (the issue's
 # 10,000 and 100,000 by default here; BenchmarkSize alone defaults to 2,000 and 20,000); _IDLE_SECONDS

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -25,6 +27,8 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/archiver"
+	"github.com/jobvault/jobvault/pkg/audit"
+	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
@@ -32,9 +36,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "logs" {
+	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit") {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := cli.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		command := cli.Main
+		if os.Args[1] == "audit" {
+			command = auditcli.Main
+		}
+		code := command(ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
@@ -55,6 +63,9 @@ type flags struct {
 	shardFromPodName        bool
 	metricsAddr, probeAddr  string
 	zap                     zap.Options
+	auditSigningKey         string
+	auditDigestPeriod       time.Duration
+	signingKey              ed25519.PrivateKey
 }
 
 func parseFlags() (*flags, error) {
@@ -85,16 +96,22 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&f.auditSigningKey, "audit-signing-key", "", "File of the ed25519 private key that signs the audit chain head every --audit-digest-period (PEM PKCS #8, a raw 32-byte seed or its 64 hex digits; mount it from a Secret). Empty: nothing is signed.")
+	fs.DurationVar(&f.auditDigestPeriod, "audit-digest-period", audit.DefaultDigestPeriod, "How often the audit chain head is signed (with --audit-signing-key).")
 	f.store.BindFlags(fs)
 	f.opts.Layout.BindFlags(fs)
 	f.zap.BindFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage:\n  archiver [flags]              run the controller\n  archiver logs COMMAND ...     read archived logs back (ls, cat, verify); archiver logs --help\n  archiver audit COMMAND ...    the audit chain (verify); archiver audit --help\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	flag.Parse()
 
 	f.opts.ExcludeNamespaces = splitList(f.excludeNamespaces)
 	f.opts.Namespaces = splitList(f.namespaces)
-	var lockErr error
+	var auditErrs []error
 	if f.store.LockMode != "" && f.opts.Retention <= 0 {
-		lockErr = fmt.Errorf("--store-lock-mode %s needs a --retention to lock objects for", f.store.LockMode)
+		auditErrs = append(auditErrs, fmt.Errorf("--store-lock-mode %s needs a --retention to lock objects for", f.store.LockMode))
 	}
 	var shardErr error
 	if f.shardFromPodName {
@@ -106,7 +123,16 @@ func parseFlags() (*flags, error) {
 			shardErr = fmt.Errorf("--shard-from-pod-name: %w", shardErr)
 		}
 	}
-	if err := errors.Join(f.db.Validate(), f.opts.Validate(), f.store.Validate(), lockErr, shardErr); err != nil {
+	if f.auditDigestPeriod <= 0 {
+		auditErrs = append(auditErrs, fmt.Errorf("--audit-digest-period must be positive, got %s", f.auditDigestPeriod))
+	}
+	if f.auditSigningKey != "" {
+		var err error
+		if f.signingKey, err = audit.LoadSigningKey(f.auditSigningKey); err != nil {
+			auditErrs = append(auditErrs, fmt.Errorf("--audit-signing-key: %w", err))
+		}
+	}
+	if err := errors.Join(f.db.Validate(), f.opts.Validate(), f.store.Validate(), shardErr, errors.Join(auditErrs...)); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return f, nil
@@ -175,6 +201,14 @@ func run() error {
 		Recorder: mgr.GetEventRecorderFor("jobvault-archiver"), Clock: clock.RealClock{}}
 	if err := archiver.SetupWithManager(ctx, mgr, deps, f.opts); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)
+	}
+	if f.signingKey == nil {
+		log.Info("Audit chain heads are NOT signed: no --audit-signing-key")
+	} else if err := mgr.Add(&audit.Signer{Records: records, Store: store, Prefix: f.opts.Layout.Prefix, Cluster: f.opts.Cluster, Key: f.signingKey,
+		Period: f.auditDigestPeriod, Clock: clock.RealClock{}, Log: ctrl.Log.WithName("audit-signer")}); err != nil {
+		return err
+	} else {
+		log.Info("Signing the audit chain head", "period", f.auditDigestPeriod, "keyID", audit.KeyID(f.signingKey.Public().(ed25519.PublicKey)))
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -1,13 +1,15 @@
 package archive
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-// ManifestVersion is the version of the manifest.json format.
-const ManifestVersion = 1
+// ManifestVersion is the version of the manifest.json format. Version 2 added the audit chain:
+// cluster, seq, prevSHA256, objects, recordDigest and rows.
+const ManifestVersion = 2
 
 // Manifest is manifest.json: everything a reader needs to find and verify a job's archive without
 // the database.
@@ -23,6 +25,41 @@ type Manifest struct {
 	Pods            []PodEntry `json:"pods"`
 	// Gaps lists what is missing from the logs, and why; the job is then released, not archived.
 	Gaps []GapEntry `json:"gaps"`
+
+	// The audit chain (see pkg/audit). Cluster and Seq number the job's finalization, without
+	// gaps per cluster; PrevSHA256 is the sha256 of the previous manifest in that sequence (empty
+	// for the first): a hash chain.
+	Cluster    string `json:"cluster"`
+	Seq        int64  `json:"seq"`
+	PrevSHA256 string `json:"prevSHA256"`
+	// Objects lists every object of the archive but this manifest (job.json and each stored log)
+	// with the size and sha256 of its stored bytes, as read back when the job was finalized.
+	Objects []ObjectEntry `json:"objects"`
+	// RecordDigest is the sha256 of the job's database rows, Rows the digest of each (see
+	// audit.RecordDigest).
+	RecordDigest string      `json:"recordDigest"`
+	Rows         []RowDigest `json:"rows"`
+}
+
+// ObjectEntry is the size and sha256 of an object's stored bytes (compressed, for logs).
+type ObjectEntry struct {
+	Key    string `json:"key"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// RowDigest is the sha256 of one database row of a job's record, named for people (see
+// audit.RecordDigest).
+type RowDigest struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+}
+
+// Seal returns the manifest's bytes as the chain entry seq whose previous manifest's sha256 is
+// prev.
+func (m Manifest) Seal(seq int64, prev string) ([]byte, error) {
+	m.Seq, m.PrevSHA256 = seq, prev
+	return json.MarshalIndent(m, "", "  ")
 }
 
 // GapEntry is a missing part of a container run's log: the output after After (the last line

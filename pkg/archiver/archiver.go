@@ -41,6 +41,10 @@ type Records interface {
 	Pod(ctx context.Context, uid string) (record.Pod, error)
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
 	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
+	// The audit chain (see Sealer).
+	Transitions(ctx context.Context, jobUID string) ([]record.Transition, error)
+	ChainEntry(ctx context.Context, jobUID string) (record.ChainEntry, bool, error)
+	FinalizeJob(ctx context.Context, f record.Finalization, seal record.Seal) (record.Finalized, error)
 	capture.Records
 }
 

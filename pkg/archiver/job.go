@@ -1,10 +1,8 @@
 package archiver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
@@ -202,9 +199,9 @@ func orphaning(job *batchv1alpha1.Job) bool {
 	return controllerutil.ContainsFinalizer(job, metav1.FinalizerOrphanDependents)
 }
 
-// finalize stores job.json and manifest.json, marks the row archived, then in one merge patch
-// annotates the job and removes its finalizer. Every step is idempotent, so a crash between them is
-// repaired by the next pass.
+// finalize stores job.json and manifest.json, marks the row archived and appends the job to the
+// audit chain (Sealer), then in one merge patch annotates the job and removes its finalizer. Every
+// step is idempotent, so a crash between them is repaired by the next pass.
 func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) error {
 	ref := archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID)}
 	now := r.Clock.Now().UTC()
@@ -212,37 +209,11 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 
 	obj := r.recordable(job)
 	obj.APIVersion, obj.Kind = jobAPIVersion, "Job"
-	retain := r.retainUntil(now)
-	if err := r.putJSON(ctx, r.Layout.JobObject(ref), obj, retain); err != nil {
-		return fmt.Errorf("store final object of job %s: %w", klog.KObj(job), err)
-	}
-	row, err := r.Records.Job(ctx, string(job.UID))
+	sealed, err := Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, RetainUntil: r.retainUntil}.Seal(ctx, ref, obj, reason, now)
 	if err != nil {
-		return fmt.Errorf("read record of job %s: %w", klog.KObj(job), err)
+		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
 	}
-	pods, err := r.Records.Pods(ctx, string(job.UID))
-	if err != nil {
-		return fmt.Errorf("read pod records of job %s: %w", klog.KObj(job), err)
-	}
-	logs, err := r.Records.LogObjects(ctx, string(job.UID))
-	if err != nil {
-		return fmt.Errorf("read log records of job %s: %w", klog.KObj(job), err)
-	}
-	gaps, err := r.Records.Gaps(ctx, string(job.UID))
-	if err != nil {
-		return fmt.Errorf("read log gaps of job %s: %w", klog.KObj(job), err)
-	}
-	// Anything missing (an operator's release, a pod not archived, a log unreadable or with a gap)
-	// makes the job released, never archived.
-	reason, cause := incompleteReason(reason, pods, logs, gaps)
-	row.ReleaseReason = reason
-	if err := r.putJSON(ctx, r.Layout.Manifest(ref), archive.BuildManifest(ref, row, pods, logs, gaps, r.Layout.JobObject(ref), now), retain); err != nil {
-		return fmt.Errorf("store manifest of job %s: %w", klog.KObj(job), err)
-	}
-	location := r.Store.URL(r.Layout.JobDir(ref) + "/")
-	if err := r.Records.MarkJobArchived(ctx, string(job.UID), location, now, reason); err != nil {
-		return fmt.Errorf("mark job %s archived: %w", klog.KObj(job), err)
-	}
+	reason, cause, location := sealed.Reason, sealed.Cause, sealed.Location
 
 	patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAtAnnotation, now.Format(time.RFC3339))
@@ -272,28 +243,4 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	}
 	ctrl.LoggerFrom(ctx).Info("Archived job", "Job", klog.KObj(job), "location", location)
 	return nil
-}
-
-// putJSON stores v as JSON under key, locked until retainUntil (zero: unlocked). A locked object
-// is written once: when an earlier pass stored it (and then failed before the job was released),
-// that one stands as the record, rather than a second version (S3) or a refused overwrite (GCS, fs).
-func (r *JobReconciler) putJSON(ctx context.Context, key string, v any, retainUntil time.Time) error {
-	if !retainUntil.IsZero() {
-		_, err := r.Store.Stat(ctx, key)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, objstore.ErrNotFound) {
-			return err
-		}
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	err = r.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json", RetainUntil: retainUntil})
-	if errors.Is(err, objstore.ErrLocked) {
-		return nil // stored and locked meanwhile by a concurrent pass
-	}
-	return err
 }

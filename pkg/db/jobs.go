@@ -127,6 +127,20 @@ func archiveProblems(state record.ArchiveState, at *time.Time, reason string) []
 	return problems
 }
 
+// markJobArchivedSQL moves a pending job ($1) to archived ($4 empty) or released (reason $4), with
+// its location ($2) and time ($3), and says whether the job exists. It continues a WITH clause,
+// so that FinalizeJob can add its own step to the same statement.
+const markJobArchivedSQL = `
+, marked AS (
+    UPDATE jobs SET
+        archive_state    = CASE WHEN $4 = '' THEN 'archived' ELSE 'released' END,
+        archive_location = COALESCE($2, archive_location),
+        archived_at      = COALESCE($3, now()),
+        release_reason   = NULLIF($4, '')
+    WHERE uid = $1 AND archive_state = 'pending'
+)
+SELECT EXISTS (SELECT 1 FROM jobs WHERE uid = $1)`
+
 // MarkJobArchived records that a job's archive is complete (releaseReason empty: state archived) or
 // that it was released without one (state released, with the reason), at time at (now if zero),
 // with its archive location. Idempotent: once a job is archived or released, later calls change
@@ -135,16 +149,7 @@ func (d *DB) MarkJobArchived(ctx context.Context, jobUID, location string, at ti
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	var exists bool
-	err := d.db.QueryRowContext(ctx, `
-WITH marked AS (
-    UPDATE jobs SET
-        archive_state    = CASE WHEN $4 = '' THEN 'archived' ELSE 'released' END,
-        archive_location = COALESCE($2, archive_location),
-        archived_at      = COALESCE($3, now()),
-        release_reason   = NULLIF($4, '')
-    WHERE uid = $1 AND archive_state = 'pending'
-)
-SELECT EXISTS (SELECT 1 FROM jobs WHERE uid = $1)`,
+	err := d.db.QueryRowContext(ctx, `WITH noop AS (SELECT 1)`+markJobArchivedSQL,
 		jobUID, nullString(location), nullTimeValue(at), releaseReason).Scan(&exists)
 	if err != nil {
 		return fmt.Errorf("mark job %s archived: %w", jobUID, translate(err))

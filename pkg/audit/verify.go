@@ -1,0 +1,590 @@
+package audit
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
+)
+
+// VerifyRecords is what Verify reads of the database (implemented by *db.DB).
+type VerifyRecords interface {
+	ChainHead(ctx context.Context, cluster string) (record.ChainHead, error)
+	ChainEntries(ctx context.Context, cluster string, from, to int64, fn func(record.ChainEntry) error) error
+	SignedDigests(ctx context.Context, cluster string) ([]record.SignedDigest, error)
+	UnchainedJobs(ctx context.Context, cluster string, since time.Time) ([]string, error)
+	Job(ctx context.Context, uid string) (record.Job, error)
+	Transitions(ctx context.Context, jobUID string) ([]record.Transition, error)
+	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
+	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
+	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
+}
+
+// Kind is what is wrong with an item.
+type Kind string
+
+// Kinds of findings.
+const (
+	// Altered: the item is there but its bytes or fields are not what was recorded.
+	Altered Kind = "altered"
+	// Missing: a recorded item is gone.
+	Missing Kind = "missing"
+	// Extra: an item is there that nothing records.
+	Extra Kind = "extra"
+	// Reordered: an item is not where the chain puts it (its link to the previous one is broken).
+	Reordered Kind = "re-ordered"
+	// Forged: a signed digest whose signature does not verify.
+	Forged Kind = "forged"
+)
+
+// Finding is one problem Verify found, naming the item.
+type Finding struct {
+	Kind Kind `json:"kind"`
+	// Item names what is wrong: "object KEY", "manifest KEY", "row NAME of job UID", "chain entry
+	// seq N", "job UID", "digest KEY".
+	Item string `json:"item"`
+	// Seq and JobUID place the item in the chain, when it belongs to an entry.
+	Seq    int64  `json:"seq,omitempty"`
+	JobUID string `json:"jobUID,omitempty"`
+	Detail string `json:"detail"`
+}
+
+func (f Finding) String() string {
+	s := fmt.Sprintf("%s: %s", f.Kind, f.Item)
+	if f.Seq != 0 {
+		s += fmt.Sprintf(" (seq %d)", f.Seq)
+	}
+	return s + ": " + f.Detail
+}
+
+// VerifyOptions choose what Verify checks.
+type VerifyOptions struct {
+	// Cluster is the chain's cluster (--cluster-name of the archiver).
+	Cluster string
+	// From and To bound the sequence numbers checked (inclusive); From 0 is 1, To 0 the head.
+	From, To int64
+	// Prefix is the archive's key prefix (--store-prefix), under which signed digests are stored.
+	Prefix string
+	// PublicKey checks the signed digests; nil skips their signatures (Report.SignaturesChecked).
+	PublicKey ed25519.PublicKey
+	// Progress, when not nil, gets a line every few seconds on long runs.
+	Progress io.Writer
+	// Workers is how many entries are checked at once; 8 if 0.
+	Workers int
+}
+
+// Report is the outcome of Verify.
+type Report struct {
+	Cluster  string `json:"cluster"`
+	From     int64  `json:"from"`
+	To       int64  `json:"to"`
+	HeadSeq  int64  `json:"headSeq"`
+	Entries  int    `json:"entries"`
+	Objects  int    `json:"objects"`
+	Rows     int    `json:"rows"`
+	Digests  int    `json:"digests"`
+	Duration string `json:"duration"`
+	// SignaturesChecked is false without a public key.
+	SignaturesChecked bool      `json:"signaturesChecked"`
+	Findings          []Finding `json:"findings"`
+}
+
+// OK reports whether nothing was found.
+func (r Report) OK() bool { return len(r.Findings) == 0 }
+
+// WriteText writes the findings, one a line, and a summary.
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	for _, f := range r.Findings {
+		b.WriteString(f.String() + "\n")
+	}
+	by := map[Kind]int{}
+	for _, f := range r.Findings {
+		by[f.Kind]++
+	}
+	fmt.Fprintf(&b, "cluster %q, seq %d to %d (head %d): %d entries, %d objects, %d rows, %d signed digests checked in %s\n",
+		r.Cluster, r.From, r.To, r.HeadSeq, r.Entries, r.Objects, r.Rows, r.Digests, r.Duration)
+	if !r.SignaturesChecked {
+		b.WriteString("signatures of the digests NOT checked: no public key given\n")
+	}
+	if r.OK() {
+		b.WriteString("OK: no finding\n")
+	} else {
+		var kinds []string
+		for _, k := range []Kind{Altered, Missing, Extra, Reordered, Forged} {
+			if by[k] > 0 {
+				kinds = append(kinds, fmt.Sprintf("%d %s", by[k], k))
+			}
+		}
+		fmt.Fprintf(&b, "FAILED: %d finding(s): %s\n", len(r.Findings), strings.Join(kinds, ", "))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Verify recomputes the cluster's chain between opts.From and opts.To against the database and
+// the bucket: the sequence (no number missing, each entry linked to the previous manifest's
+// sha256, the head where the last entry is), every manifest and every object it lists (read back
+// and hashed), every row of every job (digested again), the finalized jobs that are not in the
+// chain, the objects in a job's directory that no manifest lists, and the signed digests (their
+// signatures, their own chain, and the heads they pin). Each problem is a Finding naming the item.
+// The error is for failures to read, not for what was found.
+func Verify(ctx context.Context, records VerifyRecords, store objstore.Store, opts VerifyOptions) (Report, error) {
+	start := time.Now()
+	v := &verifier{records: records, store: store, opts: opts, shaSeq: map[string]int64{}, seqSHA: map[int64]string{}}
+	head, err := records.ChainHead(ctx, opts.Cluster)
+	if err != nil {
+		return Report{}, err
+	}
+	v.report = Report{Cluster: opts.Cluster, From: max(opts.From, 1), To: opts.To, HeadSeq: head.Seq, SignaturesChecked: opts.PublicKey != nil}
+	if v.report.To == 0 {
+		v.report.To = head.Seq
+	}
+	if err := v.chain(ctx, head); err != nil {
+		return Report{}, err
+	}
+	if err := v.digests(ctx, head); err != nil {
+		return Report{}, err
+	}
+	v.resolveSwaps()
+	sort.SliceStable(v.report.Findings, func(a, b int) bool {
+		fa, fb := v.report.Findings[a], v.report.Findings[b]
+		if fa.Seq != fb.Seq {
+			return fa.Seq < fb.Seq
+		}
+		return fa.Item < fb.Item
+	})
+	v.report.Duration = time.Since(start).Round(time.Millisecond).String()
+	return v.report, nil
+}
+
+type verifier struct {
+	records VerifyRecords
+	store   objstore.Store
+	opts    VerifyOptions
+
+	mu     sync.Mutex
+	report Report
+	// shaSeq and seqSHA map manifests' sha256 to their entries and back (the range and its
+	// previous entry), to name swapped manifests and check the heads signed digests pin.
+	shaSeq map[string]int64
+	seqSHA map[int64]string
+	// swapped are the manifests found holding another sha256 than their entry's, resolved once
+	// every entry is known.
+	swapped []swap
+	// unlinked are the entries whose previous entry is missing, checked once all are known.
+	unlinked []record.ChainEntry
+}
+
+type swap struct {
+	finding int
+	sha     string
+}
+
+func (v *verifier) add(f Finding) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.report.Findings = append(v.report.Findings, f)
+	return len(v.report.Findings) - 1
+}
+
+func (v *verifier) count(objects, rows int) {
+	v.mu.Lock()
+	v.report.Objects += objects
+	v.report.Rows += rows
+	v.mu.Unlock()
+}
+
+// chain walks the entries in order, checking each link at once and handing each entry to a
+// worker for its manifest, objects and rows.
+func (v *verifier) chain(ctx context.Context, head record.ChainHead) error {
+	from, to := v.report.From, v.report.To
+	var prev *record.ChainEntry
+	if from > 1 {
+		if err := v.records.ChainEntries(ctx, v.opts.Cluster, from-1, from-1, func(e record.ChainEntry) error { prev = &e; return nil }); err != nil {
+			return err
+		}
+		if prev == nil {
+			v.add(Finding{Kind: Missing, Item: fmt.Sprintf("chain entry seq %d", from-1), Seq: from - 1, Detail: "the entry before the range is not in the database"})
+		}
+	}
+	expected := from
+	if prev != nil {
+		v.seqSHA[prev.Seq], v.shaSeq[prev.ManifestSHA256] = prev.ManifestSHA256, prev.Seq
+	}
+
+	workers := v.opts.Workers
+	if workers <= 0 {
+		workers = 8
+	}
+	work := make(chan record.ChainEntry)
+	errc := make(chan error, workers)
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for e := range work {
+				if err := v.entry(wctx, e); err != nil {
+					errc <- err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	lastProgress := time.Now()
+	var first *record.ChainEntry
+	err := v.records.ChainEntries(ctx, v.opts.Cluster, from, to, func(e record.ChainEntry) error {
+		if first == nil {
+			first = &e
+		}
+		v.link(e, prev, expected)
+		v.seqSHA[e.Seq], v.shaSeq[e.ManifestSHA256] = e.ManifestSHA256, e.Seq
+		v.report.Entries++
+		p := e
+		prev, expected = &p, e.Seq+1
+		if v.opts.Progress != nil && time.Since(lastProgress) > 2*time.Second {
+			fmt.Fprintf(v.opts.Progress, "audit verify: %d entries read (seq %d of %d)\n", v.report.Entries, e.Seq, to)
+			lastProgress = time.Now()
+		}
+		e.Manifest = append([]byte(nil), e.Manifest...)
+		select {
+		case work <- e:
+			return nil
+		case <-wctx.Done():
+			return wctx.Err()
+		}
+	})
+	close(work)
+	wg.Wait()
+	select {
+	case werr := <-errc:
+		return werr
+	default:
+	}
+	if err != nil {
+		return err
+	}
+	// The end of the range: the head.
+	if to >= head.Seq {
+		for s := expected; s <= head.Seq; s++ {
+			v.add(Finding{Kind: Missing, Item: fmt.Sprintf("chain entry seq %d", s), Seq: s, Detail: fmt.Sprintf("the chain head is at seq %d", head.Seq)})
+		}
+		if prev != nil && prev.Seq == head.Seq && prev.ManifestSHA256 != head.ManifestSHA256 {
+			v.add(Finding{Kind: Altered, Item: "chain head", Seq: head.Seq, Detail: fmt.Sprintf("the head says manifest sha256 %s, its entry %s", head.ManifestSHA256, prev.ManifestSHA256)})
+		}
+		if err := v.records.ChainEntries(ctx, v.opts.Cluster, head.Seq+1, math.MaxInt64, func(e record.ChainEntry) error {
+			v.add(Finding{Kind: Extra, Item: fmt.Sprintf("chain entry seq %d", e.Seq), Seq: e.Seq, JobUID: e.JobUID, Detail: fmt.Sprintf("beyond the chain head (seq %d)", head.Seq)})
+			return nil
+		}); err != nil {
+			return err
+		}
+		if first != nil {
+			since := first.At
+			if from > 1 && prev != nil {
+				since = first.At
+			}
+			uids, err := v.records.UnchainedJobs(ctx, v.opts.Cluster, since)
+			if err != nil {
+				return err
+			}
+			for _, uid := range uids {
+				v.add(Finding{Kind: Extra, Item: "job " + uid, JobUID: uid, Detail: "finalized in the database but not in the chain"})
+			}
+		}
+	}
+	return nil
+}
+
+// link checks that e follows prev: the next number, and prev's manifest hash as its previous.
+func (v *verifier) link(e record.ChainEntry, prev *record.ChainEntry, expected int64) {
+	item := fmt.Sprintf("chain entry seq %d", e.Seq)
+	for s := expected; s < e.Seq; s++ {
+		v.add(Finding{Kind: Missing, Item: fmt.Sprintf("chain entry seq %d", s), Seq: s, Detail: "no entry with this number in the database"})
+	}
+	if sum := sha256.Sum256(e.Manifest); hex.EncodeToString(sum[:]) != e.ManifestSHA256 {
+		v.add(Finding{Kind: Altered, Item: item, Seq: e.Seq, JobUID: e.JobUID, Detail: "its manifest bytes do not hash to its manifest sha256"})
+	}
+	if prev == nil || prev.Seq != e.Seq-1 {
+		if e.Seq == 1 && e.PrevSHA256 != "" {
+			v.add(Finding{Kind: Reordered, Item: item, Seq: e.Seq, JobUID: e.JobUID, Detail: "the first entry names a previous manifest"})
+		}
+		// The entry before is missing (reported): the link cannot be checked, but a previous
+		// hash that is another entry's manifest, elsewhere in the chain, still shows a move.
+		v.unlinked = append(v.unlinked, e)
+		return
+	}
+	if e.PrevSHA256 != prev.ManifestSHA256 {
+		detail := fmt.Sprintf("its previous manifest sha256 is %s, but entry seq %d's is %s", short(e.PrevSHA256), prev.Seq, short(prev.ManifestSHA256))
+		if s, ok := v.shaSeq[e.PrevSHA256]; ok {
+			detail += fmt.Sprintf(" (it follows seq %d)", s)
+		}
+		v.add(Finding{Kind: Reordered, Item: item, Seq: e.Seq, JobUID: e.JobUID, Detail: detail})
+	}
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	if sha == "" {
+		return `""`
+	}
+	return sha
+}
+
+// entry checks one entry's manifest, objects and rows. The manifest checked against is the
+// entry's own copy when it hashes right (a bucket copy that does not is itself a finding).
+func (v *verifier) entry(ctx context.Context, e record.ChainEntry) error {
+	at := func(kind Kind, item, format string, args ...any) int {
+		return v.add(Finding{Kind: kind, Item: item, Seq: e.Seq, JobUID: e.JobUID, Detail: fmt.Sprintf(format, args...)})
+	}
+	var m archive.Manifest
+	if err := json.Unmarshal(e.Manifest, &m); err != nil {
+		at(Altered, fmt.Sprintf("chain entry seq %d", e.Seq), "its manifest is not JSON: %v", err)
+		return nil
+	}
+	if m.Seq != e.Seq || m.PrevSHA256 != e.PrevSHA256 || m.Job.UID != e.JobUID || m.Cluster != e.Cluster || m.RecordDigest != e.RecordDigest {
+		at(Altered, fmt.Sprintf("chain entry seq %d", e.Seq), "its fields (seq, previous hash, job, cluster, record digest) differ from its manifest's")
+	}
+	if DigestRows(m.Rows) != m.RecordDigest {
+		at(Altered, "manifest "+e.ManifestKey, "its record digest is not the digest of its rows")
+	}
+
+	// The manifest in the bucket.
+	h, err := HashObject(ctx, v.store, e.ManifestKey, false)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		at(Missing, "manifest "+e.ManifestKey, "not in the bucket")
+	case err != nil:
+		return fmt.Errorf("read %s: %w", e.ManifestKey, err)
+	case h.SHA256 != e.ManifestSHA256:
+		i := at(Altered, "manifest "+e.ManifestKey, "sha256 %s, the chain says %s", short(h.SHA256), short(e.ManifestSHA256))
+		v.mu.Lock()
+		v.swapped = append(v.swapped, swap{finding: i, sha: h.SHA256})
+		v.mu.Unlock()
+	}
+
+	// Every object it lists, and nothing else in the job's directory.
+	logs := map[string]archive.LogEntry{}
+	for _, p := range m.Pods {
+		for _, l := range p.Logs {
+			if l.Key != "" {
+				logs[l.Key] = l
+			}
+		}
+	}
+	listed := map[string]bool{e.ManifestKey: true}
+	for _, o := range m.Objects {
+		listed[o.Key] = true
+		l, isLog := logs[o.Key]
+		h, err := HashObject(ctx, v.store, o.Key, isLog)
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+			at(Missing, "object "+o.Key, "not in the bucket")
+			continue
+		case err != nil:
+			return fmt.Errorf("read %s: %w", o.Key, err)
+		}
+		switch {
+		case h.SHA256 != o.SHA256 || h.Bytes != o.Bytes:
+			at(Altered, "object "+o.Key, "%d bytes with sha256 %s, the manifest says %d bytes with %s", h.Bytes, short(h.SHA256), o.Bytes, short(o.SHA256))
+		case isLog && h.ContentErr != nil:
+			at(Altered, "object "+o.Key, "does not decompress: %v", h.ContentErr)
+		case isLog && (h.ContentSHA256 != l.SHA256 || h.ContentBytes != l.Bytes):
+			at(Altered, "object "+o.Key, "its log is %d bytes with sha256 %s, the manifest says %d bytes with %s", h.ContentBytes, short(h.ContentSHA256), l.Bytes, short(l.SHA256))
+		}
+	}
+	if err := v.store.List(ctx, path.Dir(e.ManifestKey)+"/", func(o objstore.ObjectInfo) error {
+		if !listed[o.Key] {
+			at(Extra, "object "+o.Key, "in the job's directory but not in its manifest")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("list %s: %w", path.Dir(e.ManifestKey), err)
+	}
+
+	// Its rows, digested again.
+	rows, err := v.rows(ctx, e.JobUID)
+	if err != nil {
+		return err
+	}
+	want := map[string]string{}
+	for _, r := range m.Rows {
+		want[r.Name] = r.SHA256
+	}
+	for _, r := range rows {
+		w, ok := want[r.Name]
+		switch {
+		case !ok:
+			at(Extra, "row "+r.Name, "in the database but not in the job's record digest")
+		case w != r.SHA256:
+			at(Altered, "row "+r.Name, "its digest is %s, the manifest says %s", short(r.SHA256), short(w))
+		}
+		delete(want, r.Name)
+	}
+	for _, r := range m.Rows {
+		if _, gone := want[r.Name]; gone {
+			at(Missing, "row "+r.Name, "in the job's record digest but not in the database")
+		}
+	}
+	v.count(len(m.Objects)+1, len(rows))
+	return nil
+}
+
+// rows digests a job's rows as they are now; without a job row, the others still are.
+func (v *verifier) rows(ctx context.Context, uid string) ([]archive.RowDigest, error) {
+	var (
+		rec    Record
+		err    error
+		noJob  bool
+		wrapUp = func(what string, err error) error { return fmt.Errorf("read %s of job %s: %w", what, uid, err) }
+	)
+	if rec.Job, err = v.records.Job(ctx, uid); errors.Is(err, db.ErrNotFound) {
+		noJob, rec.Job = true, record.Job{UID: uid}
+	} else if err != nil {
+		return nil, wrapUp("record", err)
+	}
+	if rec.Transitions, err = v.records.Transitions(ctx, uid); err != nil {
+		return nil, wrapUp("transitions", err)
+	}
+	if rec.Pods, err = v.records.Pods(ctx, uid); err != nil {
+		return nil, wrapUp("pods", err)
+	}
+	if rec.Logs, err = v.records.LogObjects(ctx, uid); err != nil {
+		return nil, wrapUp("logs", err)
+	}
+	if rec.Gaps, err = v.records.Gaps(ctx, uid); err != nil {
+		return nil, wrapUp("gaps", err)
+	}
+	_, rows := RecordDigest(rec)
+	if noJob {
+		rows = slicesDeleteFunc(rows, func(r archive.RowDigest) bool { return r.Name == "job "+uid })
+	}
+	return rows, nil
+}
+
+func slicesDeleteFunc(rows []archive.RowDigest, del func(archive.RowDigest) bool) []archive.RowDigest {
+	out := rows[:0]
+	for _, r := range rows {
+		if !del(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// resolveSwaps names the entry whose manifest a mismatching bucket copy holds, and the entries
+// without a previous one that name another entry's manifest as their previous.
+func (v *verifier) resolveSwaps() {
+	for _, e := range v.unlinked {
+		if s, ok := v.shaSeq[e.PrevSHA256]; ok && s != e.Seq-1 {
+			v.add(Finding{Kind: Reordered, Item: fmt.Sprintf("chain entry seq %d", e.Seq), Seq: e.Seq, JobUID: e.JobUID,
+				Detail: fmt.Sprintf("its previous manifest is entry seq %d's", s)})
+		}
+	}
+	for _, s := range v.swapped {
+		if seq, ok := v.shaSeq[s.sha]; ok {
+			v.report.Findings[s.finding].Detail += fmt.Sprintf(": it holds the manifest of seq %d (swapped)", seq)
+		}
+	}
+}
+
+// digests checks the signed digests of the database and the bucket against each other, their
+// signatures, their own chain, and the heads they pin within the range.
+func (v *verifier) digests(ctx context.Context, head record.ChainHead) error {
+	rows, err := v.records.SignedDigests(ctx, v.opts.Cluster)
+	if err != nil {
+		return err
+	}
+	inBucket := map[string]bool{}
+	dir := DigestDir(v.opts.Prefix, v.opts.Cluster) + "/"
+	if err := v.store.List(ctx, dir, func(o objstore.ObjectInfo) error { inBucket[o.Key] = true; return nil }); err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	prev := ""
+	for _, r := range rows {
+		item := "digest " + r.ObjectKey
+		add := func(kind Kind, format string, args ...any) {
+			v.add(Finding{Kind: kind, Item: item, Detail: fmt.Sprintf(format, args...)})
+		}
+		v.report.Digests++
+		doc := r.Document
+		if sum := sha256.Sum256(doc); hex.EncodeToString(sum[:]) != r.DigestSHA256 {
+			add(Altered, "its database copy does not hash to its recorded sha256")
+		}
+		if inBucket[r.ObjectKey] {
+			delete(inBucket, r.ObjectKey)
+			h, err := HashObject(ctx, v.store, r.ObjectKey, false)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", r.ObjectKey, err)
+			}
+			if h.SHA256 != r.DigestSHA256 {
+				add(Altered, "the bucket's copy has sha256 %s, the database's %s", short(h.SHA256), short(r.DigestSHA256))
+				if rc, err := v.store.Get(ctx, r.ObjectKey); err == nil {
+					b, _ := io.ReadAll(rc)
+					rc.Close()
+					v.checkSignature(item, b)
+				}
+			}
+		} else {
+			add(Missing, "recorded in the database, not in the bucket")
+		}
+		d := v.checkSignature(item, doc)
+		if d.Seq != r.Seq || d.HeadSHA256 != r.HeadSHA256 || d.PreviousDigestSHA256 != r.PrevDigest || d.Cluster != r.Cluster {
+			add(Altered, "its database row differs from its signed document")
+		}
+		if r.PrevDigest != prev {
+			add(Reordered, "its previous digest is %s, the one before it is %s", short(r.PrevDigest), short(prev))
+		}
+		prev = r.DigestSHA256
+		switch {
+		case r.Seq > head.Seq:
+			v.add(Finding{Kind: Missing, Item: fmt.Sprintf("chain entry seq %d", r.Seq), Seq: r.Seq,
+				Detail: fmt.Sprintf("%s signed a head at seq %d, the chain ends at %d", item, r.Seq, head.Seq)})
+		case r.Seq >= v.report.From && r.Seq <= v.report.To && r.Seq > 0:
+			if sha, ok := v.seqSHA[r.Seq]; ok && sha != r.HeadSHA256 {
+				v.add(Finding{Kind: Altered, Item: fmt.Sprintf("chain entry seq %d", r.Seq), Seq: r.Seq,
+					Detail: fmt.Sprintf("%s signed its manifest sha256 as %s, the chain has %s", item, short(r.HeadSHA256), short(sha))})
+			}
+		}
+	}
+	for key := range inBucket {
+		v.add(Finding{Kind: Extra, Item: "digest " + key, Detail: "in the bucket, not recorded in the database"})
+	}
+	return nil
+}
+
+// checkSignature parses a signed document and, with a public key, checks its signature.
+func (v *verifier) checkSignature(item string, doc []byte) Digest {
+	if v.opts.PublicKey == nil {
+		var sd SignedDocument
+		if err := json.Unmarshal(doc, &sd); err != nil {
+			v.add(Finding{Kind: Forged, Item: item, Detail: "not a signed digest: " + err.Error()})
+		}
+		return sd.Digest
+	}
+	d, err := Open(doc, v.opts.PublicKey)
+	if err != nil {
+		v.add(Finding{Kind: Forged, Item: item, Detail: err.Error()})
+	}
+	return d
+}

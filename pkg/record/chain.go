@@ -1,0 +1,67 @@
+package record
+
+import "time"
+
+// Finalization is what finalizing a job writes beside its chain entry: the job's archive outcome
+// (ReleaseReason empty: archived, else released), and what its entry records.
+type Finalization struct {
+	Cluster       string
+	JobUID        string
+	Location      string
+	ArchivedAt    time.Time
+	ReleaseReason string
+	// ManifestKey is where the manifest is stored; RecordDigest digests the job's rows.
+	ManifestKey  string
+	RecordDigest string
+}
+
+// ChainEntry is one entry of a cluster's audit chain: a finalized job, numbered without gaps, its
+// manifest's sha256 chained to the previous entry's.
+type ChainEntry struct {
+	Cluster        string
+	Seq            int64
+	JobUID         string
+	ManifestKey    string
+	ManifestSHA256 string
+	// PrevSHA256 is the previous entry's ManifestSHA256, empty for the first.
+	PrevSHA256   string
+	RecordDigest string
+	// Manifest is the manifest's exact bytes (ManifestSHA256 is their sha256).
+	Manifest []byte
+	At       time.Time
+}
+
+// ChainHead is the last entry of a cluster's chain (Seq 0 and no hash while it is empty).
+type ChainHead struct {
+	Cluster        string
+	Seq            int64
+	ManifestSHA256 string
+}
+
+// SignedDigest is a signed digest of a chain head, as stored in the database and the bucket.
+type SignedDigest struct {
+	Cluster    string
+	At         time.Time
+	Seq        int64
+	HeadSHA256 string
+	// PrevDigest is the previous digest's DigestSHA256, empty for the first.
+	PrevDigest   string
+	DigestSHA256 string
+	ObjectKey    string
+	// Document is the signed JSON document as stored at ObjectKey; DigestSHA256 is its sha256.
+	Document []byte
+}
+
+// Seal makes the manifest of the chain entry numbered seq, whose previous entry's manifest has
+// sha256 prev (empty for the first). It runs while the chain head is locked: keep it short (no
+// I/O).
+type Seal func(seq int64, prev string) ([]byte, error)
+
+// Finalized is the outcome of finalizing a job into the chain.
+type Finalized struct {
+	Entry ChainEntry
+	// Appended is false when the job was already in the chain (a repeated finalization).
+	Appended bool
+	// LockHeld is how long the chain head was locked (zero when not Appended).
+	LockHeld time.Duration
+}
