@@ -4,12 +4,14 @@ DO $$
 BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobvault_writer') THEN
         REVOKE ALL ON jobs, pods, log_objects, job_transitions, log_gaps, log_segments, schema_migrations,
-            audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps FROM jobvault_writer;
+            audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps,
+            audit_chain, audit_chain_heads, audit_digests FROM jobvault_writer;
         REVOKE ALL ON SEQUENCE job_transitions_id_seq FROM jobvault_writer;
         EXECUTE format('REVOKE USAGE ON SCHEMA %I FROM jobvault_writer', current_schema());
     END IF;
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobvault_auditor') THEN
-        REVOKE ALL ON audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps FROM jobvault_auditor;
+        REVOKE ALL ON audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps,
+            audit_chain, audit_chain_heads, audit_digests FROM jobvault_auditor;
         EXECUTE format('REVOKE USAGE ON SCHEMA %I FROM jobvault_auditor', current_schema());
     END IF;
 END

@@ -111,10 +111,15 @@ BEGIN
         GRANT USAGE ON SEQUENCE job_transitions_id_seq TO jobvault_writer;
         GRANT SELECT ON schema_migrations TO jobvault_writer;
         GRANT SELECT ON audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps TO jobvault_writer;
+        -- The audit chain (0004): entries and signed digests are appended, the head moves.
+        GRANT SELECT, INSERT ON audit_chain, audit_digests TO jobvault_writer;
+        GRANT SELECT, INSERT, UPDATE ON audit_chain_heads TO jobvault_writer;
     END IF;
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobvault_auditor') THEN
         EXECUTE format('GRANT USAGE ON SCHEMA %I TO jobvault_auditor', current_schema());
         GRANT SELECT ON audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps TO jobvault_auditor;
+        -- The audit chain and its signed digests are evidence an auditor reads as they are.
+        GRANT SELECT ON audit_chain, audit_chain_heads, audit_digests TO jobvault_auditor;
     END IF;
 END
 $$;

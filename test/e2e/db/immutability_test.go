@@ -222,6 +222,12 @@ func TestDBRoles(t *testing.T) {
 		if err := writer.MarkJobArchived(ctx, "w1", "s3://b/p/", at(time.Hour), ""); err != nil {
 			t.Errorf("MarkJobArchived as the writer: %v", err)
 		}
+		// The archiver's finalization: the job into the audit chain.
+		history(t, writer, "w2")
+		if _, err := writer.FinalizeJob(ctx, record.Finalization{Cluster: "c", JobUID: "w2", Location: "s3://b/p/", ArchivedAt: at(time.Hour),
+			ManifestKey: "p/manifest.json", RecordDigest: strings.Repeat("a", 64)}, func(int64, string) ([]byte, error) { return []byte("{}"), nil }); err != nil {
+			t.Errorf("FinalizeJob as the writer: %v", err)
+		}
 		for _, read := range []func() error{
 			func() error { _, err := writer.Transitions(ctx, "w1"); return err },
 			func() error { _, err := writer.LogObjects(ctx, "w1"); return err },
@@ -312,7 +318,7 @@ ORDER BY 1`)
 			got = append(got, s)
 		}
 		var want []string
-		for _, v := range views {
+		for _, v := range append(views, "audit_chain", "audit_chain_heads", "audit_digests") {
 			want = append(want, v+":SELECT")
 		}
 		slices.Sort(want)
@@ -423,7 +429,7 @@ func TestDBMigrateWithoutCreateRole(t *testing.T) {
 	if _, err := rawDB(t, ownerDSN).ExecContext(ctx, `SELECT jobvault_grant_roles()`); err != nil {
 		t.Fatalf("jobvault_grant_roles() as the owner: %v", err)
 	}
-	for role, want := range map[string]int{"jobvault_auditor": 5, "jobvault_writer": 22} {
+	for role, want := range map[string]int{"jobvault_auditor": 8, "jobvault_writer": 29} {
 		if n := queryInt(t, c, `SELECT count(*) FROM information_schema.role_table_grants WHERE grantee = $1 AND table_catalog = current_database()`, role); n != want {
 			t.Errorf("table privileges granted to %s = %d, want %d", role, n, want)
 		}
