@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -25,15 +26,19 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/archiver"
+	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "logs" {
+	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit") {
+		commands := map[string]func(context.Context, []string, io.Writer, io.Writer) int{
+			"logs": cli.Main, "audit": auditcli.Main,
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := cli.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		code := commands[os.Args[1]](ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
