@@ -54,6 +54,12 @@ ORDER BY 1, 2`)
 	if err != nil {
 		return s, fmt.Errorf("read indexes: %w", err)
 	}
+	// Autovacuum would scan the tables over and over while they fill; one VACUUM follows the load.
+	for _, t := range tables {
+		if err := execDDL(ctx, conn, `ALTER TABLE `+t+` SET (autovacuum_enabled = false)`); err != nil {
+			return s, err
+		}
+	}
 	for _, d := range s.foreign {
 		if err := execDDL(ctx, conn, fmt.Sprintf(`ALTER TABLE %s DROP CONSTRAINT %s`, d.table, pq.QuoteIdentifier(d.name))); err != nil {
 			return s, err
@@ -84,6 +90,9 @@ func (s savedSchema) restore(ctx context.Context, conn *sql.Conn, progress io.Wr
 	}
 	for _, d := range s.foreign {
 		stmts = append(stmts, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, d.table, pq.QuoteIdentifier(d.name), d.def))
+	}
+	for _, t := range tables {
+		stmts = append(stmts, `ALTER TABLE `+t+` RESET (autovacuum_enabled)`)
 	}
 	for _, q := range stmts {
 		start := time.Now()
