@@ -76,7 +76,11 @@ type AuditExport struct {
 // ExportPlan is the query of an export, as it will run: recorded beside the export so that an
 // auditor can read and re-run it.
 type ExportPlan struct {
-	Query   string
+	// Settings are run first, in the export's read-only transaction: values that Postgres prints
+	// by the session's settings (a timestamptz inside a view's jsonb, say) print the same for
+	// everyone.
+	Settings []string
+	Query    string
 	Args    []string
 	Columns []ExportColumn
 }
@@ -129,6 +133,7 @@ ORDER BY a.attnum`, e.View)
 	for i, c := range v.order {
 		order[i] = pq.QuoteIdentifier(c)
 	}
+	plan.Settings = exportSettings
 	plan.Query = fmt.Sprintf("SELECT %s\nFROM %s\nWHERE %s >= $1 AND %s < $2", strings.Join(exprs, ",\n       "), e.View, v.time, v.time)
 	plan.Args = []string{formatTime(e.From), formatTime(e.To)}
 	if e.Namespace != "" {
@@ -160,6 +165,15 @@ func exportExpr(col, category, typname string) (string, ColumnKind) {
 	}
 }
 
+// exportSettings fix every session setting that changes how a value prints.
+var exportSettings = []string{
+	"SET LOCAL TimeZone = 'UTC'",
+	"SET LOCAL DateStyle = 'ISO, YMD'",
+	"SET LOCAL IntervalStyle = 'postgres'",
+	"SET LOCAL extra_float_digits = 1",
+	"SET LOCAL bytea_output = 'hex'",
+}
+
 // formatTime is the form of times in export arguments: RFC 3339, UTC, nanoseconds as needed.
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
@@ -171,8 +185,19 @@ func (d *DB) StreamAuditExport(ctx context.Context, plan ExportPlan, row func([]
 	for i, a := range plan.Args {
 		args[i] = a
 	}
-	// One statement sees one snapshot: rows committed meanwhile do not half-appear.
-	rows, err := d.db.QueryContext(ctx, plan.Query, args...)
+	// One read-only transaction, one statement: one snapshot, so rows committed meanwhile do
+	// not half-appear; and the settings apply to this export only.
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("export: %w", translate(err))
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only: nothing to keep
+	for _, s := range plan.Settings {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("export: %s: %w", s, translate(err))
+		}
+	}
+	rows, err := tx.QueryContext(ctx, plan.Query, args...)
 	if err != nil {
 		return fmt.Errorf("export: %w", translate(err))
 	}

@@ -51,6 +51,7 @@ type Meta struct {
 	From      string            `json:"from"`
 	To        string            `json:"to"`
 	Namespace string            `json:"namespace"`
+	Settings  []string          `json:"settings"`
 	Query     string            `json:"query"`
 	Args      []string          `json:"args"`
 	Columns   []db.ExportColumn `json:"columns"`
@@ -71,7 +72,7 @@ func Write(ctx context.Context, src Source, e db.AuditExport, f Format, w io.Wri
 	if err != nil {
 		return Meta{}, err
 	}
-	meta := Meta{View: e.View, Format: f, Namespace: e.Namespace, Query: plan.Query, Args: plan.Args, Columns: plan.Columns}
+	meta := Meta{View: e.View, Format: f, Namespace: e.Namespace, Settings: plan.Settings, Query: plan.Query, Args: plan.Args, Columns: plan.Columns}
 	meta.From, meta.To = plan.Args[0], plan.Args[1]
 	sum := sha256.New()
 	counted := &countingWriter{w: io.MultiWriter(w, sum)}
