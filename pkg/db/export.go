@@ -81,8 +81,8 @@ type ExportPlan struct {
 	// everyone.
 	Settings []string
 	Query    string
-	Args    []string
-	Columns []ExportColumn
+	Args     []string
+	Columns  []ExportColumn
 }
 
 // PlanAuditExport builds the query of an export from the view's columns as the database has them.

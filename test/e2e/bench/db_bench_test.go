@@ -10,14 +10,17 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	auditexport "github.com/jobvault/jobvault/pkg/audit/export"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/test/dbgen"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -49,17 +52,23 @@ var auditQueries = []auditQuery{
 SELECT namespace, name, phase, created_at FROM audit_submissions
  WHERE submitter = $1 AND created_at >= $2 AND created_at < $3
  ORDER BY created_at, uid`,
-		func(j sampleJob) []any { return []any{j.submitter, j.created.Add(-30 * 24 * time.Hour), j.created.Add(time.Second)} }},
+		func(j sampleJob) []any {
+			return []any{j.submitter, j.created.Add(-30 * 24 * time.Hour), j.created.Add(time.Second)}
+		}},
 	{"namespace, 7 days, 1,000 rows (audit_submissions)", `
 SELECT name, submitter, phase, created_at FROM audit_submissions
  WHERE namespace = $1 AND created_at >= $2 AND created_at < $3
  ORDER BY created_at, uid LIMIT 1000`,
-		func(j sampleJob) []any { return []any{j.namespace, j.created.Add(-7 * 24 * time.Hour), j.created.Add(time.Second)} }},
+		func(j sampleJob) []any {
+			return []any{j.namespace, j.created.Add(-7 * 24 * time.Hour), j.created.Add(time.Second)}
+		}},
 	{"outcomes, namespace, 7 days, 1,000 rows (audit_outcomes)", `
 SELECT name, final_phase, archive_state, archive_location, ran_for, pods, logs_stored, logs_unavailable FROM audit_outcomes
  WHERE namespace = $1 AND created_at >= $2 AND created_at < $3
  ORDER BY created_at, uid LIMIT 1000`,
-		func(j sampleJob) []any { return []any{j.namespace, j.created.Add(-7 * 24 * time.Hour), j.created.Add(time.Second)} }},
+		func(j sampleJob) []any {
+			return []any{j.namespace, j.created.Add(-7 * 24 * time.Hour), j.created.Add(time.Second)}
+		}},
 	{"outcomes, failed in a day, all namespaces (audit_outcomes)", `
 SELECT namespace, name, final_phase, finished_at, release_reason, logs_unavailable FROM audit_outcomes
  WHERE final_phase IN ('Failed', 'Terminated') AND created_at >= $1 AND created_at < $2
@@ -69,7 +78,9 @@ SELECT namespace, name, final_phase, finished_at, release_reason, logs_unavailab
 SELECT r.name, r.retry_count, r.restarting_transitions FROM audit_retries r JOIN jobs j ON j.uid = r.uid
  WHERE r.namespace = $1 AND j.created_at >= $2 AND j.created_at < $3
  ORDER BY j.created_at, j.uid LIMIT 1000`,
-		func(j sampleJob) []any { return []any{j.namespace, j.created.Add(-30 * 24 * time.Hour), j.created.Add(time.Second)} }},
+		func(j sampleJob) []any {
+			return []any{j.namespace, j.created.Add(-30 * 24 * time.Hour), j.created.Add(time.Second)}
+		}},
 	{"retries of a namespace as the README asks, 1,000 rows (audit_retries)", `
 SELECT name, retry_count FROM audit_retries WHERE namespace = $1 LIMIT 1000`,
 		func(j sampleJob) []any { return []any{j.namespace} }},
@@ -166,6 +177,7 @@ func BenchmarkAuditDB(b *testing.B) {
 				p.name, p.r[0].pages, db.DefaultPageSize, ms(p.r[0].p50), ms(p.r[0].p95), ms(p.r[0].first), p.r[0].pages, ms(p.r[0].last),
 				ms(p.r[1].p50), ms(p.r[1].p95))
 		}
+		exportAtScale(b, records, jobs[0].created)
 		retention(b, sqlDB)
 		b.Logf("plans: %s", plansPath)
 	}
@@ -318,7 +330,7 @@ func explain(ctx context.Context, sqlDB *sql.DB, q string, args ...any) (string,
 }
 
 type pageRun struct {
-	pages                  int
+	pages                 int
 	p50, p95, first, last time.Duration
 }
 
@@ -351,6 +363,48 @@ func keysetPages(b *testing.B, records *db.DB, namespace string, pages int) [2]p
 		out[i] = r
 	}
 	return out
+}
+
+// exportAtScale streams exports of audit views to nowhere and reports their rate and the Go heap's
+// peak meanwhile: an export holds a row at a time, whatever its size.
+func exportAtScale(b *testing.B, records *db.DB, end time.Time) {
+	for _, e := range []struct {
+		view string
+		span time.Duration
+	}{{"audit_outcomes", 30 * 24 * time.Hour}, {"audit_log_objects", 7 * 24 * time.Hour}} {
+		runtime.GC()
+		var ms0 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		done := make(chan struct{})
+		peak := make(chan uint64)
+		go func() {
+			var top uint64
+			t := time.NewTicker(20 * time.Millisecond)
+			defer t.Stop()
+			for {
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				top = max(top, m.HeapInuse)
+				select {
+				case <-done:
+					peak <- top
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		t0 := time.Now()
+		meta, err := auditexport.Write(b.Context(), records, db.AuditExport{View: e.view, From: end.Add(-e.span), To: end}, auditexport.CSV, io.Discard)
+		took := time.Since(t0)
+		close(done)
+		top := <-peak
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("export of %s over %s: %d rows, %.0f MiB in %s (%.0f rows/s); Go heap in use %.1f MiB before, peak %.1f MiB",
+			e.view, e.span, meta.Rows, float64(meta.Bytes)/(1<<20), took.Round(time.Millisecond), float64(meta.Rows)/took.Seconds(),
+			float64(ms0.HeapInuse)/(1<<20), float64(top)/(1<<20))
+	}
 }
 
 // retention deletes the oldest month of jobs with their transitions, pods and logs, in batches of
