@@ -33,7 +33,7 @@ func versionBefore(t *testing.T, v uint) uint {
 }
 
 // tinyLoad is the generator of `make bench-db` at a size for `make test`, in several chunks.
-var tinyLoad = dbgen.Config{Jobs: 3000, Transitions: 30000, LogRows: 60000, Seed: 7, ChunkJobs: 1000}
+var tinyLoad = dbgen.Config{Jobs: 2000, Transitions: 20000, LogRows: 40000, Seed: 7, ChunkJobs: 700}
 
 // openAt opens a fresh database migrated to version.
 func openAt(t *testing.T, version uint) (*db.DB, *sql.DB) {
@@ -142,8 +142,12 @@ func TestDBAuditScaleViewsUnchanged(t *testing.T) {
 	if _, err := dbgen.Load(ctx, c, tinyLoad, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	// Jobs whose row lacks finished_at, so that audit_outcomes falls back on the transitions.
-	if _, err := c.ExecContext(ctx, `UPDATE jobs SET finished_at = NULL WHERE uid IN (SELECT uid FROM jobs WHERE phase = 'Completed' ORDER BY uid LIMIT 100)`); err != nil {
+	// Jobs whose row lacks finished_at, so that audit_outcomes falls back on the transitions, and
+	// restarted jobs without a retry count, so that audit_retries finds them by their Running
+	// transitions alone.
+	if _, err := c.ExecContext(ctx, `
+UPDATE jobs SET finished_at = NULL WHERE uid IN (SELECT uid FROM jobs WHERE phase = 'Completed' ORDER BY uid LIMIT 100);
+UPDATE jobs SET retry_count = 0 WHERE uid IN (SELECT uid FROM jobs WHERE retry_count IN (1, 2) ORDER BY uid LIMIT 100)`); err != nil {
 		t.Fatal(err)
 	}
 	views := map[string]string{ // view: its key order
