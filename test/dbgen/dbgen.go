@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jobvault/jobvault/pkg/db"
 )
 
 // Config sizes a load. Transitions and LogRows are targets: the generator draws retries and pods
@@ -401,4 +403,22 @@ func loadChunk(ctx context.Context, conn *sql.Conn, q chunkSQL, c Config, from, 
 		}
 	}
 	return tx.Commit()
+}
+
+// AuditScaleVersion is the migration that made the audit views fast at this scale: the
+// benchmark and the tests compare the schema before and after it on the same rows.
+const AuditScaleVersion = 6
+
+// VersionBefore is the newest embedded migration older than v, or an error if there is none.
+func VersionBefore(v uint) (uint, error) {
+	var prev uint
+	for _, x := range db.Versions() {
+		if x < v {
+			prev = x
+		}
+	}
+	if prev == 0 {
+		return 0, fmt.Errorf("no migration before %d in %v", v, db.Versions())
+	}
+	return prev, nil
 }

@@ -26,9 +26,6 @@ import (
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
-// auditScaleVersion is the migration the benchmark measures: audit views and indexes for scale.
-const auditScaleVersion = 6
-
 // auditTarget is the p95 every audit query must meet.
 const auditTarget = 100 * time.Millisecond
 
@@ -133,7 +130,7 @@ func BenchmarkAuditDB(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer sqlDB.Close()
-		baseline := versionBefore(b, auditScaleVersion)
+		baseline := versionBefore(b, dbgen.AuditScaleVersion)
 		if err := records.MigrateTo(ctx, baseline); err != nil {
 			b.Fatal(err)
 		}
@@ -156,14 +153,14 @@ func BenchmarkAuditDB(b *testing.B) {
 		beforePages := keysetPages(b, records, top, pages)
 
 		t0 := time.Now()
-		if err := records.MigrateTo(ctx, auditScaleVersion); err != nil {
+		if err := records.MigrateTo(ctx, dbgen.AuditScaleVersion); err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("migration %04d on this data: %s", auditScaleVersion, time.Since(t0).Round(time.Millisecond))
+		b.Logf("migration %04d on this data: %s", dbgen.AuditScaleVersion, time.Since(t0).Round(time.Millisecond))
 		if _, err := sqlDB.ExecContext(ctx, `ANALYZE`); err != nil {
 			b.Fatal(err)
 		}
-		after := runAuditQueries(b, sqlDB, jobs, plans, fmt.Sprintf("schema version %d", auditScaleVersion), false)
+		after := runAuditQueries(b, sqlDB, jobs, plans, fmt.Sprintf("schema version %d", dbgen.AuditScaleVersion), false)
 		afterPages := keysetPages(b, records, top, pages)
 
 		b.Logf("audit queries, %d samples each (p95 target %s):", len(jobs), auditTarget)
@@ -193,17 +190,12 @@ func BenchmarkAuditDB(b *testing.B) {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
-// versionBefore is the newest embedded migration older than v: the schema the benchmark's
-// baseline runs on.
+// versionBefore is dbgen.VersionBefore, failing the test if there is none.
 func versionBefore(b *testing.B, v uint) uint {
-	var prev uint
-	for _, x := range db.Versions() {
-		if x < v {
-			prev = x
-		}
-	}
-	if prev == 0 {
-		b.Fatalf("no migration before %d in %v", v, db.Versions())
+	b.Helper()
+	prev, err := dbgen.VersionBefore(v)
+	if err != nil {
+		b.Fatal(err)
 	}
 	return prev
 }

@@ -14,20 +14,12 @@ import (
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
-// auditScaleVersion is the migration that rewrote the audit views for scale.
-const auditScaleVersion = 6
-
-// versionBefore is the newest embedded migration older than v.
+// versionBefore is dbgen.VersionBefore, failing the test if there is none.
 func versionBefore(t *testing.T, v uint) uint {
 	t.Helper()
-	var prev uint
-	for _, x := range db.Versions() {
-		if x < v {
-			prev = x
-		}
-	}
-	if prev == 0 {
-		t.Fatalf("no migration before %d in %v", v, db.Versions())
+	prev, err := dbgen.VersionBefore(v)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return prev
 }
@@ -120,13 +112,20 @@ func TestDBGenerator(t *testing.T) {
 		}
 	}
 
-	// The same seed loads the same rows, byte for byte, into another database.
+	// The same seed loads the same rows, byte for byte, into other databases (a smaller load, in
+	// chunks of another size).
+	small := dbgen.Config{Jobs: 300, Seed: 7, ChunkJobs: 100}
+	_, c1 := openAt(t, db.LatestVersion)
 	_, c2 := openAt(t, db.LatestVersion)
-	if _, err := dbgen.Load(ctx, c2, tinyLoad, io.Discard); err != nil {
+	if _, err := dbgen.Load(ctx, c1, small, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	small.ChunkJobs = 300
+	if _, err := dbgen.Load(ctx, c2, small, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	for _, table := range []string{"jobs", "job_transitions", "pods", "log_objects"} {
-		if a, b := tableDigest(t, c, table), tableDigest(t, c2, table); a != b {
+		if a, b := tableDigest(t, c1, table), tableDigest(t, c2, table); a != b {
 			t.Errorf("table %s differs between two loads of the same seed", table)
 		}
 	}
@@ -137,7 +136,7 @@ func TestDBGenerator(t *testing.T) {
 // same values before it, after it, and after its down migration.
 func TestDBAuditScaleViewsUnchanged(t *testing.T) {
 	ctx := t.Context()
-	before := versionBefore(t, auditScaleVersion)
+	before := versionBefore(t, dbgen.AuditScaleVersion)
 	records, c := openAt(t, before)
 	if _, err := dbgen.Load(ctx, c, tinyLoad, io.Discard); err != nil {
 		t.Fatal(err)
@@ -166,11 +165,11 @@ UPDATE jobs SET retry_count = 0 WHERE uid IN (SELECT uid FROM jobs WHERE retry_c
 	check := func(stage string) {
 		for v, order := range views {
 			if got := viewDigest(t, c, v, columns[v], order); got != want[v] {
-				t.Errorf("%s: view %s holds other values than before migration %d", stage, v, auditScaleVersion)
+				t.Errorf("%s: view %s holds other values than before migration %d", stage, v, dbgen.AuditScaleVersion)
 			}
 		}
 	}
-	if err := records.MigrateTo(ctx, auditScaleVersion); err != nil {
+	if err := records.MigrateTo(ctx, dbgen.AuditScaleVersion); err != nil {
 		t.Fatal(err)
 	}
 	check("after the migration")
