@@ -16,6 +16,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jobvault/jobvault/pkg/db"
@@ -45,6 +47,8 @@ type Config struct {
 	Seed int
 	// ChunkJobs is how many jobs one statement batch generates (with their rows), one transaction each.
 	ChunkJobs int
+	// Workers is how many connections load, index and vacuum in parallel.
+	Workers int
 }
 
 // Defaults of the full scale (issue 13 item 5).
@@ -89,7 +93,8 @@ func (c Config) withDefaults() Config {
 		c.End = DefaultEnd
 	}
 	c.Span = cmp.Or(c.Span, 365*24*time.Hour)
-	c.ChunkJobs = cmp.Or(c.ChunkJobs, 20_000)
+	c.ChunkJobs = cmp.Or(c.ChunkJobs, 10_000)
+	c.Workers = cmp.Or(c.Workers, 3)
 	return c
 }
 
@@ -133,75 +138,150 @@ func (s Stats) String() string {
 // tables are the tables the generator fills, parents first.
 var tables = []string{"jobs", "job_transitions", "pods", "log_objects"}
 
+// sessionSetup prepares each connection of a load. Bulk load: no triggers (NOTIFY per transition,
+// touch) and no foreign-key checks, which are rebuilt and validated once at the end instead.
+var sessionSetup = []string{
+	`SET session_replication_role = replica`,
+	`SET maintenance_work_mem = '512MB'`,
+	`SET synchronous_commit = off`,
+	`CREATE TEMP TABLE gen_jobs (n bigint PRIMARY KEY, uid text, namespace text, name text, created_at timestamptz,
+		phase text, retries int, pods int, sidecar bool, init bool, started_at timestamptz, finished_at timestamptz)`,
+	`CREATE TEMP TABLE gen_pods (job_n bigint, i int, uid text, job_uid text, namespace text, name text,
+		failed bool, sidecar bool, init bool, restarted bool, finished_at timestamptz, prefix text)`,
+}
+
 // Load generates c's rows into the migrated, empty database db, printing progress to progress.
 // It refuses a database whose jobs table is not empty: it never mixes synthetic rows with real ones.
+// c.Workers connections load chunks, rebuild indexes and vacuum in parallel: on a shared machine
+// each gets its share of the CPU.
 func Load(ctx context.Context, db *sql.DB, c Config, progress io.Writer) (Stats, error) {
 	c = c.withDefaults()
 	var st Stats
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return st, err
+	conns := make([]*sql.Conn, c.Workers)
+	for i := range conns {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return st, err
+		}
+		// The sessions are set for bulk loading (no triggers, no foreign-key checks) and hold temp
+		// tables: closed, never returned to the pool.
+		defer conn.Close()
+		defer conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // always that error
+		for _, q := range sessionSetup {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return st, fmt.Errorf("set up load: %w", err)
+			}
+		}
+		conns[i] = conn
 	}
-	defer conn.Close()
 	var existing int64
-	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs LIMIT 1) j`).Scan(&existing); err != nil {
+	if err := conns[0].QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs LIMIT 1) j`).Scan(&existing); err != nil {
 		return st, fmt.Errorf("check jobs: %w", err)
 	}
 	if existing != 0 {
 		return st, errors.New("jobs is not empty: dbgen loads only into an empty, migrated database")
 	}
-	// Bulk load: no triggers (NOTIFY per transition, touch) and no foreign-key checks, which
-	// are rebuilt and validated once at the end instead.
-	setup := []string{
-		`SET session_replication_role = replica`,
-		`SET maintenance_work_mem = '512MB'`,
-		`SET synchronous_commit = off`,
-		`CREATE TEMP TABLE gen_jobs (n bigint PRIMARY KEY, uid text, namespace text, name text, created_at timestamptz,
-			phase text, retries int, pods int, sidecar bool, init bool, started_at timestamptz, finished_at timestamptz)`,
-		`CREATE TEMP TABLE gen_pods (job_n bigint, i int, uid text, job_uid text, namespace text, name text,
-			failed bool, sidecar bool, init bool, restarted bool, finished_at timestamptz, prefix text)`,
-	}
-	for _, q := range setup {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			return st, fmt.Errorf("set up load: %w", err)
-		}
-	}
-	schema, err := dropIndexes(ctx, conn)
+	schema, err := dropIndexes(ctx, conns[0])
 	if err != nil {
 		return st, err
 	}
 	meanRetries, meanPods := c.params()
-	fmt.Fprintf(progress, "dbgen: %d jobs (target %d transitions, %d log rows: mean %.1f retries per retried job, %.1f pods per job) over %s up to %s\n",
-		c.Jobs, c.Transitions, c.LogRows, meanRetries, meanPods, c.Span, c.End.Format(time.RFC3339))
+	fmt.Fprintf(progress, "dbgen: %d jobs (target %d transitions, %d log rows: mean %.1f retries per retried job, %.1f pods per job) over %s up to %s, %d workers\n",
+		c.Jobs, c.Transitions, c.LogRows, meanRetries, meanPods, c.Span, c.End.Format(time.RFC3339), c.Workers)
 	q := newChunkSQL(c.Seed)
 	start := time.Now()
+	var (
+		mu   sync.Mutex
+		done int
+	)
+	var chunks []func(*sql.Conn) error
 	for from := 1; from <= c.Jobs; from += c.ChunkJobs {
 		to := min(from+c.ChunkJobs-1, c.Jobs)
-		if err := loadChunk(ctx, conn, q, c, from, to, meanRetries, meanPods); err != nil {
-			return st, fmt.Errorf("load jobs %d-%d: %w", from, to, err)
-		}
-		el := time.Since(start)
-		fmt.Fprintf(progress, "dbgen: %d/%d jobs in %s (%.0f jobs/s)\n", to, c.Jobs, el.Round(time.Second), float64(to)/el.Seconds())
+		chunks = append(chunks, func(conn *sql.Conn) error {
+			if err := loadChunk(ctx, conn, q, c, from, to, meanRetries, meanPods); err != nil {
+				return fmt.Errorf("load jobs %d-%d: %w", from, to, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			done += to - from + 1
+			el := time.Since(start)
+			fmt.Fprintf(progress, "dbgen: %d/%d jobs in %s (%.0f jobs/s)\n", done, c.Jobs, el.Round(time.Second), float64(done)/el.Seconds())
+			return nil
+		})
+	}
+	if err := parallel(conns, chunks); err != nil {
+		return st, err
 	}
 	st.Load = time.Since(start)
 
 	start = time.Now()
-	if err := schema.restore(ctx, conn, progress); err != nil {
-		return st, err
+	for _, phase := range schema.restore() {
+		var steps []func(*sql.Conn) error
+		for _, stmt := range phase {
+			steps = append(steps, func(conn *sql.Conn) error {
+				t0 := time.Now()
+				if err := execDDL(ctx, conn, stmt); err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				fmt.Fprintf(progress, "dbgen: %s in %s\n", stmt, time.Since(t0).Round(10*time.Millisecond))
+				return nil
+			})
+		}
+		if err := parallel(conns, steps); err != nil {
+			return st, err
+		}
 	}
 	st.Index = time.Since(start)
 
 	start = time.Now()
+	var vacuums []func(*sql.Conn) error
 	for _, t := range tables {
-		if _, err := conn.ExecContext(ctx, `VACUUM (ANALYZE) `+t); err != nil {
-			return st, fmt.Errorf("vacuum %s: %w", t, err)
-		}
+		vacuums = append(vacuums, func(conn *sql.Conn) error { return execDDL(ctx, conn, `VACUUM (ANALYZE) `+t) })
 	}
-	st.Vacuum = time.Since(start)
-	if _, err := conn.ExecContext(ctx, `DROP TABLE gen_jobs, gen_pods; RESET session_replication_role`); err != nil {
+	if err := parallel(conns, vacuums); err != nil {
 		return st, err
 	}
+	st.Vacuum = time.Since(start)
 	return Count(ctx, db, st)
+}
+
+// parallel runs steps on conns, each connection taking the next step when done with one, and
+// returns the first error (the steps not started then are skipped).
+func parallel(conns []*sql.Conn, steps []func(*sql.Conn) error) error {
+	next := make(chan func(*sql.Conn) error)
+	errs := make(chan error, len(conns))
+	var stop sync.Once
+	quit := make(chan struct{})
+	for _, conn := range conns {
+		go func() {
+			for step := range next {
+				if err := step(conn); err != nil {
+					stop.Do(func() { close(quit) })
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+feed:
+	for _, step := range steps {
+		select {
+		case next <- step:
+		case <-quit:
+			break feed
+		}
+	}
+	close(next)
+	var first error
+	for range conns {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Count fills st's row counts and size from the database.

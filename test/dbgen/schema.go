@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
-	"time"
 
 	"github.com/lib/pq"
 )
@@ -78,30 +76,24 @@ ORDER BY 1, 2`)
 	return s, nil
 }
 
-// restore rebuilds what dropIndexes dropped: keys, then indexes, then foreign keys, which
-// Postgres validates against every row (proving the generator's references whole).
-func (s savedSchema) restore(ctx context.Context, conn *sql.Conn, progress io.Writer) error {
-	var stmts []string
+// restore is the DDL that rebuilds what dropIndexes dropped, in phases whose statements may run
+// in parallel: keys, then indexes, then foreign keys, which Postgres validates against every row
+// (proving the generator's references whole), and autovacuum back on.
+func (s savedSchema) restore() [][]string {
+	var keys, indexes, foreign, autovacuum []string
 	for _, d := range s.keys {
-		stmts = append(stmts, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, d.table, pq.QuoteIdentifier(d.name), d.def))
+		keys = append(keys, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, d.table, pq.QuoteIdentifier(d.name), d.def))
 	}
 	for _, d := range s.indexes {
-		stmts = append(stmts, d.def)
+		indexes = append(indexes, d.def)
 	}
 	for _, d := range s.foreign {
-		stmts = append(stmts, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, d.table, pq.QuoteIdentifier(d.name), d.def))
+		foreign = append(foreign, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, d.table, pq.QuoteIdentifier(d.name), d.def))
 	}
 	for _, t := range tables {
-		stmts = append(stmts, `ALTER TABLE `+t+` RESET (autovacuum_enabled)`)
+		autovacuum = append(autovacuum, `ALTER TABLE `+t+` RESET (autovacuum_enabled)`)
 	}
-	for _, q := range stmts {
-		start := time.Now()
-		if err := execDDL(ctx, conn, q); err != nil {
-			return err
-		}
-		fmt.Fprintf(progress, "dbgen: %s in %s\n", q, time.Since(start).Round(10*time.Millisecond))
-	}
-	return nil
+	return [][]string{keys, indexes, foreign, autovacuum}
 }
 
 func execDDL(ctx context.Context, conn *sql.Conn, q string) error {
