@@ -47,7 +47,8 @@ type auditQuery struct {
 }
 
 // auditQueries: the README's examples ("README"), as an auditor runs them at scale (bounded by
-// time and a page of 1,000 rows), and a few more.
+// time and a page: 1,000 rows, or 100 of audit_outcomes, which counts each job's pods and logs),
+// and a few more.
 var auditQueries = []auditQuery{
 	{name: "README: submitter, 30 days (audit_submissions)", sql: `
 SELECT namespace, name, phase, created_at FROM audit_submissions
@@ -63,17 +64,24 @@ SELECT name, submitter, phase, created_at FROM audit_submissions
 		args: func(j sampleJob) []any {
 			return []any{j.namespace, j.created.Add(-7 * 24 * time.Hour), j.created.Add(time.Second)}
 		}},
-	{name: "README: outcomes, namespace, 7 days, 1,000 rows (audit_outcomes)", sql: `
+	{name: "README: outcomes, namespace, 7 days, 100 rows (audit_outcomes)", sql: `
+SELECT name, final_phase, ran_for, pods, logs_stored, logs_unavailable, archive_state, archive_location FROM audit_outcomes
+ WHERE namespace = $1 AND created_at >= $2 AND created_at < $3
+ ORDER BY created_at, uid LIMIT 100`,
+		args: func(j sampleJob) []any {
+			return []any{j.namespace, j.created.Add(-7 * 24 * time.Hour), j.created.Add(time.Second)}
+		}},
+	{name: "outcomes, namespace, 7 days, 1,000 rows (audit_outcomes)", sql: `
 SELECT name, final_phase, ran_for, pods, logs_stored, logs_unavailable, archive_state, archive_location FROM audit_outcomes
  WHERE namespace = $1 AND created_at >= $2 AND created_at < $3
  ORDER BY created_at, uid LIMIT 1000`,
 		args: func(j sampleJob) []any {
 			return []any{j.namespace, j.created.Add(-7 * 24 * time.Hour), j.created.Add(time.Second)}
 		}},
-	{name: "outcomes, failed in a day, all namespaces (audit_outcomes)", sql: `
+	{name: "outcomes, failed in a day, all namespaces, 100 rows (audit_outcomes)", sql: `
 SELECT namespace, name, final_phase, finished_at, release_reason, logs_unavailable FROM audit_outcomes
  WHERE final_phase IN ('Failed', 'Terminated') AND created_at >= $1 AND created_at < $2
- ORDER BY created_at, uid LIMIT 1000`,
+ ORDER BY created_at, uid LIMIT 100`,
 		args: func(j sampleJob) []any { return []any{j.created.Add(-24 * time.Hour), j.created.Add(time.Second)} }},
 	{name: "outcome of one job (audit_outcomes)", sql: `
 SELECT * FROM audit_outcomes WHERE uid = $1`,
