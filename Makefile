@@ -46,8 +46,8 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Follow1000|CaptureThroughput|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 
-# JOBVAULT_BENCH_DB_JOBS, _TRANSITIONS and _LOGS size the load (1M, 10M, 20M: about 20 GB of disk
-# and 30-40 min on 2 cores); JOBVAULT_BENCH_DB_DSN reuses a database an earlier run or
+# JOBVAULT_BENCH_DB_JOBS, _TRANSITIONS and _LOGS size the load (1M, 10M, 20M: 16 GB of disk and
+# about 40 min on 2 shared cores); JOBVAULT_BENCH_DB_DSN reuses a database an earlier run or
 # test/tools/dbgen loaded; _SAMPLES (100), _PAGES (1000), _DELETE_BATCH (1000) tune the runs;
 # _PLANS names the file of query plans.
 .PHONY: bench-db
