@@ -298,8 +298,9 @@ SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM job_transitions), (SEL
 	return st, nil
 }
 
-// The SQL of one chunk. $1, $2: first and last job number; the other parameters are named in
-// loadChunk. rnd(n, salt) is a uniform draw in [0, 1) fixed by the job number, salt and seed.
+// The SQL of one chunk, in the order loadChunk runs it (its arguments are listed there). @rN
+// stands for a uniform draw in [0, 1) fixed by the row's key, the salt N and the seed ({seed}):
+// the rnd template, expanded by salted.
 const (
 	rnd = `(((hashint8extended(%s, %s + {seed}) >> 11) & 9007199254740991)::float8 / 9007199254740992.0)`
 
