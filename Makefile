@@ -64,6 +64,14 @@ bench-size: testbed ## Benchmark one archiver holding 10,000 live VcJobs and 100
 	JOBVAULT_BENCH_SIZE_JOBS=$(JOBVAULT_BENCH_SIZE_JOBS) JOBVAULT_BENCH_SIZE_PODS=$(JOBVAULT_BENCH_SIZE_PODS) \
 	  $(GO) test -count=1 -run '^$$' -bench 'Size' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 
+# JOBVAULT_BENCH_DB_JOBS, _TRANSITIONS and _LOGS size the load (1M, 10M, 20M: 16 GB of disk and
+# about 40 min on 2 shared cores); JOBVAULT_BENCH_DB_DSN reuses a database an earlier run or
+# test/tools/dbgen loaded; _SAMPLES (100), _PAGES (1000), _DELETE_BATCH (1000) tune the runs;
+# _PLANS names the file of query plans.
+.PHONY: bench-db
+bench-db: ## Audit queries, keyset pagination and retention on 1M jobs, 10M transitions, 20M log rows (before/after migration 0006; plans to a file)
+	$(GO) test -count=1 -run '^$$' -bench 'AuditDB' -benchtime 1x -timeout 3h -v ./test/e2e/bench
+
 # DEMO_ARGS: --store=s3 archives to a local MinIO instead of .demo/archive; --exit stops after the summary.
 DEMO_ARGS ?=
 

@@ -1,5 +1,6 @@
 // Package cli is the `archiver audit` command: evidence for auditors that stands on its own
-// (verify). The archiver binary hands it its arguments; tests call Main directly.
+// (verify) and exports of the audit views they can check (export). The archiver binary hands it
+// its arguments; tests call Main directly.
 package cli
 
 import (
@@ -31,6 +32,7 @@ const (
 // commands are the `archiver audit` commands, each run with its own arguments.
 var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
 	"verify": verifyMain,
+	"export": export,
 }
 
 const usageText = `Usage: archiver audit COMMAND [flags]
@@ -47,6 +49,9 @@ Commands:
           --audit-public-key). Prints each altered, missing, extra, re-ordered or forged item by
           name and a summary; exits 1 on any finding.
             archiver audit verify --from 1 --to 5000 --audit-public-key pub.pem
+  export  Stream an audit view over a time range as CSV or JSON Lines, deterministically, with
+          the query, the time range, the row count and the sha256 of the export beside it.
+            archiver audit export --from 2026-10-01 --to 2026-11-01 --out outcomes.csv
 
 Run 'archiver audit COMMAND -h' for a command's flags.
 Exit status: 0 success, 1 failure or findings, 2 usage error.

@@ -21,9 +21,11 @@ func TestReadmeFlagReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, prog := range []string{"archiver", "webhook"} {
+	for _, prog := range []string{"archiver", "webhook", "archiver audit verify", "archiver audit export"} {
 		t.Run(prog, func(t *testing.T) {
-			out, _ := exec.Command(testbed.GoBuild(t, "./"+prog), "--help").CombinedOutput() // --help exits 0 or 2 by flag package
+			bin, sub, _ := strings.Cut(prog, " ")
+			args := append(strings.Fields(sub), "--help")
+			out, _ := exec.Command(testbed.GoBuild(t, "./"+bin), args...).CombinedOutput() // --help exits 0 or 2 by flag package
 			got := names(regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`), string(out))
 			if len(got) == 0 {
 				t.Fatalf("%s --help lists no flags:\n%s", prog, out)

@@ -1,0 +1,133 @@
+-- Reverts 0006_audit_scale.up.sql: the views as 0001 and 0002 made them (dropped and recreated:
+-- a view cannot lose columns in place; privileges granted on them since must be granted again)
+-- and the pods index without its included columns.
+CREATE INDEX pods_job_idx ON pods (job_uid, created_at);
+DROP INDEX pods_job_cover_idx;
+
+DROP VIEW audit_outcomes;
+DROP VIEW audit_retries;
+DROP VIEW audit_log_objects;
+DROP VIEW audit_log_gaps;
+
+CREATE VIEW audit_outcomes AS
+SELECT j.uid,
+       j.cluster,
+       j.namespace,
+       j.name,
+       j.queue,
+       j.submitter,
+       j.phase                                        AS final_phase,
+       jobvault_job_phase_is_terminal(j.phase)        AS terminal,
+       j.created_at,
+       t.started_at,
+       COALESCE(j.finished_at, t.terminal_at)         AS finished_at,
+       t.started_at - j.created_at                    AS queued_for,
+       COALESCE(j.finished_at, t.terminal_at) - t.started_at AS ran_for,
+       COALESCE(j.finished_at, t.terminal_at) - j.created_at AS total_duration,
+       j.retry_count,
+       j.archive_state,
+       j.archive_location,
+       j.archived_at,
+       j.release_reason,
+       p.pods,
+       p.pods_deleted_before_terminal,
+       l.logs_stored,
+       l.logs_unavailable
+FROM jobs j
+LEFT JOIN LATERAL (
+    SELECT min(jt.transition_time) FILTER (WHERE jt.phase = 'Running')                          AS started_at,
+           max(jt.transition_time) FILTER (WHERE jobvault_job_phase_is_terminal(jt.phase))      AS terminal_at
+    FROM job_transitions jt
+    WHERE jt.job_uid = j.uid
+) t ON true
+LEFT JOIN LATERAL (
+    SELECT count(*)                                        AS pods,
+           count(*) FILTER (WHERE po.deleted_before_terminal) AS pods_deleted_before_terminal
+    FROM pods po
+    WHERE po.job_uid = j.uid
+) p ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE lo.state = 'stored')      AS logs_stored,
+           count(*) FILTER (WHERE lo.state = 'unavailable') AS logs_unavailable
+    FROM pods po
+    JOIN log_objects lo ON lo.pod_uid = po.uid
+    WHERE po.job_uid = j.uid
+) l ON true;
+
+COMMENT ON VIEW audit_outcomes IS
+    'How each job ended: final (latest) phase and whether it is terminal, start (first Running transition) and finish times, queued/ran/total durations, retries, archive state, location and release reason, pod count, pods deleted before they finished, and stored/unavailable log counts.';
+
+CREATE VIEW audit_retries AS
+SELECT j.uid,
+       j.cluster,
+       j.namespace,
+       j.name,
+       j.submitter,
+       j.phase,
+       j.retry_count,
+       t.running_transitions,
+       t.restarting_transitions,
+       t.transitions
+FROM jobs j
+JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE jt.phase = 'Running')    AS running_transitions,
+           count(*) FILTER (WHERE jt.phase = 'Restarting') AS restarting_transitions,
+           COALESCE(jsonb_agg(jsonb_build_object('phase', jt.phase, 'time', jt.transition_time, 'reason', jt.reason)
+                              ORDER BY jt.transition_time, jt.id), '[]') AS transitions
+    FROM job_transitions jt
+    WHERE jt.job_uid = j.uid
+) t ON true
+WHERE j.retry_count > 0 OR t.running_transitions > 1;
+
+COMMENT ON VIEW audit_retries IS
+    'Jobs that were retried: retry_count > 0 or more than one Running transition. Lists the counts and the ordered phase history (phase, time, reason) as JSON.';
+
+CREATE VIEW audit_log_objects AS
+SELECT po.job_uid,
+       j.namespace  AS job_namespace,
+       j.name       AS job_name,
+       po.uid       AS pod_uid,
+       po.namespace AS pod_namespace,
+       po.name      AS pod_name,
+       po.task,
+       po.node,
+       lo.container,
+       lo.container_type,
+       lo.instance,
+       lo.object_key,
+       lo.bytes,
+       lo.stored_bytes,
+       lo.sha256,
+       lo.state,
+       lo.reason,
+       lo.created_at,
+       lo.updated_at
+FROM log_objects lo
+JOIN pods po ON po.uid = lo.pod_uid
+LEFT JOIN jobs j ON j.uid = po.job_uid;
+
+COMMENT ON VIEW audit_log_objects IS
+    'Every container log of every pod with its job, pod, task, node and container, object key, uncompressed and stored sizes, SHA-256 (hex of the uncompressed bytes) and state (stored, or unavailable with the reason). job_namespace/job_name are NULL until the job row exists.';
+
+CREATE VIEW audit_log_gaps AS
+SELECT po.job_uid,
+       j.namespace AS job_namespace,
+       j.name      AS job_name,
+       po.uid      AS pod_uid,
+       po.name     AS pod_name,
+       g.container,
+       g.run,
+       CASE WHEN g.after_ns = 0 THEN NULL ELSE to_timestamp(g.after_ns / 1e9) END AS missing_after,
+       to_timestamp(g.before_ns / 1e9) AS missing_before,
+       g.reason,
+       g.detail,
+       g.recorded_at
+FROM log_gaps g
+JOIN pods po ON po.uid = g.pod_uid
+LEFT JOIN jobs j ON j.uid = po.job_uid;
+
+COMMENT ON VIEW audit_log_gaps IS
+    'Parts of container logs that could not be archived: the container run (restart count), the time range missing (NULL: unknown on that side) and why. A job with a gap is released, never archived.';
+
+-- The views were dropped and created again: give the roles of 0005 their privileges back.
+SELECT jobvault_grant_roles();
