@@ -52,6 +52,7 @@ type flags struct {
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr, probeAddr  string
+	pprofAddr               string
 	zap                     zap.Options
 }
 
@@ -79,6 +80,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "Address of Go's /debug/pprof endpoints, for profiling; 0 disables them. They expose the process's memory: bind to localhost.")
 	f.store.BindFlags(fs)
 	f.opts.Layout.BindFlags(fs)
 	f.zap.BindFlags(fs)
@@ -141,6 +143,7 @@ func run() error {
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:  f.probeAddr,
+		PprofBindAddress:        f.pprofAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "jobvault-archiver",
 		LeaderElectionNamespace: f.leaderElectionNamespace,
