@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -70,7 +71,8 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	// the updates that matter.
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vcjob").
 		For(&batchv1alpha1.Job{}).
-		Owns(&corev1.Pod{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1alpha1.Job{}, handler.OnlyControllerOwner()),
+			builder.WithPredicates(podEventsOfJob)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.JobWorkers, RateLimiter: rateLimiter()}).
 		Complete(&JobReconciler{Deps: deps, Options: opts}); err != nil {
 		return err

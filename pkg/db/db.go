@@ -134,9 +134,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	// The DSN is never part of an error: it may hold a password.
-	connector, err := pq.NewConnector(dsn)
+	cfg, err := pq.NewConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open database: parse DSN: %w", err)
+	}
+	// One round trip per statement: lib/pq otherwise prepares every statement with arguments in
+	// a round trip of its own before it runs it (Parse+Describe, then Bind+Execute), which
+	// doubled the archiver's database round trips. Arguments still go as text, but []byte, which
+	// goes as binary: only bytea columns take []byte here (JSON goes as text, see rawJSON).
+	cfg.BinaryParameters = true
+	connector, err := pq.NewConnectorConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
 	}
 	sqlDB := sql.OpenDB(connector)
 	maxOpen := cmp.Or(opts.MaxOpenConns, DefaultMaxOpenConns)
