@@ -151,12 +151,15 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 		}
 		pending = true
 		ref := capture.Ref{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: cr.container, Run: cr.run}
-		if !r.Captures.Ensure(ref.String()+"/"+ref.PodUID, pod.DeepCopy(), func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
+		if !r.Captures.Ensure(captureKey(ref), pod.DeepCopy(), func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
 			return true, recorded, nil // not leading yet: the requeue comes back
 		}
 	}
 	return pending, recorded, nil
 }
+
+// captureKey names a run's capture in the capture manager.
+func captureKey(ref capture.Ref) string { return ref.String() + "/" + ref.PodUID }
 
 // captureRun captures one container run until its log is recorded: stored, with any gap recorded
 // beside it, or unavailable when nothing of it could be read. Failures of the store or the

@@ -2,6 +2,7 @@ package archiver
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,16 +70,19 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	}
 	// No GenerationChangedPredicate: VcJob status is a subresource, and phase changes are exactly
 	// the updates that matter.
+	jobs := &JobReconciler{Deps: deps, Options: opts}
+	captures := capture.NewManager(opts.MaxStreams)
+	resweep := newResweep(deps.Client, jobs, captures, opts)
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vcjob").
 		For(&batchv1alpha1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1alpha1.Job{}, handler.OnlyControllerOwner()),
 			builder.WithPredicates(podEventsOfJob)).
+		WatchesRawSource(source.Channel(resweep.jobEvents, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.JobWorkers, RateLimiter: rateLimiter()}).
-		Complete(&JobReconciler{Deps: deps, Options: opts}); err != nil {
+		Complete(jobs); err != nil {
 		return err
 	}
-	captures := capture.NewManager(opts.MaxStreams)
-	if err := mgr.Add(captures); err != nil {
+	if err := errors.Join(mgr.Add(captures), mgr.Add(resweep)); err != nil {
 		return err
 	}
 	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
@@ -88,6 +92,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	return ctrl.NewControllerManagedBy(mgr).Named("pod").
 		For(&corev1.Pod{}).
 		WatchesRawSource(source.Channel(captures.Events(), &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(resweep.podEvents, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter()}).
 		Complete(pods)
 }

@@ -291,4 +291,3 @@ func (r *releases) released() (firstPod, lastPod, lastJob time.Time, pods, jobs 
 	}
 	return firstPod, lastPod, lastJob, len(r.podReleased), len(r.jobReleased)
 }
-
