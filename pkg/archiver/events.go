@@ -19,10 +19,10 @@ import (
 // (Volcano updates its status as pods change) reconcile it as before.
 var podEventsOfJob = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return !dropPodEventsOfJob },
+	DeleteFunc:  func(event.DeleteEvent) bool { return !dropJobUpdates },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		if dropPodEventsOfJob {
+		if dropJobUpdates {
 			return false
 		}
 		old, okOld := e.ObjectOld.(*corev1.Pod)
@@ -34,8 +34,11 @@ var podEventsOfJob = predicate.Funcs{
 	},
 }
 
-// dropPodEventsOfJob is a test hook, set by the environment variable
-// JOBVAULT_TEST_DROP_POD_EVENTS_OF_JOB=1: every pod event meant for the job reconciler is lost,
-// as a watch can lose events, so that a test can prove the resweep repairs what they would have
-// done (a job whose pods were all released, never finalized). Never set it in production.
-var dropPodEventsOfJob = os.Getenv("JOBVAULT_TEST_DROP_POD_EVENTS_OF_JOB") == "1"
+// dropJobUpdates is a test hook, set by the environment variable
+// JOBVAULT_TEST_DROP_JOB_UPDATES=1: every update event of a job, and every pod event meant for the
+// job reconciler, is lost, as a watch can lose events: a job is reconciled when it is created and
+// then only by the resweep, which a test proves enough. Never set it in production.
+var dropJobUpdates = os.Getenv("JOBVAULT_TEST_DROP_JOB_UPDATES") == "1"
+
+// jobEvents lets every event of a job through, but for dropJobUpdates.
+var jobEvents = predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return !dropJobUpdates }}

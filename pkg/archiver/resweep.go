@@ -3,7 +3,6 @@ package archiver
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -50,14 +49,7 @@ func newResweep(c client.Client, jobs *JobReconciler, captures *capture.Manager,
 // Start resweeps every period until ctx ends. It needs the leader's lease, as the controllers do.
 func (s *resweep) Start(ctx context.Context) error {
 	log := ctrl.Log.WithName("resweep")
-	t := time.NewTicker(s.opts.ResweepPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	every(ctx, s.opts.ResweepPeriod, func() {
 		jobs, pods, err := s.once(ctx)
 		if err != nil {
 			log.Error(err, "Resweep failed, will retry at the next period")
@@ -65,7 +57,8 @@ func (s *resweep) Start(ctx context.Context) error {
 		if jobs+pods > 0 {
 			log.Info("Enqueued jobs and pods whose record was behind", "jobs", jobs, "pods", pods)
 		}
-	}
+	})
+	return nil
 }
 
 // NeedLeaderElection: only the leader reconciles.

@@ -74,7 +74,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	captures := capture.NewManager(opts.MaxStreams)
 	resweep := newResweep(deps.Client, jobs, captures, opts)
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vcjob").
-		For(&batchv1alpha1.Job{}).
+		For(&batchv1alpha1.Job{}, builder.WithPredicates(jobEvents)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1alpha1.Job{}, handler.OnlyControllerOwner()),
 			builder.WithPredicates(podEventsOfJob)).
 		WatchesRawSource(source.Channel(resweep.jobEvents, &handler.EnqueueRequestForObject{})).

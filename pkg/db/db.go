@@ -80,10 +80,12 @@ type Config struct {
 	Options
 }
 
-// BindFlags registers --db-dsn (default $JOBVAULT_DB_DSN) and --db-timeout on fs, writing into c.
+// BindFlags registers --db-dsn (default $JOBVAULT_DB_DSN), --db-timeout and --db-max-open-conns
+// on fs, writing into c.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DSN, "db-dsn", os.Getenv("JOBVAULT_DB_DSN"), "Postgres connection string (URL or key=value), without password: lib/pq reads PGPASSWORD or PGPASSFILE. Default $JOBVAULT_DB_DSN.")
 	fs.DurationVar(&c.Timeout, "db-timeout", DefaultTimeout, "Timeout of each database call.")
+	fs.IntVar(&c.MaxOpenConns, "db-max-open-conns", DefaultMaxOpenConns, "Database connections open at most (reconciles and captures share them; each replica holds up to this many of the server's max_connections).")
 }
 
 // Validate reports every problem of the configuration at once, naming the flag to fix.
@@ -94,6 +96,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("--db-timeout %s is negative", c.Timeout))
+	}
+	if c.MaxOpenConns < 1 {
+		errs = append(errs, fmt.Errorf("--db-max-open-conns must be at least 1, got %d", c.MaxOpenConns))
 	}
 	return errors.Join(errs...)
 }
