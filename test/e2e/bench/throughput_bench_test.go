@@ -143,14 +143,19 @@ func cpuProfile(addr, path string, d time.Duration) error {
 // archiver. It also prints the work per pod: database transactions (Postgres' own count),
 // requests to the API server by method, and reconciles of each controller (is the job
 // reconciled on every pod event?). JOBVAULT_BENCH_CPU_PROFILE=FILE saves a CPU profile of the
-// archiver over the drain.
+// archiver over the drain. JOBVAULT_BENCH_BURST_WORKERS (8) sets the archiver's --pod-workers and
+// the floor's workers, JOBVAULT_BENCH_BURST_DB_CONNS, when set, its --db-max-open-conns.
 func BenchmarkReleaseThroughput(b *testing.B) {
 	n := int(envInt(b, "JOBVAULT_BENCH_BURST_PODS", 1000))
 	perJob := int(envInt(b, "JOBVAULT_BENCH_BURST_PER_JOB", 10))
-	const podWorkers = 8
+	podWorkers := int(envInt(b, "JOBVAULT_BENCH_BURST_WORKERS", 8))
 	for range b.N {
 		pprofAddr := "127.0.0.1:" + strconv.Itoa(testbed.FreePort(b))
-		s := stack.NewRig(b, objstore.BackendS3, "--pprof-bind-address="+pprofAddr, "--pod-workers="+strconv.Itoa(podWorkers))
+		flags := []string{"--pprof-bind-address=" + pprofAddr, "--pod-workers=" + strconv.Itoa(podWorkers)}
+		if os.Getenv("JOBVAULT_BENCH_BURST_DB_CONNS") != "" {
+			flags = append(flags, "--db-max-open-conns="+strconv.Itoa(int(envInt(b, "JOBVAULT_BENCH_BURST_DB_CONNS", 10))))
+		}
+		s := stack.NewRig(b, objstore.BackendS3, flags...)
 		s.Proc.Stop()
 		rt := s.Env.Runtime(b, testbed.RuntimeOptions{})
 		t0 := time.Now()
@@ -167,6 +172,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		start := time.Now()
 		s.Start(b)
 		ready := time.Since(start)
+		arch0 := sampleProc(b, s.Proc.PID())
 		profiled := make(chan error, 1)
 		if path := os.Getenv("JOBVAULT_BENCH_CPU_PROFILE"); path != "" {
 			go func() { profiled <- cpuProfile(pprofAddr, path, 10*time.Second) }()
@@ -208,12 +214,14 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		b.ReportMetric(counts.reconciles["vcjob"]/float64(n), "job-reconciles/pod")
 		b.ReportMetric(counts.reconciles["pod"]/float64(n), "pod-reconciles/pod")
 		b.ReportMetric(mib(arch.hwm), "archiver-peak-RSS-MiB")
+		cpuPerPod := (arch.cpu - arch0.cpu) / float64(n) * 1000
+		b.ReportMetric(cpuPerPod, "archiver-cpu-ms/pod")
 		b.Logf("%d pods (%d VcJobs of %d) archived and released: %.1f pods/s from the archiver's start (%s, ready after %s, last pod %s, last job %s), "+
 			"%.1f pods/s from the first release (target ≥ %d/s); floor: %.1f pod patches/s by %d workers, ratio %.2f; "+
-			"per pod: %.1f database transactions, %.2f job and %.2f pod reconciles, API requests %s; archiver peak RSS %.0f MiB; load average %s",
+			"per pod: %.1f database transactions, %.2f job and %.2f pod reconciles, API requests %s, archiver CPU %.1f ms; archiver peak RSS %.0f MiB; load average %s",
 			n, len(jobs), perJob, rate, total.Round(time.Millisecond), ready.Round(time.Millisecond), lastPod.Sub(start).Round(time.Millisecond),
 			lastJob.Sub(start).Round(time.Millisecond), drainRate, releaseRateTarget, floor, podWorkers, drainRate/floor,
-			tx/float64(n), counts.reconciles["vcjob"]/float64(n), counts.reconciles["pod"]/float64(n), perPod(counts.requests, n), mib(arch.hwm), loadAvg())
+			tx/float64(n), counts.reconciles["vcjob"]/float64(n), counts.reconciles["pod"]/float64(n), perPod(counts.requests, n), cpuPerPod, mib(arch.hwm), loadAvg())
 		b.Logf("archiver totals: %s; %.0f database transactions", counts, tx)
 	}
 }
