@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,13 +122,15 @@ func BenchmarkSustained(b *testing.B) {
 			for i := 0; time.Since(start) < d; i++ {
 				<-tick.C
 				job := testbed.Job(s.NS, fmt.Sprintf("s-%06d", i)).Task("w", int32(perJob), []string{"main"}).Obj()
-				for r := range perJob {
-					pod := testbed.PodName(job.Name, "w", r)
-					rt.Run(b, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: testbed.Bytes(smallLines(pod, 10))}}}}})
-				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					// Each pod's output is registered with the node (an API call each) here, not
+					// on the generator's clock.
+					for r := range perJob {
+						pod := testbed.PodName(job.Name, "w", r)
+						rt.Run(goroutineT{b}, s.NS, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: testbed.Bytes(smallLines(pod, 10))}}}}})
+					}
 					if err := c.Create(b.Context(), job); err != nil {
 						b.Errorf("create %s: %v", job.Name, err)
 						return
@@ -264,3 +267,11 @@ func envIntZero(b testing.TB, name string, def int64) int64 {
 	}
 	return envInt(b, name, def)
 }
+
+// goroutineT is a testbed.T for goroutines other than the benchmark's own, where FailNow must not
+// be called: a fatal error is reported and ends the goroutine only.
+type goroutineT struct{ *testing.B }
+
+func (g goroutineT) Fatal(args ...any) { g.Error(args...); runtime.Goexit() }
+
+func (g goroutineT) Fatalf(format string, args ...any) { g.Errorf(format, args...); runtime.Goexit() }
