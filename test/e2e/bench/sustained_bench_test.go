@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"runtime"
@@ -12,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,24 +28,12 @@ import (
 // controller.
 func queueDepths(b testing.TB, a *stack.Archiver) map[string]float64 {
 	b.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(a.Metrics(b)))
-	if err != nil {
-		b.Fatalf("parse the archiver's metrics: %v", err)
-	}
 	out := map[string]float64{}
-	for _, m := range families["workqueue_depth"].GetMetric() {
+	for _, m := range archiverMetrics(b, a)["workqueue_depth"].GetMetric() {
 		l := metricLabels(m)
-		out[cmpOr(l["controller"], l["name"])] += m.GetGauge().GetValue()
+		out[cmp.Or(l["controller"], l["name"])] += m.GetGauge().GetValue()
 	}
 	return out
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // jobLatencies are, for every job released, the time from its last container seen terminated

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	_ "github.com/lib/pq" // the benchmark reads Postgres' own statistics
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
@@ -37,13 +38,20 @@ type archiverCounters struct {
 	requests   map[string]float64 // by HTTP method
 }
 
-func readArchiverCounters(b testing.TB, a *stack.Archiver) archiverCounters {
+// archiverMetrics parses what the running archiver's /metrics serves, by family.
+func archiverMetrics(b testing.TB, a *stack.Archiver) map[string]*dto.MetricFamily {
 	b.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(a.Metrics(b)))
 	if err != nil {
 		b.Fatalf("parse the archiver's metrics: %v", err)
 	}
+	return families
+}
+
+func readArchiverCounters(b testing.TB, a *stack.Archiver) archiverCounters {
+	b.Helper()
+	families := archiverMetrics(b, a)
 	c := archiverCounters{reconciles: map[string]float64{}, requests: map[string]float64{}}
 	for _, m := range families["controller_runtime_reconcile_total"].GetMetric() {
 		c.reconciles[metricLabels(m)["controller"]] += m.GetCounter().GetValue()
