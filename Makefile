@@ -31,7 +31,7 @@ test: testbed ## Run every test against the real testbed (the README's test comm
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-scale
-test-scale: testbed ## Run the scale proofs kept out of make test (live capture of 200 MiB through 1 MiB rotations)
+test-scale: testbed ## Run the scale proofs kept out of make test (live capture of 200 MiB through 1 MiB rotations; the archiver killed during 1,000 pod terminations)
 	JOBVAULT_SCALE_PROOFS=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run 'AtScale' -v ./test/e2e/archiver
 
 .PHONY: test-unit
@@ -40,14 +40,17 @@ test-unit: ## Quick unit-only run for local iteration (no testbed parts; not wha
 
 # The webhook's end-to-end benchmarks take -create-rates (VcJobs, default 20,50,100 per second) and
 # -pod-create-rate (default 200 per second) after the package. The archiver's benchmarks take
-# JOBVAULT_BENCH_FOLLOW_PODS and _SECONDS (1000 containers, 60 s), and JOBVAULT_BENCH_CAPTURE_BYTES
-# and _CHUNK_BYTES (512 MiB written 256 KiB every 50 ms).
+# JOBVAULT_BENCH_FOLLOW_PODS and _SECONDS (1000 containers, 60 s), JOBVAULT_BENCH_CAPTURE_BYTES and
+# _CHUNK_BYTES (512 MiB written 256 KiB every 50 ms), and JOBVAULT_BENCH_BURST_PODS and _PER_JOB
+# (1000 pods in VcJobs of 10; JOBVAULT_BENCH_CPU_PROFILE=FILE saves the archiver's CPU profile over
+# the drain).
 .PHONY: bench
 bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's end-to-end one needs a cluster of its own
 	$(GO) test -count=1 -run '^$$' -bench 'Handler' -benchtime 20000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob|CreatePod' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Follow1000|CaptureThroughput|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Shards' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
+	$(GO) test -count=1 -run '^$$' -bench 'ReleaseThroughput' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 	$(MAKE) bench-audit
 
 .PHONY: bench-audit
@@ -71,6 +74,12 @@ bench-size: testbed ## Benchmark one archiver holding 10,000 live VcJobs and 100
 .PHONY: bench-db
 bench-db: ## Audit queries, keyset pagination and retention on 1M jobs, 10M transitions, 20M log rows (before/after migration 0006; plans to a file)
 	$(GO) test -count=1 -run '^$$' -bench 'AuditDB' -benchtime 1x -timeout 3h -v ./test/e2e/bench
+
+# BenchmarkSustained takes JOBVAULT_BENCH_SUSTAINED_RATE (jobs/s, 20), _PODS (per job, 5), _MINUTES
+# (15) and _OUTAGE (seconds of MinIO down in the middle, 120; 0 for none).
+.PHONY: bench-sustained
+bench-sustained: testbed ## Run the sustained-load benchmark (20 VcJobs/s of 5 pods for 15 minutes, a 2-minute MinIO outage in the middle)
+	$(GO) test -count=1 -run '^$$' -bench 'Sustained' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 
 # DEMO_ARGS: --store=s3 archives to a local MinIO instead of .demo/archive; --exit stops after the summary.
 DEMO_ARGS ?=

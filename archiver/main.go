@@ -62,6 +62,7 @@ type flags struct {
 	leaderElectionNamespace string
 	shardFromPodName        bool
 	metricsAddr, probeAddr  string
+	pprofAddr               string
 	zap                     zap.Options
 	auditSigningKey         string
 	auditDigestPeriod       time.Duration
@@ -85,6 +86,7 @@ func parseFlags() (*flags, error) {
 	fs.DurationVar(&f.opts.Retention, "retention", f.opts.Retention, "How long final objects (log objects, job.json, manifest.json) are retained from their pod's or job's finalization: their retain-until date, which --store-lock-mode enforces in the store. 0: no retain-until date (and no lock).")
 	fs.BoolVar(&f.opts.Redact, "redact", f.opts.Redact, "Record jobs with the literal env values of their pod templates replaced by <redacted> (names and valueFrom kept) and without kubectl's last-applied-configuration annotation, which repeats them; --redact=false records them as they are.")
 	fs.DurationVar(&f.opts.SweepPeriod, "sweep-period", f.opts.SweepPeriod, "How often pods that hold the pod finalizer outside the archiver's view (their volcano.sh/job-name label removed) are looked for and let go.")
+	fs.DurationVar(&f.opts.ResweepPeriod, "resweep-period", f.opts.ResweepPeriod, "How often tracked jobs and pods whose record is behind what the archiver's cache shows (a finished pod still held, a running container not captured, a job changed since it was recorded, a finalizable job still held) are looked for and enqueued: repairs events that were missed.")
 	fs.IntVar(&f.opts.PodWorkers, "pod-workers", f.opts.PodWorkers, "Pods reconciled in parallel (captures run beside them, bounded by --max-streams).")
 	fs.IntVar(&f.opts.JobWorkers, "job-workers", f.opts.JobWorkers, "Jobs reconciled in parallel.")
 	fs.StringVar(&f.excludeNamespaces, "exclude-namespaces", strings.Join(f.opts.ExcludeNamespaces, ","), "Comma-separated namespaces whose VcJobs are never tracked (keep in line with the webhook's namespaceSelector).")
@@ -98,6 +100,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.StringVar(&f.auditSigningKey, "audit-signing-key", "", "File of the ed25519 private key that signs the audit chain head every --audit-digest-period (PEM PKCS #8, a raw 32-byte seed or its 64 hex digits; mount it from a Secret). Empty: nothing is signed.")
 	fs.DurationVar(&f.auditDigestPeriod, "audit-digest-period", audit.DefaultDigestPeriod, "How often the audit chain head is signed (with --audit-signing-key).")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "Address of Go's /debug/pprof endpoints, for profiling; 0 disables them. They expose the process's memory: bind to localhost.")
 	f.store.BindFlags(fs)
 	f.opts.Layout.BindFlags(fs)
 	f.zap.BindFlags(fs)
@@ -187,6 +190,7 @@ func run() error {
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:  f.probeAddr,
+		PprofBindAddress:        f.pprofAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        archiver.LeaderElectionID(f.opts.Shard),
 		LeaderElectionNamespace: f.leaderElectionNamespace,

@@ -113,6 +113,9 @@ type Options struct {
 	// SweepPeriod is how often pods holding the pod finalizer outside the archiver's view are
 	// looked for and let go (see PodReconciler.sweepOnce).
 	SweepPeriod time.Duration
+	// ResweepPeriod is how often tracked jobs and pods whose record is behind are looked for and
+	// enqueued (see resweep).
+	ResweepPeriod time.Duration
 	// ExcludeNamespaces are never tracked, neither their VcJobs nor their pods (the webhook's
 	// namespaceSelector excludes the same).
 	ExcludeNamespaces []string
@@ -135,7 +138,7 @@ func (o Options) excluded(ns string) bool { return slices.Contains(o.ExcludeName
 // DefaultOptions are the defaults of the archiver's flags.
 func DefaultOptions() Options {
 	return Options{LogDeadline: 24 * time.Hour, LogOpenTimeout: 30 * time.Second, TerminationMargin: 30 * time.Second,
-		NodeLostAfter: 5 * time.Minute, SweepPeriod: 10 * time.Minute, MaxStreams: 2000, Capture: capture.DefaultConfig,
+		NodeLostAfter: 5 * time.Minute, SweepPeriod: 10 * time.Minute, ResweepPeriod: 2 * time.Minute, MaxStreams: 2000, Capture: capture.DefaultConfig,
 		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}, Redact: true,
 		Shard: shard.Shard{Index: 0, Total: 1}}
 }
@@ -146,8 +149,9 @@ func (o Options) Validate() error {
 	if o.LogDeadline <= 0 {
 		errs = append(errs, fmt.Errorf("log deadline must be positive, got %s", o.LogDeadline))
 	}
-	if o.NodeLostAfter <= 0 || o.SweepPeriod <= 0 {
-		errs = append(errs, fmt.Errorf("node lost after and sweep period must be positive, got %s and %s", o.NodeLostAfter, o.SweepPeriod))
+	if o.NodeLostAfter <= 0 || o.SweepPeriod <= 0 || o.ResweepPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("node lost after, sweep period and resweep period must be positive, got %s, %s and %s",
+			o.NodeLostAfter, o.SweepPeriod, o.ResweepPeriod))
 	}
 	if o.LogOpenTimeout <= 0 || o.TerminationMargin < 0 {
 		errs = append(errs, fmt.Errorf("log open timeout must be positive and termination margin not negative, got %s and %s", o.LogOpenTimeout, o.TerminationMargin))

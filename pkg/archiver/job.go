@@ -34,12 +34,18 @@ const (
 type JobReconciler struct {
 	Deps
 	Options
+
+	// recorded skips the job's upsert when the job did not change since it was last recorded.
+	recorded recordedState
 }
 
 // Reconcile records the job and finalizes it when due.
 func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	job := &batchv1alpha1.Job{}
 	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.recorded.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if r.excluded(job.Namespace) || !r.Shard.Owns(job.UID) {
@@ -55,7 +61,7 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, nil
 	}
 	pending, err := r.pendingPods(ctx, job)
-	if err != nil || len(pending) > 0 {
+	if err != nil || pending > 0 {
 		return ctrl.Result{}, err // pod changes requeue the job
 	}
 	return ctrl.Result{}, r.finalize(ctx, job)
@@ -100,7 +106,12 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 
 // record upserts the job row and every phase transition: Volcano appends a condition per phase
 // change, so transitions that happened while the archiver was down are recovered from them.
+// The same object (UID and resourceVersion) is recorded once: nothing recorded can have changed.
 func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) error {
+	key, version := client.ObjectKeyFromObject(job), string(job.UID)+"/"+job.ResourceVersion
+	if r.recorded.same(key, version) {
+		return nil
+	}
 	row, err := jobRow(r.recordable(job), r.Cluster)
 	if err != nil {
 		return err
@@ -113,6 +124,7 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 		return fmt.Errorf("record transitions of job %s: %w", klog.KObj(job), err)
 	}
 	transitionsRecordedTotal.Add(float64(n))
+	r.recorded.set(key, version)
 	return nil
 }
 
@@ -161,30 +173,35 @@ func transitions(job *batchv1alpha1.Job, now time.Time) []record.Transition {
 // pendingPods lists the job's pods that still hold the pod finalizer. When the job is being
 // deleted it also deletes those still running, as the garbage collector would once the job is
 // gone: their logs are archived as they end, and only then can the job go.
-func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job) ([]corev1.Pod, error) {
+func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job) (int, error) {
+	// The cache's own objects, not copies: a job of thousands of pods is looked at on every
+	// release of one of them. Only the few patched or deleted are copied (the client writes the
+	// answer into the object).
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerIndex: string(job.UID)}); err != nil {
-		return nil, fmt.Errorf("list pods of job %s: %w", klog.KObj(job), err)
+	if err := r.Client.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerIndex: string(job.UID)},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return 0, fmt.Errorf("list pods of job %s: %w", klog.KObj(job), err)
 	}
-	var pending []corev1.Pod
+	pending := 0
 	reason := releaseReason(job)
 	for i := range pods.Items {
-		p := &pods.Items[i]
-		if !controllerutil.ContainsFinalizer(p, tracking.PodFinalizer) {
+		if !controllerutil.ContainsFinalizer(&pods.Items[i], tracking.PodFinalizer) {
 			continue
 		}
-		pending = append(pending, *p)
+		pending++
+		p := &pods.Items[i] // shared with the cache: read only
 		switch {
 		case reason != "" && releaseReason(p) == "":
 			// An operator released the job: release its pods the same way.
+			p = p.DeepCopy()
 			patch := client.MergeFrom(p.DeepCopy())
 			metav1.SetMetaDataAnnotation(&p.ObjectMeta, tracking.ReleaseAnnotation, job.Annotations[tracking.ReleaseAnnotation])
 			if err := r.Client.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
-				return nil, fmt.Errorf("release pod %s of released job: %w", klog.KObj(p), err)
+				return 0, fmt.Errorf("release pod %s of released job: %w", klog.KObj(p), err)
 			}
 		case job.DeletionTimestamp != nil && p.DeletionTimestamp == nil && !podEnded(p) && !orphaning(job):
-			if err := r.Client.Delete(ctx, p, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return nil, fmt.Errorf("delete pod %s of deleted job: %w", klog.KObj(p), err)
+			if err := r.Client.Delete(ctx, p.DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return 0, fmt.Errorf("delete pod %s of deleted job: %w", klog.KObj(p), err)
 			}
 		}
 	}

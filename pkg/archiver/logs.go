@@ -120,12 +120,13 @@ func (r *PodReconciler) finished(ctx context.Context, pod *corev1.Pod) bool {
 }
 
 // archiveLogs makes sure every container run of the pod is captured, live while it runs, and its
-// log recorded once it ended. It reports whether some log is not recorded yet, and whether a
-// container run of it is captured (live) rather than only waiting to start.
-func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (pending, live bool, err error) {
-	recorded, err := r.Records.PodLogObjects(ctx, string(pod.UID))
+// log recorded once it ended. It reports whether some log is not recorded yet, whether a
+// container run of it is captured (live) rather than only waiting to start, and the pod's log
+// records.
+func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (pending, live bool, recorded []record.LogObject, err error) {
+	recorded, err = r.Records.PodLogObjects(ctx, string(pod.UID))
 	if err != nil {
-		return false, false, fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
+		return false, false, nil, fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
 	}
 	done := map[string]bool{}
 	for _, l := range recorded {
@@ -144,18 +145,22 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 			row := record.LogObject{PodUID: string(pod.UID), Container: cr.container, ContainerType: cr.ctype, Instance: cr.instance,
 				State: record.LogUnavailable, Reason: neverStarted}
 			if err := r.Records.PutLogObject(ctx, row); err != nil {
-				return false, false, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
+				return false, false, nil, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
 			}
+			recorded = append(recorded, row)
 			continue
 		}
 		pending, live = true, true
 		ref := capture.Ref{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: cr.container, Run: cr.run}
-		if !r.Captures.Ensure(ref.String()+"/"+ref.PodUID, pod.DeepCopy(), func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
-			return true, true, nil // not leading yet: the requeue comes back
+		if !r.Captures.Ensure(captureKey(ref), pod.DeepCopy(), func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
+			return true, true, recorded, nil // not leading yet: the requeue comes back
 		}
 	}
-	return pending, live, nil
+	return pending, live, recorded, nil
 }
+
+// captureKey names a run's capture in the capture manager.
+func captureKey(ref capture.Ref) string { return ref.String() + "/" + ref.PodUID }
 
 // captureRun captures one container run until its log is recorded: stored, with any gap recorded
 // beside it, or unavailable when nothing of it could be read. Failures of the store or the
@@ -164,12 +169,15 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 	log := ctrl.Log.WithName("capture").WithValues("Pod", klog.KRef(ref.Namespace, ref.Pod), "container", ref.Container, "run", ref.Run)
 	ctx = ctrl.LoggerInto(ctx, log) // for Capture's own messages (streams reopened)
 	segKey := func(seq int32) string { return r.Layout.Segment(job, ref.Pod, ref.PodUID, ref.Container, ref.Run, seq) }
+	final := func(previous bool) (string, time.Time) {
+		return r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, runInstance(ref, previous)), r.retainUntil(r.Clock.Now())
+	}
 	retry := time.Second
 	for {
-		err := capture.Capture(ctx, r.Capture, r.Logs, r.Records, r.Store, segKey, ref, func(ctx context.Context) (capture.End, error) {
+		whole, err := capture.Capture(ctx, r.Capture, r.Logs, r.Records, r.Store, segKey, ref, func(ctx context.Context) (capture.End, error) {
 			end, _, err := r.runEnd(ctx, ref)
 			return end, err
-		})
+		}, final)
 		if ctx.Err() != nil {
 			return
 		}
@@ -210,7 +218,7 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 			log.Error(err, "Capture failed, will retry")
 		}
 		if err == nil || gap != "" {
-			if err = r.recordRun(ctx, job, ref, ctype, gap, detail); err == nil {
+			if err = r.recordRun(ctx, job, ref, ctype, gap, detail, whole); err == nil {
 				return
 			}
 			archiveFailuresTotal.WithLabelValues("database").Inc()
@@ -287,28 +295,44 @@ func (r *PodReconciler) runPod(ctx context.Context, ref capture.Ref) (*corev1.Po
 	return pod, nil
 }
 
+// runInstance is the name a run's log is recorded under: previous-<run+1> once the container
+// restarted, current for its last run.
+func runInstance(ref capture.Ref, previous bool) string {
+	if previous {
+		return record.PreviousInstance(ref.Run + 1)
+	}
+	return record.InstanceCurrent
+}
+
 // recordRun assembles a captured run into its log object and records it, with its gap if any,
-// then forgets the segments. A run of which nothing could be read is recorded unavailable.
-func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref capture.Ref, ctype record.ContainerType, gap record.GapReason, detail string) error {
+// then forgets the segments. A run of which nothing could be read is recorded unavailable. whole,
+// when set, is the run's log already written whole (see capture.Capture): nothing to assemble.
+func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref capture.Ref, ctype record.ContainerType, gap record.GapReason, detail string,
+	whole *capture.Assembled) error {
 	end, _, err := r.runEnd(ctx, ref)
 	if err != nil {
 		return err
 	}
-	instance := record.InstanceCurrent
-	if end.Previous || end.Lost == record.GapRestarted {
-		instance = record.PreviousInstance(ref.Run + 1)
-	}
+	instance := runInstance(ref, end.Previous || end.Lost == record.GapRestarted)
 	row := record.LogObject{PodUID: ref.PodUID, Container: ref.Container, ContainerType: ctype, Instance: instance}
-	segs, err := r.Records.Segments(ctx, ref.PodUID, ref.Container, ref.Run)
-	if err != nil {
-		return err
+	var segs []record.Segment
+	if whole == nil {
+		if segs, err = r.Records.Segments(ctx, ref.PodUID, ref.Container, ref.Run); err != nil {
+			return err
+		}
+	} else if key := r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance); whole.Key != key {
+		// The container restarted since its log was read as its current one: read it again.
+		return fmt.Errorf("the log of %s was written as %s, but the run is now %s", ref, whole.Key, instance)
 	}
-	if gap != "" && len(segs) == 0 {
+	switch {
+	case whole != nil:
+		row.State, row.ObjectKey, row.Bytes, row.StoredBytes, row.SHA256 = record.LogStored, whole.Key, whole.Bytes, whole.StoredBytes, whole.SHA256
+	case gap != "" && len(segs) == 0:
 		row.State, row.Reason = record.LogUnavailable, string(gap)
 		if detail != "" {
 			row.Reason += ": " + detail
 		}
-	} else {
+	default:
 		if gap != "" {
 			g := record.Gap{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run, Reason: gap, Detail: detail}
 			if n := len(segs); n > 0 {
@@ -318,7 +342,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 				return err
 			}
 		}
-		a, err := capture.Assemble(ctx, r.Records, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance),
+		a, err := capture.Assemble(ctx, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance), segs,
 			r.retainUntil(r.Clock.Now()))
 		if err != nil {
 			return err
@@ -357,7 +381,10 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 			r.Recorder.Eventf(pod, corev1.EventTypeWarning, "LogIncomplete", "Log of container %s (%s) is incomplete: %s", ref.Container, instance, describeGap(g))
 		}
 	}
-	return capture.Forget(ctx, r.Records, r.Store, ref)
+	if len(segs) == 0 {
+		return nil // written whole, or nothing was read: no segment to forget
+	}
+	return capture.Forget(ctx, r.Records, r.Store, ref, segs)
 }
 
 // describeGap says what a gap misses and why, for an Event.

@@ -41,6 +41,9 @@ var (
 	jobsBackstoppedTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "jobvault_archiver_jobs_backstopped_total", Help: "VcJobs the webhook missed, given their finalizer by the archiver.",
 	})
+	resweepEnqueuedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jobvault_archiver_resweep_enqueued_total", Help: "Jobs and pods the periodic resweep found behind their record and enqueued, by kind (job, pod). Steady growth means events are being missed.",
+	}, []string{"kind"})
 	releaseLatencySeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "jobvault_archiver_release_latency_seconds", Help: "Time from a job's terminal phase to the release of its finalizer.",
 		Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
@@ -49,5 +52,6 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(jobsArchivedTotal, podsArchivedTotal, logBytesArchivedTotal, transitionsRecordedTotal,
-		archiveFailuresTotal, releasesIncompleteTotal, logGapsTotal, captureLagSeconds, followReopensTotal, jobsBackstoppedTotal, releaseLatencySeconds)
+		archiveFailuresTotal, releasesIncompleteTotal, logGapsTotal, captureLagSeconds, followReopensTotal, jobsBackstoppedTotal, releaseLatencySeconds,
+		resweepEnqueuedTotal)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,8 @@ type PodReconciler struct {
 	Captures *capture.Manager
 
 	nodes nodeChecks
+	// recorded skips the pod's upsert when its row would not change.
+	recorded recordedState
 }
 
 // Reconcile archives what the pod's current state calls for. It works from state alone, so a
@@ -40,6 +43,9 @@ type PodReconciler struct {
 func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
 	pod := &corev1.Pod{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.recorded.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if r.excluded(pod.Namespace) {
@@ -77,7 +83,7 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl
 		}
 		return ctrl.Result{}, r.addPodFinalizer(ctx, pod) // the webhook missed it
 	}
-	waiting, live, err := r.archiveLogs(ctx, pod, job)
+	waiting, live, logs, err := r.archiveLogs(ctx, pod, job)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -94,7 +100,7 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl
 	if !r.finished(ctx, pod) {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.release(ctx, pod, job)
+	return ctrl.Result{}, r.release(ctx, pod, job, logs)
 }
 
 // retryAfter spaces attempts to read a log that failed; bounded so a short deadline is honoured.
@@ -168,10 +174,29 @@ func (r *PodReconciler) recordPod(ctx context.Context, pod *corev1.Pod, job arch
 	if podEnded(pod) {
 		row.FinishedAt = lastFinish(pod)
 	}
+	key, fingerprint := client.ObjectKeyFromObject(pod), podFingerprint(row)
+	if r.recorded.same(key, fingerprint) {
+		return nil
+	}
 	if err := r.Records.UpsertPod(ctx, row); err != nil {
 		return fmt.Errorf("record pod %s: %w", klog.KObj(pod), err)
 	}
+	r.recorded.set(key, fingerprint)
 	return nil
+}
+
+// podFingerprint is a hash of everything UpsertPod writes of the row (a few bytes per cached pod).
+func podFingerprint(p record.Pod) string {
+	t := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	h := fnv.New128a()
+	fmt.Fprintf(h, "%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%t", p.UID, p.JobUID, p.Namespace, p.Name, p.Task, p.Node, p.Phase,
+		p.CreatedAt.UTC().Format(time.RFC3339Nano), t(p.StartedAt), t(p.FinishedAt), p.DeletedBeforeTerminal)
+	return string(h.Sum(nil))
 }
 
 // addPodFinalizer adds the finalizer with an optimistic lock: a merge patch replaces the whole
@@ -189,12 +214,12 @@ func (r *PodReconciler) addPodFinalizer(ctx context.Context, pod *corev1.Pod) er
 	return nil
 }
 
-// podIncomplete says why the pod's archive is incomplete ("" when it is not): an operator's
-// release, logs that could not be read, gaps.
-func (r *PodReconciler) podIncomplete(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (reason, cause string, err error) {
-	logs, err := r.Records.PodLogObjects(ctx, string(pod.UID))
-	if err != nil {
-		return "", "", fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
+// podIncomplete says why the pod's archive is incomplete ("" when it is not), from its log
+// records: an operator's release, logs that could not be read, gaps.
+func (r *PodReconciler) podIncomplete(ctx context.Context, pod *corev1.Pod, job archive.JobRef, logs []record.LogObject) (reason, cause string, err error) {
+	if !mayHaveGaps(logs) {
+		reason, cause = incompleteReason(releaseReason(pod), nil, logs, nil)
+		return reason, cause, nil
 	}
 	all, err := r.Records.Gaps(ctx, job.UID)
 	if err != nil {
@@ -210,10 +235,24 @@ func (r *PodReconciler) podIncomplete(ctx context.Context, pod *corev1.Pod, job 
 	return reason, cause, nil
 }
 
+// mayHaveGaps reports whether any of a pod's log records may have gaps recorded beside it. A log
+// is recorded last, once its run's gaps are (recordRun), and names them in its reason: a pod whose
+// logs are all stored without a reason, or never started, has none, and its release need not read
+// them.
+func mayHaveGaps(logs []record.LogObject) bool {
+	for _, l := range logs {
+		if l.Reason != "" && l.Reason != neverStarted {
+			return true
+		}
+	}
+	return false
+}
+
 // release records the pod as archived (or released, with the reason) and then removes the
 // finalizer, with an optimistic lock so a concurrent change is seen before the pod can vanish.
-func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod, job archive.JobRef) error {
-	reason, cause, err := r.podIncomplete(ctx, pod, job)
+// logs are the pod's log records, all of them recorded.
+func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod, job archive.JobRef, logs []record.LogObject) error {
+	reason, cause, err := r.podIncomplete(ctx, pod, job, logs)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -51,16 +52,20 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	}
 	// No GenerationChangedPredicate: VcJob status is a subresource, and phase changes are exactly
 	// the updates that matter.
+	jobs := &JobReconciler{Deps: deps, Options: opts}
+	captures := capture.NewManager(opts.MaxStreams)
+	resweep := newResweep(deps.Client, jobs, captures, opts)
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vcjob").
-		For(&batchv1alpha1.Job{}).
-		Owns(&corev1.Pod{}).
+		For(&batchv1alpha1.Job{}, builder.WithPredicates(jobEvents)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batchv1alpha1.Job{}, handler.OnlyControllerOwner()),
+			builder.WithPredicates(podEventsOfJob)).
+		WatchesRawSource(source.Channel(resweep.jobEvents, &handler.EnqueueRequestForObject{})).
 		WithEventFilter(opts.shardFilter()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.JobWorkers, RateLimiter: rateLimiter()}).
-		Complete(&JobReconciler{Deps: deps, Options: opts}); err != nil {
+		Complete(jobs); err != nil {
 		return err
 	}
-	captures := capture.NewManager(opts.MaxStreams)
-	if err := mgr.Add(captures); err != nil {
+	if err := errors.Join(mgr.Add(captures), mgr.Add(resweep)); err != nil {
 		return err
 	}
 	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
@@ -71,6 +76,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		For(&corev1.Pod{}).
 		WithEventFilter(opts.shardFilter()).
 		WatchesRawSource(source.Channel(captures.Events(), &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(resweep.podEvents, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter()}).
 		Complete(pods)
 }

@@ -30,16 +30,19 @@ func LeaderElectionID(s shard.Shard) string {
 // its VcJob's (tracking.JobOf). A pod no VcJob controls passes: which shard lets it go depends on
 // its record (see PodReconciler.ownsLoose).
 func (o Options) shardFilter() predicate.Predicate {
-	return predicate.NewPredicateFuncs(func(obj client.Object) bool {
-		switch obj := obj.(type) {
-		case *batchv1alpha1.Job:
-			return o.Shard.Owns(obj.UID)
-		case *corev1.Pod:
-			job, ok := tracking.JobOf(obj)
-			return !ok || o.Shard.Owns(job.UID)
-		}
-		return true
-	})
+	return predicate.NewPredicateFuncs(o.mine)
+}
+
+// mine reports whether obj is this shard's, as shardFilter lets it through.
+func (o Options) mine(obj client.Object) bool {
+	switch obj := obj.(type) {
+	case *batchv1alpha1.Job:
+		return o.Shard.Owns(obj.UID)
+	case *corev1.Pod:
+		job, ok := tracking.JobOf(obj)
+		return !ok || o.Shard.Owns(job.UID)
+	}
+	return true
 }
 
 // ownsLoose reports whether this shard handles a pod outside JobOf's view (its owner reference

@@ -22,19 +22,27 @@ const sweepPage = 500
 // as a plain runnable, which waits for the lease).
 func (r *PodReconciler) sweep(ctx context.Context) error {
 	log := ctrl.Log.WithName("sweep")
-	t := time.NewTicker(r.SweepPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	every(ctx, r.SweepPeriod, func() {
 		if n, err := r.sweepOnce(ctx); err != nil {
 			log.Error(err, "Sweep for untracked pods failed, will retry at the next period")
 		} else if n > 0 {
 			log.Info("Let go of pods that held the pod finalizer outside the archiver's view", "pods", n)
 		}
+	})
+	return nil
+}
+
+// every runs f every period until ctx ends, the first time a period from now.
+func every(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
 	}
 }
 

@@ -110,24 +110,35 @@ type Config struct {
 var DefaultConfig = Config{SegmentBytes: 8 << 20, SegmentAge: 30 * time.Second, Poll: time.Second, Retry: 5 * time.Second,
 	NodeLogMaxSize: 10 << 20}
 
+// Final names a run's final log object (previous: the run's log is the container's previous one)
+// and gives its retain-until date (zero: unlocked).
+type Final func(previous bool) (key string, retainUntil time.Time)
+
 // Capture follows the log of one container run into segments until over reports the run ended,
 // then reads the rest without follow. It resumes from the segments already recorded. It returns
 // once everything readable is durable: the segments and any gaps are recorded. An error means it
 // must be run again (the store or database failed, or the rest could not be read yet).
+//
+// A run whose whole log is still in memory when it ends (nothing was stored of it yet: a short
+// run, or one read only after its end, within one segment) is written straight to its final
+// object, named by final (previous: the run's log is the container's previous one), and returned:
+// no segment, compose or delete, which for the many small logs of short pods is most of the
+// store's work. Otherwise it returns nil and the segments are to be assembled (Assemble).
 func Capture(ctx context.Context, cfg Config, src Source, recs Records, store objstore.Store, segKey func(seq int32) string,
-	ref Ref, over func(context.Context) (End, error)) error {
+	ref Ref, over func(context.Context) (End, error), final Final) (*Assembled, error) {
 	c, err := resume(ctx, cfg, recs, store, segKey, ref)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	c.final = final
 	retry := 100 * time.Millisecond
 	for first := true; ; first = false {
 		end, err := over(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if end.Lost != "" {
-			return &LostError{Ref: ref, Reason: end.Lost}
+			return nil, &LostError{Ref: ref, Reason: end.Lost}
 		}
 		if end.Over {
 			// Nothing durable and already over: the run was never followed.
@@ -137,14 +148,14 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		opened := time.Now()
 		err = c.follow(ctx, src, over)
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 		if !errors.Is(err, errOver) {
 			c.reopening(ctx, err)
 		}
 		// follow honours the segment's age only while its stream stays open.
 		if err := c.flushAged(ctx); err != nil {
-			return err
+			return nil, err
 		}
 		if err != nil && !errors.Is(err, errOver) {
 			// A stream that broke soon after it was opened, or failed to open, is reopened later
@@ -158,7 +169,7 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 			}
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return nil, ctx.Err()
 			case <-time.After(retry):
 			}
 		}
@@ -172,6 +183,8 @@ type capture struct {
 	store  objstore.Store
 	segKey func(int32) string
 	ref    Ref
+	// final names the run's log object, for a run written whole at its end (see Capture).
+	final Final
 
 	// Durable position.
 	seq       int32
@@ -337,13 +350,13 @@ func (c *capture) flushAged(ctx context.Context) error {
 	return nil
 }
 
-// finish reads the rest of an ended run without follow, writes the last segment and records any
-// gap at the end.
-func (c *capture) finish(ctx context.Context, src Source, end End) error {
+// finish reads the rest of an ended run without follow and writes the last segment, or the whole
+// log when nothing of it was stored yet (see Capture).
+func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, error) {
 	c.segSkip = 0
 	rc, err := src.Open(ctx, c.ref, OpenOptions{Previous: end.Previous, Since: c.segLast})
 	if err != nil {
-		return &ReadError{Ref: c.ref, Err: err}
+		return nil, &ReadError{Ref: c.ref, Err: err}
 	}
 	defer rc.Close()
 	lines := make(chan line)
@@ -354,15 +367,33 @@ func (c *capture) finish(ctx context.Context, src Source, end End) error {
 		select {
 		case l := <-lines:
 			if err := c.add(ctx, l, &first); err != nil {
-				return err
+				return nil, err
 			}
 		case err := <-readErr:
 			if err != nil {
-				return &ReadError{Ref: c.ref, Err: err}
+				return nil, &ReadError{Ref: c.ref, Err: err}
 			}
-			return c.flush(ctx)
+			if c.seq == 0 && c.final != nil {
+				key, retainUntil := c.final(end.Previous)
+				return c.whole(ctx, key, retainUntil)
+			}
+			return nil, c.flush(ctx)
 		}
 	}
+}
+
+// whole writes the run's log, all of it in the segment being filled, as its final object, locked
+// until retainUntil (zero: unlocked).
+func (c *capture) whole(ctx context.Context, key string, retainUntil time.Time) (*Assembled, error) {
+	if err := c.zw.Close(); err != nil {
+		return nil, err
+	}
+	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil}
+	// Locked already: an earlier pass that crashed before recording it stored the same lines.
+	if err := lockedElse(c.store.Put(ctx, key, bytes.NewReader(c.buf.Bytes()), opts)); err != nil {
+		return nil, fmt.Errorf("store the log of %s: %w", c.ref, err)
+	}
+	return &Assembled{Key: key, Bytes: c.segBytes, StoredBytes: int64(c.buf.Len()), SHA256: hex.EncodeToString(c.segHash.Sum(nil))}, nil
 }
 
 // ReadError is a failure to read the log itself (as opposed to storing it): the caller retries
@@ -530,14 +561,11 @@ type Assembled struct {
 	SHA256             string
 }
 
-// Assemble composes the recorded segments of a run into one object under key (an empty gzip
-// member when the run wrote nothing), locked until retainUntil (zero: unlocked), and returns its
-// size and sha256. It does not delete the segments: call Forget once the result is recorded.
-func Assemble(ctx context.Context, recs Records, store objstore.Store, ref Ref, key string, retainUntil time.Time) (Assembled, error) {
-	segs, err := recs.Segments(ctx, ref.PodUID, ref.Container, ref.Run)
-	if err != nil {
-		return Assembled{}, err
-	}
+// Assemble composes a run's recorded segments (recs.Segments) into one object under key (an
+// empty gzip member when the run wrote nothing), locked until retainUntil (zero: unlocked), and
+// returns its size and sha256. It does not delete the segments: call Forget once the result is
+// recorded.
+func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, segs []record.Segment, retainUntil time.Time) (Assembled, error) {
 	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil}
 	a := Assembled{Key: key}
 	h := sha256.New()
@@ -581,12 +609,9 @@ func lockedElse(err error) error {
 	return err
 }
 
-// Forget deletes a run's segments, objects and rows, once its assembled log is recorded.
-func Forget(ctx context.Context, recs Records, store objstore.Store, ref Ref) error {
-	segs, err := recs.Segments(ctx, ref.PodUID, ref.Container, ref.Run)
-	if err != nil {
-		return err
-	}
+// Forget deletes a run's segments (recs.Segments), objects and rows, once its assembled log is
+// recorded.
+func Forget(ctx context.Context, recs Records, store objstore.Store, ref Ref, segs []record.Segment) error {
 	for _, s := range segs {
 		if err := store.Delete(ctx, s.ObjectKey); err != nil {
 			return fmt.Errorf("delete segment %d of the log of %s: %w", s.Seq, ref, err)

@@ -186,7 +186,10 @@ func (r *rig) over(context.Context) (End, error) {
 
 func (r *rig) start(ctx context.Context) chan error {
 	done := make(chan error, 1)
-	go func() { done <- Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, r.over) }()
+	go func() {
+		_, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, r.over, nil)
+		done <- err
+	}()
 	return done
 }
 
@@ -203,7 +206,11 @@ func (r *rig) end(t *testing.T, done chan error) {
 // check assembles the run and compares it with what was written and not lost.
 func (r *rig) check(t *testing.T) {
 	t.Helper()
-	a, err := Assemble(t.Context(), r.recs, r.store, r.ref, "final.log.gz", time.Time{})
+	segs, err := r.recs.Segments(t.Context(), r.ref.PodUID, r.ref.Container, r.ref.Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Assemble(t.Context(), r.store, r.ref, "final.log.gz", segs, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +402,7 @@ func TestCaptureBacksOffStreamsThatBreakAtOnce(t *testing.T) {
 	n := &failingNode{}
 	ctx, stop := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 	defer stop()
-	if err := Capture(ctx, r.cfg, n, r.recs, r.store, r.segKey, r.ref, r.over); err == nil {
+	if _, err := Capture(ctx, r.cfg, n, r.recs, r.store, r.segKey, r.ref, r.over, nil); err == nil {
 		t.Fatal("Capture of a stream that never works ended without error")
 	}
 	// 100 ms then doubling up to 400 ms: opens at 0, 0.2, 0.6, 1.0 and 1.4 s; without backoff, 15.
@@ -430,5 +437,48 @@ func TestReadLinesReportsTheNodesError(t *testing.T) {
 	err := readLines(t.Context(), strings.NewReader("failed to create fsnotify watcher: too many open files\n"), make(chan line))
 	if err == nil || !strings.Contains(err.Error(), "failed to create fsnotify watcher: too many open files") {
 		t.Errorf("error %v, want it to hold the node's error text", err)
+	}
+}
+
+// A run read whole at its end goes straight to its final object when it fits one segment: no
+// segment is recorded, and the object holds exactly what was written. One larger than a segment
+// is captured in segments as before.
+func TestCaptureWritesARunWholeWhenItFitsOneSegment(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lines int
+		whole bool
+	}{{"short", 5, true}, {"longer than a segment", 40, false}, {"empty", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			for i := range tc.lines {
+				r.write(fmt.Sprintf("line %d of a short run\n", i), false)
+			}
+			r.node.over = true
+			var asked []bool
+			a, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, r.over,
+				func(previous bool) (string, time.Time) { asked = append(asked, previous); return "whole.log.gz", time.Time{} })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.segments(); (a != nil) != tc.whole || (tc.whole && got != 0) || (!tc.whole && got == 0) {
+				t.Fatalf("written whole: %v with %d segments recorded; want whole %v", a != nil, got, tc.whole)
+			}
+			if !tc.whole {
+				r.check(t)
+				return
+			}
+			var buf bytes.Buffer
+			if err := inspect.Cat(t.Context(), r.store, a.Key, &buf); err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(buf.Bytes())
+			if !bytes.Equal(buf.Bytes(), r.want.Bytes()) || a.Key != "whole.log.gz" || a.Bytes != int64(r.want.Len()) || a.SHA256 != hex.EncodeToString(sum[:]) {
+				t.Errorf("whole log %+v holds %q, want %q", a, buf.String(), r.want.String())
+			}
+			if len(asked) != 1 || asked[0] {
+				t.Errorf("final asked with %v, want once for the current run", asked)
+			}
+		})
 	}
 }

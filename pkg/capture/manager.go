@@ -47,6 +47,13 @@ func (m *Manager) NeedLeaderElection() bool { return true }
 // Events are the pods whose capture ended, for a controller's WatchesRawSource.
 func (m *Manager) Events() <-chan event.GenericEvent { return m.events }
 
+// Active reports whether a capture runs (or waits for a slot) under key.
+func (m *Manager) Active(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.active[key]
+}
+
 // Ensure runs fn under key unless a capture under that key runs already. When fn returns, obj is
 // sent on Events so that its reconciler looks again. It reports false if the manager is not
 // started yet (the caller retries later).

@@ -41,9 +41,9 @@ func BenchmarkCaptureThroughput(b *testing.B) {
 	b.SetBytes(int64(content))
 	for i := 0; b.Loop(); i++ {
 		ref := Ref{Namespace: "ns", Pod: "p", PodUID: fmt.Sprint(i), Container: "main"}
-		err := Capture(context.Background(), DefaultConfig, staticSource{stream.Bytes()}, &memRecords{segs: map[string][]record.Segment{}}, store,
+		_, err := Capture(context.Background(), DefaultConfig, staticSource{stream.Bytes()}, &memRecords{segs: map[string][]record.Segment{}}, store,
 			func(seq int32) string { return fmt.Sprintf("%d/%d", i, seq) }, ref,
-			func(context.Context) (End, error) { return End{Over: true}, nil })
+			func(context.Context) (End, error) { return End{Over: true}, nil }, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -85,10 +85,12 @@ type Config struct {
 	Options
 }
 
-// BindFlags registers --db-dsn (default $JOBVAULT_DB_DSN) and --db-timeout on fs, writing into c.
+// BindFlags registers --db-dsn (default $JOBVAULT_DB_DSN), --db-timeout and --db-max-open-conns
+// on fs, writing into c.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DSN, "db-dsn", os.Getenv("JOBVAULT_DB_DSN"), "Postgres connection string (URL or key=value), without password: lib/pq reads PGPASSWORD or PGPASSFILE. Default $JOBVAULT_DB_DSN.")
 	fs.DurationVar(&c.Timeout, "db-timeout", DefaultTimeout, "Timeout of each database call.")
+	fs.IntVar(&c.MaxOpenConns, "db-max-open-conns", DefaultMaxOpenConns, "Database connections open at most (reconciles and captures share them; each replica holds up to this many of the server's max_connections).")
 }
 
 // Validate reports every problem of the configuration at once, naming the flag to fix.
@@ -99,6 +101,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("--db-timeout %s is negative", c.Timeout))
+	}
+	if c.MaxOpenConns < 1 {
+		errs = append(errs, fmt.Errorf("--db-max-open-conns must be at least 1, got %d", c.MaxOpenConns))
 	}
 	return errors.Join(errs...)
 }
@@ -139,9 +144,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	// The DSN is never part of an error: it may hold a password.
-	connector, err := pq.NewConnector(dsn)
+	cfg, err := pq.NewConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open database: parse DSN: %w", err)
+	}
+	// One round trip per statement: lib/pq otherwise prepares every statement with arguments in
+	// a round trip of its own before it runs it (Parse+Describe, then Bind+Execute), which
+	// doubled the archiver's database round trips. Arguments still go as text, but []byte, which
+	// goes as binary: only bytea columns take []byte here (JSON goes as text, see rawJSON).
+	cfg.BinaryParameters = true
+	connector, err := pq.NewConnectorConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
 	}
 	sqlDB := sql.OpenDB(connector)
 	maxOpen := cmp.Or(opts.MaxOpenConns, DefaultMaxOpenConns)

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -234,4 +235,18 @@ func (s *Rig) ExpectEvent(t testing.TB, reason string) {
 		}
 	}
 	t.Errorf("no %s event in %s", reason, s.NS)
+}
+
+// Keys lists the keys of every object in the rig's store under prefix, sorted.
+func (s *Rig) Keys(t testing.TB, prefix string) []string {
+	t.Helper()
+	var keys []string
+	if err := s.Store.List(t.Context(), prefix, func(o objstore.ObjectInfo) error {
+		keys = append(keys, o.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	return keys
 }

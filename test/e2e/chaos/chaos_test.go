@@ -284,14 +284,7 @@ func TestArchiverKilledMidUpload(t *testing.T) {
 		t.Errorf("%d log rows, want 1", len(logs))
 	}
 	// Every object under the job's prefix is one the database and manifest name.
-	var keys []string
-	if err := s.Store.List(t.Context(), "archive/", func(o objstore.ObjectInfo) error {
-		keys = append(keys, o.Key)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(keys)
+	keys := s.Keys(t, "archive/")
 	dir := "archive/" + j.Namespace + "/" + j.Name + "/" + string(j.UID) + "/"
 	wantKeys := []string{dir + "job.json", dir + "manifest.json", logs[0].ObjectKey}
 	sort.Strings(wantKeys)
