@@ -457,7 +457,10 @@ func TestCaptureWritesARunWholeWhenItFitsOneSegment(t *testing.T) {
 			r.node.over = true
 			var asked []bool
 			a, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, r.over,
-				func(previous bool) (string, time.Time) { asked = append(asked, previous); return "whole.log.gz", time.Time{} })
+				func(previous bool) (string, time.Time) {
+					asked = append(asked, previous)
+					return "whole.log.gz", time.Time{}
+				})
 			if err != nil {
 				t.Fatal(err)
 			}
