@@ -65,6 +65,7 @@ type flags struct {
 	zap                     zap.Options
 	auditSigningKey         string
 	auditDigestPeriod       time.Duration
+	prunePeriod             time.Duration
 	signingKey              ed25519.PrivateKey
 }
 
@@ -97,6 +98,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.StringVar(&f.auditSigningKey, "audit-signing-key", "", "File of the ed25519 private key that signs the audit chain head every --audit-digest-period (PEM PKCS #8, a raw 32-byte seed or its 64 hex digits; mount it from a Secret). Empty: nothing is signed.")
+	fs.DurationVar(&f.prunePeriod, "prune-period", time.Hour, "How often the leader deletes the rows and objects of finalized jobs past their retain-until date (--retention) that no legal hold (jobvault.io/legal-hold on the job or its namespace) holds; the deletion is recorded for audit verify. 0: never prune.")
 	fs.DurationVar(&f.auditDigestPeriod, "audit-digest-period", audit.DefaultDigestPeriod, "How often the audit chain head is signed (with --audit-signing-key).")
 	f.store.BindFlags(fs)
 	f.opts.Layout.BindFlags(fs)
@@ -122,6 +124,9 @@ func parseFlags() (*flags, error) {
 		} else if f.opts.Shard.Index, shardErr = shard.FromPodName(os.Getenv("POD_NAME")); shardErr != nil {
 			shardErr = fmt.Errorf("--shard-from-pod-name: %w", shardErr)
 		}
+	}
+	if f.prunePeriod < 0 {
+		auditErrs = append(auditErrs, fmt.Errorf("--prune-period must not be negative, got %s", f.prunePeriod))
 	}
 	if f.auditDigestPeriod <= 0 {
 		auditErrs = append(auditErrs, fmt.Errorf("--audit-digest-period must be positive, got %s", f.auditDigestPeriod))
@@ -209,6 +214,13 @@ func run() error {
 		return err
 	} else {
 		log.Info("Signing the audit chain head", "period", f.auditDigestPeriod, "keyID", audit.KeyID(f.signingKey.Public().(ed25519.PublicKey)))
+	}
+	if f.prunePeriod == 0 {
+		log.Info("Retention pruning is off: --prune-period 0")
+	} else if err := mgr.Add(&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster, Period: f.prunePeriod,
+		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), HeldNamespaces: archiver.NamespaceHolds(mgr.GetAPIReader()),
+		Clock: clock.RealClock{}, Log: ctrl.Log.WithName("pruner")}); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
