@@ -123,10 +123,15 @@ func (p *Pruner) PruneOnce(ctx context.Context) (int, error) {
 		if len(todo) == 0 {
 			return pruned, errors.Join(errs...)
 		}
+		before := len(failed)
 		n, err := p.pruneBatch(ctx, todo, now, failed)
 		pruned += n
 		if err != nil {
 			errs = append(errs, err)
+		}
+		if n == 0 && len(failed) == before {
+			// No progress (the prune records could not be written): the next pass retries.
+			return pruned, errors.Join(errs...)
 		}
 	}
 }
