@@ -319,7 +319,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 			}
 		}
 		a, err := capture.Assemble(ctx, r.Records, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance),
-			r.retainUntil(r.Clock.Now()))
+			r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now()))
 		if err != nil {
 			return err
 		}
