@@ -51,7 +51,6 @@ func retainFor(d time.Duration, finalizedAt time.Time) time.Time {
 func (o Options) retainUntilIn(ctx context.Context, c client.Reader, namespace string, finalizedAt time.Time) time.Time {
 	ns := &metav1.PartialObjectMetadata{}
 	ns.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("Namespace"))
-	ns.APIVersion, ns.Kind = "v1", "Namespace"
 	if err := c.Get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil {
 		log.FromContext(ctx).Error(err, "Cannot read the namespace's retention; --retention applies", "namespace", namespace)
 		return o.retainUntil(finalizedAt)
