@@ -71,4 +71,3 @@ type Store interface {
 type ExpiredDeleter interface {
 	DeleteExpired(ctx context.Context, key string, now time.Time) error
 }
-
