@@ -60,16 +60,35 @@ CREATE TRIGGER audit_prunes_append_only BEFORE UPDATE OR DELETE ON audit_prunes
 CREATE TRIGGER audit_prunes_no_truncate BEFORE TRUNCATE ON audit_prunes
     FOR EACH STATEMENT EXECUTE FUNCTION jobvault_refuse_change();
 
--- The writer role (0005) runs the pruner: it records prunes and deletes what they name (the
--- append-only triggers still require SET LOCAL jobvault.prune = 'on'). The auditor reads them.
-DO $$
+-- The auditor reads the prune records: jobvault_grant_roles (0005) now grants them too. The
+-- writer role stays unable to delete anything recorded: an archiver running as it does not prune
+-- (each pass fails with permission denied, logged). To prune under roles, grant a login of the
+-- archiver DELETE on jobs, pods, log_objects, job_transitions and log_gaps, and SELECT, INSERT on
+-- audit_prunes (see README, Retention).
+CREATE OR REPLACE FUNCTION jobvault_grant_roles() RETURNS void
+    LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobvault_writer') THEN
-        GRANT SELECT, INSERT ON audit_prunes TO jobvault_writer;
-        GRANT DELETE ON jobs, pods, log_objects, job_transitions, log_gaps TO jobvault_writer;
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO jobvault_writer', current_schema());
+        GRANT SELECT, INSERT, UPDATE ON jobs, pods, log_objects TO jobvault_writer;
+        GRANT SELECT, INSERT ON job_transitions, log_gaps TO jobvault_writer;
+        GRANT SELECT, INSERT, DELETE ON log_segments TO jobvault_writer;
+        GRANT USAGE ON SEQUENCE job_transitions_id_seq TO jobvault_writer;
+        GRANT SELECT ON schema_migrations TO jobvault_writer;
+        GRANT SELECT ON audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps TO jobvault_writer;
+        -- The audit chain (0004): entries and signed digests are appended, the head moves.
+        GRANT SELECT, INSERT ON audit_chain, audit_digests TO jobvault_writer;
+        GRANT SELECT, INSERT, UPDATE ON audit_chain_heads TO jobvault_writer;
     END IF;
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobvault_auditor') THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO jobvault_auditor', current_schema());
+        GRANT SELECT ON audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps TO jobvault_auditor;
+        -- The audit chain and its signed digests are evidence an auditor reads as they are.
+        GRANT SELECT ON audit_chain, audit_chain_heads, audit_digests TO jobvault_auditor;
+        -- The retention pruner's records (0007).
         GRANT SELECT ON audit_prunes TO jobvault_auditor;
     END IF;
 END
 $$;
+
+SELECT jobvault_grant_roles();
