@@ -16,16 +16,16 @@ import (
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-// retention is the --retention of TestRetentionPrune.
+// retention is the --retention of TestAuditRetentionPrune.
 const retention = 30 * 24 * time.Hour
 
-// TestRetentionPrune proves retention on Postgres and the fs store with read-only locks, through
+// TestAuditRetentionPrune proves retention on Postgres and the fs store with read-only locks, through
 // the Sealer (the archiver's finalization) and the Pruner with a fake clock: each job's
 // retain-until date is recorded and equals its objects' lock; nothing is deleted before it; a
 // job's legal hold and a namespace's hold keep their data; the rest is deleted, rows and objects;
 // audit verify passes after the prune and names the pruned jobs; tampering after the prune is
 // still found.
-func TestRetentionPrune(t *testing.T) {
+func TestAuditRetentionPrune(t *testing.T) {
 	r := newChainRig(t)
 	root := t.TempDir()
 	fsStore, err := objstore.NewFS(root, objstore.WithReadOnlyLocks())
