@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,7 +51,7 @@ func retainFor(d time.Duration, finalizedAt time.Time) time.Time {
 // its objects' locks come from here.
 func (o Options) retainUntilIn(ctx context.Context, c client.Reader, namespace string, finalizedAt time.Time) time.Time {
 	ns := &metav1.PartialObjectMetadata{}
-	ns.SetGroupVersionKind(metav1.SchemeGroupVersion.WithKind("Namespace"))
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
 	if err := c.Get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil {
 		log.FromContext(ctx).Error(err, "Cannot read the namespace's retention; --retention applies", "namespace", namespace)
 		return o.retainUntil(finalizedAt)
