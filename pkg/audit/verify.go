@@ -164,8 +164,9 @@ func (r Report) WriteText(w io.Writer) error {
 // sha256, the head where the last entry is), every manifest and every object it lists (read back
 // and hashed), every row of every job (digested again), the finalized jobs that are not in the
 // chain, the objects in a job's directory that no manifest lists, and the signed digests (their
-// signatures, their own chain, and the heads they pin). Each problem is a Finding naming the item.
-// The error is for failures to read, not for what was found.
+// signatures, their own chain, and the heads they pin). An entry whose job the retention pruner
+// deleted (a prune record names it) is checked as an entry only and listed in Report.Pruned. Each
+// problem is a Finding naming the item. The error is for failures to read, not for what was found.
 func Verify(ctx context.Context, records VerifyRecords, store objstore.Store, opts VerifyOptions) (Report, error) {
 	start := time.Now()
 	v := &verifier{records: records, store: store, opts: opts, shaSeq: map[string]int64{}, seqSHA: map[int64]string{}}
