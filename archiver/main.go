@@ -66,6 +66,7 @@ type flags struct {
 	zap                     zap.Options
 	auditSigningKey         string
 	auditDigestPeriod       time.Duration
+	prunePeriod             time.Duration
 	signingKey              ed25519.PrivateKey
 }
 
@@ -83,7 +84,7 @@ func parseFlags() (*flags, error) {
 	fs.Int64Var(&f.opts.Capture.SegmentBytes, "capture-segment-bytes", f.opts.Capture.SegmentBytes, "A followed log is stored in segments of about this many uncompressed bytes (each capture holds one in memory, compressed).")
 	fs.DurationVar(&f.opts.Capture.SegmentAge, "capture-segment-age", f.opts.Capture.SegmentAge, "A followed log's segment is stored once this old, however small: a crash costs at most a re-read of that much output.")
 	fs.Int64Var(&f.opts.Capture.NodeLogMaxSize, "node-log-max-size", f.opts.Capture.NodeLogMaxSize, "The nodes' log rotation size in bytes (the kubelet's containerLogMaxSize). A container log read only after its end (never followed) that comes within a tenth of it is recorded with a 'possibly rotated before read' gap. 0 turns the check off.")
-	fs.DurationVar(&f.opts.Retention, "retention", f.opts.Retention, "How long final objects (log objects, job.json, manifest.json) are retained from their pod's or job's finalization: their retain-until date, which --store-lock-mode enforces in the store. 0: no retain-until date (and no lock).")
+	fs.DurationVar(&f.opts.Retention, "retention", f.opts.Retention, "How long final objects (log objects, job.json, manifest.json) are retained from their pod's or job's finalization: their retain-until date, which --store-lock-mode enforces in the store and after which the pruner deletes the job (--prune-period). A namespace's jobvault.io/retention annotation (a Go duration, e.g. 2160h) overrides it for its jobs and pods. 0: no retain-until date (no lock, never pruned).")
 	fs.BoolVar(&f.opts.Redact, "redact", f.opts.Redact, "Record jobs with the literal env values of their pod templates replaced by <redacted> (names and valueFrom kept) and without kubectl's last-applied-configuration annotation, which repeats them; --redact=false records them as they are.")
 	fs.DurationVar(&f.opts.SweepPeriod, "sweep-period", f.opts.SweepPeriod, "How often pods that hold the pod finalizer outside the archiver's view (their volcano.sh/job-name label removed) are looked for and let go.")
 	fs.DurationVar(&f.opts.ResweepPeriod, "resweep-period", f.opts.ResweepPeriod, "How often tracked jobs and pods whose record is behind what the archiver's cache shows (a finished pod still held, a running container not captured, a job changed since it was recorded, a finalizable job still held) are looked for and enqueued: repairs events that were missed.")
@@ -99,6 +100,7 @@ func parseFlags() (*flags, error) {
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.StringVar(&f.auditSigningKey, "audit-signing-key", "", "File of the ed25519 private key that signs the audit chain head every --audit-digest-period (PEM PKCS #8, a raw 32-byte seed or its 64 hex digits; mount it from a Secret). Empty: nothing is signed.")
+	fs.DurationVar(&f.prunePeriod, "prune-period", time.Hour, "How often the leader deletes the rows and objects of finalized jobs past their retain-until date (--retention) that no legal hold (jobvault.io/legal-hold on the job or its namespace) holds; the deletion is recorded for audit verify. 0: never prune.")
 	fs.DurationVar(&f.auditDigestPeriod, "audit-digest-period", audit.DefaultDigestPeriod, "How often the audit chain head is signed (with --audit-signing-key).")
 	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "Address of Go's /debug/pprof endpoints, for profiling; 0 disables them. They expose the process's memory: bind to localhost.")
 	f.store.BindFlags(fs)
@@ -125,6 +127,9 @@ func parseFlags() (*flags, error) {
 		} else if f.opts.Shard.Index, shardErr = shard.FromPodName(os.Getenv("POD_NAME")); shardErr != nil {
 			shardErr = fmt.Errorf("--shard-from-pod-name: %w", shardErr)
 		}
+	}
+	if f.prunePeriod < 0 {
+		auditErrs = append(auditErrs, fmt.Errorf("--prune-period must not be negative, got %s", f.prunePeriod))
 	}
 	if f.auditDigestPeriod <= 0 {
 		auditErrs = append(auditErrs, fmt.Errorf("--audit-digest-period must be positive, got %s", f.auditDigestPeriod))
@@ -213,6 +218,13 @@ func run() error {
 		return err
 	} else {
 		log.Info("Signing the audit chain head", "period", f.auditDigestPeriod, "keyID", audit.KeyID(f.signingKey.Public().(ed25519.PublicKey)))
+	}
+	if f.prunePeriod == 0 {
+		log.Info("Retention pruning is off: --prune-period 0")
+	} else if err := mgr.Add(&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster, Period: f.prunePeriod,
+		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), HeldNamespaces: archiver.NamespaceHolds(mgr.GetAPIReader()),
+		Clock: clock.RealClock{}, Log: ctrl.Log.WithName("pruner")}); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -97,7 +97,7 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 		}
 	}
 	if !chained {
-		if entry, err = s.append(ctx, ref, rec, out, jobObjectEntry); err != nil {
+		if entry, err = s.append(ctx, ref, rec, out, jobObjectEntry, retain); err != nil {
 			return Sealed{}, err
 		}
 	}
@@ -109,8 +109,9 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 }
 
 // append hashes the archive's objects, digests the rows as they will be once finalized, and
-// appends the job to the chain.
-func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record, out Sealed, jobObject archive.ObjectEntry) (record.ChainEntry, error) {
+// appends the job to the chain, recording retain as the job's retain-until date (the date its
+// final objects are locked until).
+func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record, out Sealed, jobObject archive.ObjectEntry, retain time.Time) (record.ChainEntry, error) {
 	row := rec.Job
 	if row.ArchiveState == record.ArchivePending {
 		row.ArchiveState, row.ArchiveLocation, row.ArchivedAt, row.ReleaseReason = record.ArchiveArchived, out.Location, &out.At, out.Reason
@@ -134,7 +135,7 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 	m := archive.BuildManifest(ref, row, rec.Pods, rec.Logs, rec.Gaps, s.Layout.JobObject(ref), out.At)
 	m.Cluster, m.Objects, m.RecordDigest, m.Rows = s.Cluster, objects, digest, rows
 	fin, err := s.Records.FinalizeJob(ctx, record.Finalization{Cluster: s.Cluster, JobUID: ref.UID, Location: out.Location, ArchivedAt: out.At,
-		ReleaseReason: out.Reason, ManifestKey: s.Layout.Manifest(ref), RecordDigest: digest}, m.Seal)
+		ReleaseReason: out.Reason, ManifestKey: s.Layout.Manifest(ref), RecordDigest: digest, RetainUntil: retain}, m.Seal)
 	if err != nil {
 		return record.ChainEntry{}, err
 	}

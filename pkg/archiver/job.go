@@ -226,7 +226,8 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 
 	obj := r.recordable(job)
 	obj.APIVersion, obj.Kind = jobAPIVersion, "Job"
-	sealed, err := Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, RetainUntil: r.retainUntil}.Seal(ctx, ref, obj, reason, now)
+	sealed, err := Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster,
+		RetainUntil: func(at time.Time) time.Time { return r.retainUntilIn(ctx, r.Client, ref.Namespace, at) }}.Seal(ctx, ref, obj, reason, now)
 	if err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
 	}

@@ -170,7 +170,7 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 	ctx = ctrl.LoggerInto(ctx, log) // for Capture's own messages (streams reopened)
 	segKey := func(seq int32) string { return r.Layout.Segment(job, ref.Pod, ref.PodUID, ref.Container, ref.Run, seq) }
 	final := func(previous bool) (string, time.Time) {
-		return r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, runInstance(ref, previous)), r.retainUntil(r.Clock.Now())
+		return r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, runInstance(ref, previous)), r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now())
 	}
 	retry := time.Second
 	for {
@@ -343,7 +343,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 			}
 		}
 		a, err := capture.Assemble(ctx, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance), segs,
-			r.retainUntil(r.Clock.Now()))
+			r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now()))
 		if err != nil {
 			return err
 		}

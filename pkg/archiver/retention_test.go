@@ -4,6 +4,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 func TestRetainUntil(t *testing.T) {
@@ -29,5 +33,26 @@ func TestValidateRejectsNegativeRetention(t *testing.T) {
 	o.Retention = -time.Second
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "retention must not be negative") {
 		t.Errorf("Validate with retention -1s = %v, want an error naming the retention", err)
+	}
+}
+
+// TestRetainUntilIn: a namespace's valid jobvault.io/retention replaces --retention; an invalid
+// one, none, or an unreadable namespace leave --retention.
+func TestRetainUntilIn(t *testing.T) {
+	ns := func(name, retention string) *corev1.Namespace {
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if retention != "" {
+			n.Annotations = map[string]string{RetentionAnnotation: retention}
+		}
+		return n
+	}
+	c := fake.NewClientBuilder().WithObjects(ns("long", "2160h"), ns("bad", "90 days"), ns("negative", "-1h"), ns("plain", "")).Build()
+	at := time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC)
+	o := DefaultOptions()
+	o.Retention = 720 * time.Hour
+	for ns, want := range map[string]time.Duration{"long": 2160 * time.Hour, "bad": 720 * time.Hour, "negative": 720 * time.Hour, "plain": 720 * time.Hour, "absent": 720 * time.Hour} {
+		if got := o.retainUntilIn(t.Context(), c, ns, at); !got.Equal(at.Add(want)) {
+			t.Errorf("namespace %s: retain until %s, want %s", ns, got, at.Add(want))
+		}
 	}
 }

@@ -33,6 +33,7 @@ type VerifyRecords interface {
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
 	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
 	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
+	Prunes(ctx context.Context, cluster string, from, to int64) (map[int64]record.Prune, error)
 }
 
 // Kind is what is wrong with an item.
@@ -102,6 +103,20 @@ type Report struct {
 	// SignaturesChecked is false without a public key.
 	SignaturesChecked bool      `json:"signaturesChecked"`
 	Findings          []Finding `json:"findings"`
+	// Pruned are the entries of the range whose job the retention pruner deleted, by seq: their
+	// links are checked, their objects and rows are not (they are gone, as recorded).
+	Pruned []Pruned `json:"pruned"`
+}
+
+// Pruned is a chain entry whose job's rows and objects the retention pruner deleted, as its
+// record (audit_prunes) says.
+type Pruned struct {
+	Seq         int64     `json:"seq"`
+	JobUID      string    `json:"jobUID"`
+	RetainUntil time.Time `json:"retainUntil"`
+	PrunedAt    time.Time `json:"prunedAt"`
+	Policy      string    `json:"policy"`
+	Objects     int       `json:"objects"`
 }
 
 // OK reports whether nothing was found.
@@ -119,6 +134,13 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "cluster %q, seq %d to %d (head %d): %d entries, %d objects, %d rows, %d signed digests checked in %s\n",
 		r.Cluster, r.From, r.To, r.HeadSeq, r.Entries, r.Objects, r.Rows, r.Digests, r.Duration)
+	for _, p := range r.Pruned {
+		fmt.Fprintf(&b, "pruned: seq %d job %s: retained until %s, deleted at %s (%s), %d objects\n",
+			p.Seq, p.JobUID, p.RetainUntil.Format(time.RFC3339), p.PrunedAt.Format(time.RFC3339), p.Policy, p.Objects)
+	}
+	if len(r.Pruned) > 0 {
+		fmt.Fprintf(&b, "%d entries pruned by retention (links checked, objects and rows deleted as recorded)\n", len(r.Pruned))
+	}
 	if !r.SignaturesChecked {
 		b.WriteString("signatures of the digests NOT checked: no public key given\n")
 	}
@@ -142,8 +164,9 @@ func (r Report) WriteText(w io.Writer) error {
 // sha256, the head where the last entry is), every manifest and every object it lists (read back
 // and hashed), every row of every job (digested again), the finalized jobs that are not in the
 // chain, the objects in a job's directory that no manifest lists, and the signed digests (their
-// signatures, their own chain, and the heads they pin). Each problem is a Finding naming the item.
-// The error is for failures to read, not for what was found.
+// signatures, their own chain, and the heads they pin). An entry whose job the retention pruner
+// deleted (a prune record names it) is checked as an entry only and listed in Report.Pruned. Each
+// problem is a Finding naming the item. The error is for failures to read, not for what was found.
 func Verify(ctx context.Context, records VerifyRecords, store objstore.Store, opts VerifyOptions) (Report, error) {
 	start := time.Now()
 	v := &verifier{records: records, store: store, opts: opts, shaSeq: map[string]int64{}, seqSHA: map[int64]string{}}
@@ -155,9 +178,13 @@ func Verify(ctx context.Context, records VerifyRecords, store objstore.Store, op
 	if v.report.To == 0 {
 		v.report.To = head.Seq
 	}
+	if v.prunes, err = records.Prunes(ctx, opts.Cluster, v.report.From, v.report.To); err != nil {
+		return Report{}, err
+	}
 	if err := v.chain(ctx, head); err != nil {
 		return Report{}, err
 	}
+	sort.Slice(v.report.Pruned, func(a, b int) bool { return v.report.Pruned[a].Seq < v.report.Pruned[b].Seq })
 	if err := v.digests(ctx, head); err != nil {
 		return Report{}, err
 	}
@@ -189,6 +216,8 @@ type verifier struct {
 	swapped []swap
 	// unlinked are the entries whose previous entry is missing, checked once all are known.
 	unlinked []record.ChainEntry
+	// prunes are the prune records of the range, by seq.
+	prunes map[int64]record.Prune
 }
 
 type swap struct {
@@ -367,6 +396,18 @@ func (v *verifier) entry(ctx context.Context, e record.ChainEntry) error {
 	}
 	if DigestRows(m.Rows) != m.RecordDigest {
 		at(Altered, "manifest "+e.ManifestKey, "its record digest is not the digest of its rows")
+	}
+	if p, pruned := v.prunes[e.Seq]; pruned {
+		// Deleted by retention, recorded before the deletion: the entry (checked above and by
+		// link) is the evidence left; what the record says must be about this entry.
+		if p.JobUID != e.JobUID || p.ManifestSHA256 != e.ManifestSHA256 {
+			at(Altered, fmt.Sprintf("prune record seq %d", e.Seq), "it names job %s with manifest sha256 %s, the chain entry job %s with %s",
+				p.JobUID, short(p.ManifestSHA256), e.JobUID, short(e.ManifestSHA256))
+		}
+		v.mu.Lock()
+		v.report.Pruned = append(v.report.Pruned, Pruned{Seq: e.Seq, JobUID: e.JobUID, RetainUntil: p.RetainUntil, PrunedAt: p.PrunedAt, Policy: p.Policy, Objects: len(p.Objects)})
+		v.mu.Unlock()
+		return nil
 	}
 
 	// The manifest in the bucket.

@@ -77,6 +77,13 @@ WITH head AS (
 	if !exists {
 		return record.Finalized{}, ErrNotFound
 	}
+	if !f.RetainUntil.IsZero() {
+		// Once set, the date only moves later (migration 0007's trigger): a repeated finalization
+		// cannot shorten it.
+		if _, err = tx.ExecContext(ctx, `UPDATE jobs SET retain_until = $2 WHERE uid = $1`, f.JobUID, f.RetainUntil.UTC()); err != nil {
+			return record.Finalized{}, translate(err)
+		}
+	}
 	// The locked section: from here to the commit, every finalization of the cluster waits.
 	locked := time.Now()
 	var head record.ChainHead

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // tmpPrefix starts the name of every file a Put is still writing. List skips such files and keys
@@ -84,7 +85,7 @@ func (f *FS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
-	if err := f.write(ctx, p, newSource(ctx, r), f.locks(opts)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, r), f.lockUntil(opts)); err != nil {
 		return fmt.Errorf("put %s: %w", f.URL(key), err)
 	}
 	return nil
@@ -108,19 +109,26 @@ func (f *FS) Compose(ctx context.Context, dst string, srcs []string, opts PutOpt
 	}
 	c := &concat{names: srcs, open: func(i int) (io.ReadCloser, error) { return f.open(srcs[i]) }}
 	defer c.Close()
-	if err := f.write(ctx, p, newSource(ctx, c), f.locks(opts)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, c), f.lockUntil(opts)); err != nil {
 		return fmt.Errorf("compose %s: %w", f.URL(dst), err)
 	}
 	return nil
 }
 
-// locks reports whether an object stored with opts is a read-only file.
-func (f *FS) locks(opts PutOptions) bool { return f.lock && !opts.RetainUntil.IsZero() }
+// lockUntil is the retain-until date of an object stored with opts, zero when it is not a
+// read-only file.
+func (f *FS) lockUntil(opts PutOptions) time.Time {
+	if !f.lock {
+		return time.Time{}
+	}
+	return opts.RetainUntil
+}
 
 // write copies r to a temporary file in p's directory, syncs it and renames it to p, read-only
-// if readOnly. On failure it removes the temporary file. A read-only file at p is replaced by
+// if until is not zero, with until as its modification time (its retain-until date, which
+// DeleteExpired reads back). On failure it removes the temporary file. A read-only file at p is replaced by
 // nothing: the same bytes leave it as it is, others fail with ErrLocked.
-func (f *FS) write(ctx context.Context, p string, r io.Reader, readOnly bool) (err error) {
+func (f *FS) write(ctx context.Context, p string, r io.Reader, until time.Time) (err error) {
 	dir := filepath.Dir(p)
 	tmp, err := createTemp(dir)
 	if err != nil {
@@ -140,11 +148,16 @@ func (f *FS) write(ctx context.Context, p string, r io.Reader, readOnly bool) (e
 		return fmt.Errorf("sync: %w", err)
 	}
 	mode := os.FileMode(0o644)
-	if readOnly {
+	if !until.IsZero() {
 		mode = 0o444
 	}
 	if err = tmp.Chmod(mode); err != nil {
 		return err
+	}
+	if !until.IsZero() {
+		if err = os.Chtimes(tmp.Name(), time.Time{}, until); err != nil {
+			return err
+		}
 	}
 	if err = tmp.Close(); err != nil {
 		return err
@@ -327,6 +340,28 @@ func notFound(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
 	return err
+}
+
+// DeleteExpired removes the object like Delete, and also when it is a read-only file whose
+// retain-until date (its modification time, set by Put and Compose) is at or before now: the
+// retention pruner's way to delete what it may (S3 and GCS need none: they allow the deletion of
+// an object once its retention has passed). A read-only file retained past now is refused with
+// ErrLocked, as Delete refuses it.
+func (f *FS) DeleteExpired(ctx context.Context, key string, now time.Time) error {
+	p, err := f.path(key)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	fi, err := os.Lstat(p)
+	if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o222 == 0 {
+		if fi.ModTime().After(now) {
+			return fmt.Errorf("delete %s: %w: retained until %s", f.URL(key), ErrLocked, fi.ModTime().UTC().Format(time.RFC3339))
+		}
+		if err := os.Chmod(p, 0o644); err != nil {
+			return fmt.Errorf("delete %s: %w", f.URL(key), err)
+		}
+	}
+	return f.Delete(ctx, key)
 }
 
 // Delete removes the object's file and then the directories it leaves empty, so that deleted

@@ -62,3 +62,12 @@ type Store interface {
 	// Ping checks that the store answers and the bucket exists (readiness).
 	Ping(ctx context.Context) error
 }
+
+// ExpiredDeleter is implemented by stores whose own lock does not lift when its retain-until date
+// passes (the fs backend's read-only files): DeleteExpired deletes the object when it is unlocked
+// or its retain-until date is at or before now, and fails with ErrLocked otherwise. The retention
+// pruner uses it when the store has it, Delete otherwise (S3 and GCS allow deleting an object
+// whose retention has passed).
+type ExpiredDeleter interface {
+	DeleteExpired(ctx context.Context, key string, now time.Time) error
+}

@@ -13,6 +13,33 @@ type Finalization struct {
 	// ManifestKey is where the manifest is stored; RecordDigest digests the job's rows.
 	ManifestKey  string
 	RecordDigest string
+	// RetainUntil is the job's retain-until date (zero: none), recorded in jobs.retain_until: the
+	// date its final objects are locked until, after which the pruner may delete it.
+	RetainUntil time.Time
+}
+
+// PruneCandidate is a finalized job whose retain-until date has passed and that no legal hold
+// holds: its chain entry (whose manifest lists its objects) and its retain-until date.
+type PruneCandidate struct {
+	Entry       ChainEntry
+	Namespace   string
+	RetainUntil time.Time
+}
+
+// Prune records the deletion of a finalized job's rows and objects by the retention pruner. It is
+// written before anything is deleted, so that no chain entry points at deleted data without it.
+type Prune struct {
+	Cluster        string
+	Seq            int64
+	JobUID         string
+	ManifestSHA256 string
+	RetainUntil    time.Time
+	// Policy says which retention applied, e.g. "retention 720h0m0s".
+	Policy string
+	// Objects are the keys deleted: the manifest's objects and the manifest.
+	Objects []string
+	// PrunedAt is the pruner's time of decision.
+	PrunedAt time.Time
 }
 
 // ChainEntry is one entry of a cluster's audit chain: a finalized job, numbered without gaps, its

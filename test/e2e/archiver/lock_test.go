@@ -3,13 +3,17 @@ package archiver
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/minio/minio-go/v7"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/objstore"
@@ -121,4 +125,33 @@ func TestArchiveLocksFinalObjects(t *testing.T) {
 			t.Errorf("Delete(%s) = %v, want ErrLocked", keys[0], err)
 		}
 	})
+}
+
+// TestArchiveNamespaceRetention: a namespace's jobvault.io/retention replaces --retention for its
+// jobs, through the real API server, the archiver's cache and its RBAC: the final objects are
+// locked (read-only files, dated) until the finalization plus the namespace's retention.
+func TestArchiveNamespaceRetention(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendFS, "--retention=2h", "--store-lock-mode="+objstore.LockGovernance)
+	const retention = 720 * time.Hour
+	ns := &corev1.Namespace{}
+	if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Name: s.NS}, ns); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(ns.DeepCopy())
+	ns.Annotations = map[string]string{"jobvault.io/retention": retention.String()}
+	if err := s.Env.Client.Patch(t.Context(), ns, patch); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	keys, archivedAt := finalKeys(t, s)
+	for _, k := range keys {
+		fi, err := os.Stat(filepath.Join(s.StoreConfig.FSRoot, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		until := fi.ModTime()
+		if fi.Mode().Perm() != 0o444 || until.Before(start.Add(retention).Truncate(time.Second)) || until.After(archivedAt.Add(retention).Add(time.Second)) {
+			t.Errorf("%s: %v until %s, want read-only until finalization + %s (between %s and %s)", k, fi.Mode().Perm(), until, retention, start.Add(retention), archivedAt.Add(retention))
+		}
+	}
 }

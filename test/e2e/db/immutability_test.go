@@ -318,7 +318,7 @@ ORDER BY 1`)
 			got = append(got, s)
 		}
 		var want []string
-		for _, v := range append(views, "audit_chain", "audit_chain_heads", "audit_digests") {
+		for _, v := range append(views, "audit_chain", "audit_chain_heads", "audit_digests", "audit_prunes") {
 			want = append(want, v+":SELECT")
 		}
 		slices.Sort(want)
@@ -429,7 +429,8 @@ func TestDBMigrateWithoutCreateRole(t *testing.T) {
 	if _, err := rawDB(t, ownerDSN).ExecContext(ctx, `SELECT jobvault_grant_roles()`); err != nil {
 		t.Fatalf("jobvault_grant_roles() as the owner: %v", err)
 	}
-	for role, want := range map[string]int{"jobvault_auditor": 8, "jobvault_writer": 29} {
+	// The auditor: the five views, the chain's three tables and audit_prunes (0007).
+	for role, want := range map[string]int{"jobvault_auditor": 9, "jobvault_writer": 29} {
 		if n := queryInt(t, c, `SELECT count(*) FROM information_schema.role_table_grants WHERE grantee = $1 AND table_catalog = current_database()`, role); n != want {
 			t.Errorf("table privileges granted to %s = %d, want %d", role, n, want)
 		}

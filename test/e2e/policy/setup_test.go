@@ -283,6 +283,11 @@ func waitInForce(t *testing.T, env *testbed.Env) {
 		{"jobvault-release", func(ctx context.Context) error {
 			return admin.Create(ctx, pod(map[string]string{tracking.ReleaseAnnotation: "probe"}), client.DryRunAll)
 		}},
+		{"jobvault-legal-hold", func(ctx context.Context) error {
+			return admin.Create(ctx, job(func(j *batchv1alpha1.Job) {
+				j.Annotations = map[string]string{"jobvault.io/legal-hold": "probe"}
+			}), client.DryRunAll)
+		}},
 		// The operators named in the ConfigMap, by user and by group, pass.
 		{"", func(ctx context.Context) error {
 			return as(t, operator).Create(ctx, pod(map[string]string{tracking.ReleaseAnnotation: "probe"}), client.DryRunAll)
