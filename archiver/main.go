@@ -211,8 +211,13 @@ func run() error {
 	if err := archiver.SetupWithManager(ctx, mgr, deps, f.opts); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)
 	}
+	// The chain's signer and the pruner work on the whole cluster's chain: with several shards,
+	// only shard 0's leader runs them (one digest chain, one deletion of each job).
+	clusterWide := f.opts.Shard.Index == 0
 	if f.signingKey == nil {
 		log.Info("Audit chain heads are NOT signed: no --audit-signing-key")
+	} else if !clusterWide {
+		log.Info("Audit chain heads are signed by shard 0")
 	} else if err := mgr.Add(&audit.Signer{Records: records, Store: store, Prefix: f.opts.Layout.Prefix, Cluster: f.opts.Cluster, Key: f.signingKey,
 		Period: f.auditDigestPeriod, Clock: clock.RealClock{}, Log: ctrl.Log.WithName("audit-signer")}); err != nil {
 		return err
@@ -221,6 +226,8 @@ func run() error {
 	}
 	if f.prunePeriod == 0 {
 		log.Info("Retention pruning is off: --prune-period 0")
+	} else if !clusterWide {
+		log.Info("Retention pruning is done by shard 0")
 	} else if err := mgr.Add(&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster, Period: f.prunePeriod,
 		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), HeldNamespaces: archiver.NamespaceHolds(mgr.GetAPIReader()),
 		Clock: clock.RealClock{}, Log: ctrl.Log.WithName("pruner")}); err != nil {
