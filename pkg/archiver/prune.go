@@ -17,12 +17,8 @@ import (
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/tracking"
 )
-
-// LegalHoldAnnotation on a VcJob or a namespace holds the job's (or every job of the namespace's)
-// rows and objects: the pruner never deletes them, whatever their retain-until date. Any value but
-// "" and "false" holds; a reason ("case 2026-117") is the recommended value.
-const LegalHoldAnnotation = "jobvault.io/legal-hold"
 
 // legalHold reports whether an annotation value places a legal hold (the database decides the
 // same for jobs, in migration 0007).
@@ -214,7 +210,7 @@ func NamespaceHolds(reader client.Reader) func(ctx context.Context) ([]string, e
 		}
 		var held []string
 		for _, ns := range list.Items {
-			if legalHold(ns.Annotations[LegalHoldAnnotation]) {
+			if legalHold(ns.Annotations[tracking.LegalHoldAnnotation]) {
 				held = append(held, ns.Name)
 			}
 		}

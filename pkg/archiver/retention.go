@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jobvault/jobvault/pkg/tracking"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -12,12 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// RetentionAnnotation on a namespace overrides --retention for the jobs and pods of that
-// namespace: a positive Go duration, e.g. "2160h" (90 days). A value that does not parse is
-// logged and ignored (--retention applies).
-const RetentionAnnotation = "jobvault.io/retention"
-
-// parseRetention validates a RetentionAnnotation value.
+// parseRetention validates a tracking.RetentionAnnotation value.
 func parseRetention(v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil {
@@ -44,7 +40,7 @@ func retainFor(d time.Duration, finalizedAt time.Time) time.Time {
 	return finalizedAt.UTC().Add(d)
 }
 
-// retainUntilIn is retainUntil for a job or pod of namespace, whose RetentionAnnotation, when
+// retainUntilIn is retainUntil for a job or pod of namespace, whose tracking.RetentionAnnotation, when
 // valid, replaces --retention. The namespace is read through c (the manager's cache: namespaces'
 // metadata only); when it cannot be read, or its value is invalid, --retention applies, logged.
 // The one place the date is derived: the job's recorded retain_until (which the pruner reads) and
@@ -56,13 +52,13 @@ func (o Options) retainUntilIn(ctx context.Context, c client.Reader, namespace s
 		log.FromContext(ctx).Error(err, "Cannot read the namespace's retention; --retention applies", "namespace", namespace)
 		return o.retainUntil(finalizedAt)
 	}
-	v, ok := ns.Annotations[RetentionAnnotation]
+	v, ok := ns.Annotations[tracking.RetentionAnnotation]
 	if !ok {
 		return o.retainUntil(finalizedAt)
 	}
 	d, err := parseRetention(v)
 	if err != nil {
-		log.FromContext(ctx).Error(err, "Invalid namespace retention annotation; --retention applies", "namespace", namespace, "annotation", RetentionAnnotation, "value", v)
+		log.FromContext(ctx).Error(err, "Invalid namespace retention annotation; --retention applies", "namespace", namespace, "annotation", tracking.RetentionAnnotation, "value", v)
 		return o.retainUntil(finalizedAt)
 	}
 	return retainFor(d, finalizedAt)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobvault/jobvault/pkg/tracking"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -42,7 +43,7 @@ func TestRetainUntilIn(t *testing.T) {
 	ns := func(name, retention string) *corev1.Namespace {
 		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if retention != "" {
-			n.Annotations = map[string]string{RetentionAnnotation: retention}
+			n.Annotations = map[string]string{tracking.RetentionAnnotation: retention}
 		}
 		return n
 	}

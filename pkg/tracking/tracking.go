@@ -53,6 +53,14 @@ const (
 	// ReleaseAnnotation is the operator's escape hatch: set on a VcJob or pod (any non-empty value,
 	// best a reason), it makes the archiver record what it has and release the finalizer at once.
 	ReleaseAnnotation = Prefix + "release"
+	// RetentionAnnotation on a namespace overrides the archiver's --retention for the jobs and
+	// pods of that namespace: a positive Go duration, e.g. "2160h" (90 days). A value that does
+	// not parse is logged and ignored (--retention applies).
+	RetentionAnnotation = Prefix + "retention"
+	// LegalHoldAnnotation on a VcJob or a namespace holds the job's (or every job of the
+	// namespace's) rows and objects: the pruner never deletes them, whatever their retain-until
+	// date. Any value but "" and "false" holds; a reason ("case 2026-117") is the recommended value.
+	LegalHoldAnnotation = Prefix + "legal-hold"
 )
 
 // IsTerminal reports whether a VcJob phase is final. Aborted is not: Volcano can resume an aborted

@@ -14,6 +14,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
 // retention is the --retention of TestAuditRetentionPrune.
@@ -45,7 +46,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.Annotations = map[string]string{archiver.LegalHoldAnnotation: "case 2026-117"}
+	j.Annotations = map[string]string{tracking.LegalHoldAnnotation: "case 2026-117"}
 	if err := r.Records.UpsertJob(ctx, j); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 const (
 	legalHold = "jobvault-legal-hold"
-	// The keys of pkg/archiver (LegalHoldAnnotation, RetentionAnnotation).
+	// The keys of pkg/tracking (LegalHoldAnnotation, RetentionAnnotation).
 	holdKey      = "jobvault.io/legal-hold"
 	retentionKey = "jobvault.io/retention"
 )
