@@ -65,6 +65,7 @@ func (r *runner) Name() string                 { return "demo" }
 func (r *runner) Cleanup(f func())             { r.cleanups = append(r.cleanups, f) }
 func (r *runner) Fatal(args ...any)            { r.fail(fmt.Sprint(args...)) }
 func (r *runner) Fatalf(f string, args ...any) { r.fail(fmt.Sprintf(f, args...)) }
+func (r *runner) Logf(f string, args ...any)   { fmt.Fprintf(os.Stderr, f+"\n", args...) }
 
 func (r *runner) fail(msg string) {
 	fmt.Fprintln(os.Stderr, "jobvault demo failed:", msg)

@@ -298,5 +298,6 @@ type T interface {
 	Name() string
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
 	Cleanup(func())
 }
