@@ -49,7 +49,7 @@ func (e *Env) RestartAPIServer(t T, down time.Duration) {
 		t.Fatalf("testbed: kube-apiserver not ready after its restart: %v (log: %s)", err, logs)
 	}
 	t.Cleanup(func() {
-		if err := e.waitWorking(t, 3*time.Minute); err != nil {
+		if err := e.waitWorking(t, 5*time.Minute); err != nil {
 			t.Fatalf("testbed: the cluster does not work after the API server's restart: %v", err)
 		}
 	})
@@ -83,7 +83,9 @@ func (e *Env) waitWorking(t T, timeout time.Duration) error {
 	// Pending for good: the controller creates pods when it sees its PodGroup's update to Inqueue,
 	// and a re-list delivers the PodGroup as an addition instead. Nothing else comes back to such a
 	// job, which is Volcano's behaviour on any cluster, not the testbed's; what the tests after
-	// need is that new jobs run, so a canary stuck that way is replaced by a new one.
+	// need is that new jobs run, so a canary stuck that way is replaced by a new one. Volcano's
+	// informers take up to about two minutes to list again (client-go's backoff, doubled by its
+	// jitter, for each of them), hence the budget.
 	for {
 		attempt, stop := context.WithTimeout(ctx, canaryAttempt)
 		err := e.canary(attempt)
@@ -96,7 +98,7 @@ func (e *Env) waitWorking(t T, timeout time.Duration) error {
 }
 
 // canaryAttempt is how long one canary job may take: a few seconds when the cluster works.
-const canaryAttempt = 45 * time.Second
+const canaryAttempt = 40 * time.Second
 
 // canary runs a one-pod VcJob in kube-system (which jobvault's webhook leaves alone) to
 // completion, then deletes it and waits until the garbage collector has removed its pod.
