@@ -92,12 +92,15 @@ type Config struct {
 	// NodeLogMaxSize is the nodes' log rotation size (the kubelet's containerLogMaxSize). A run
 	// never followed (it ended while the archiver was down) is read from its current file only:
 	// if that file comes within a tenth of this size, older files may have been rotated away, and
-	// the run gets a GapMaybeRotated gap before its first line. 0 turns the check off.
+	// the run gets a GapMaybeRotated gap before its first line. A follow stream that lagged and
+	// jumped far enough to have skipped a rotated file gets one over the jump (skipWatch). 0 turns
+	// both checks off.
 	NodeLogMaxSize int64
 	// ObserveLag, when set, is given how far behind its container each line of a follow stream
 	// arrives (now minus the line's timestamp, so clock skew between node and archiver counts
-	// too). It is the early warning of the one loss a capture cannot see: a stream more than one
-	// rotated file behind has the node's reader skip the files in between.
+	// too). It is the early warning of the one loss a capture sees only afterwards, and only as
+	// possible: a stream more than one rotated file behind has the node's reader skip the files in
+	// between (skipWatch).
 	ObserveLag func(time.Duration)
 	// ObserveReopen, when set, is told why each follow stream of a running container ended before
 	// it is reopened: "ended" (the node closed it: its streaming idle timeout, an API server
@@ -211,6 +214,9 @@ type capture struct {
 	unfollowed bool
 	firstTime  time.Time
 	fileBytes  int64 // the size of what was read, as the node's file holds it
+
+	// watch spots where the follow stream may have skipped rotated files (zero: not following).
+	watch skipWatch
 }
 
 func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store, segKey func(int32) string, ref Ref) (*capture, error) {
@@ -302,6 +308,8 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 	defer cancel()
 	// From the last line captured, durable or not: what the segment holds stays in memory.
 	c.segSkip = 0
+	c.watch = skipWatch{maxSize: c.cfg.NodeLogMaxSize}
+	defer func() { c.watch = skipWatch{} }()
 	rc, err := src.Open(ctx, c.ref, OpenOptions{Follow: true, Since: c.segLast})
 	if err != nil {
 		return streamFailed("open", err)
@@ -424,6 +432,9 @@ func (c *capture) add(ctx context.Context, l line, first *bool) error {
 	switch {
 	case c.segLast.IsZero():
 	case l.ts.Before(c.segLast):
+		// Already captured. The kubelet's reader replays the current file from its start when it
+		// takes a stale event for a rotation: the lines at segLast come again after these.
+		c.segSkip = 0
 		return nil
 	case l.ts.Equal(c.segLast) && c.segSkip < c.segLines:
 		c.segSkip++
@@ -431,6 +442,11 @@ func (c *capture) add(ctx context.Context, l line, first *bool) error {
 	case wasFirst && l.ts.After(c.segLast):
 		// The stream starts after the last line captured: it was rotated away in between.
 		if err := c.gap(ctx, l.ts, record.GapRotated, "the log file was rotated before the rest of it was read"); err != nil {
+			return err
+		}
+	}
+	if why := c.watch.take(l, time.Now()); why != "" {
+		if err := c.gap(ctx, l.ts, record.GapMaybeRotated, why); err != nil {
 			return err
 		}
 	}

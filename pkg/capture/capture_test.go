@@ -28,6 +28,7 @@ type fakeNode struct {
 	over    bool
 	wake    chan struct{}
 	breakCh chan struct{}
+	replay  bool // open follow streams send the current file again from its start
 }
 
 type fakeLine struct {
@@ -61,6 +62,16 @@ func (n *fakeNode) breakStreams() {
 	n.breakCh = make(chan struct{})
 }
 
+// replayStreams has every open follow stream send the current file again from its start, as the
+// kubelet's reader does when it takes a stale event for a rotation.
+func (n *fakeNode) replayStreams() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.replay = true
+	close(n.wake)
+	n.wake = make(chan struct{})
+}
+
 func (n *fakeNode) Open(ctx context.Context, _ Ref, opts OpenOptions) (io.ReadCloser, error) {
 	since := opts.Since.Truncate(time.Second)
 	pr, pw := io.Pipe()
@@ -70,6 +81,9 @@ func (n *fakeNode) Open(ctx context.Context, _ Ref, opts OpenOptions) (io.ReadCl
 	go func() {
 		for {
 			n.mu.Lock()
+			if n.replay && opts.Follow {
+				next, n.replay = n.current, false
+			}
 			lines, wake := n.lines[max(next, n.current):], n.wake
 			n.mu.Unlock()
 			for _, l := range lines {
@@ -313,6 +327,24 @@ func TestCaptureRecordsRotatedOutputAsGap(t *testing.T) {
 	if len(r.recs.gaps) != 1 || r.recs.gaps[0].Reason != record.GapRotated || !r.recs.gaps[0].Before.After(r.recs.gaps[0].After) {
 		t.Errorf("gaps %+v, want one rotated-away gap between the last line captured and the next", r.recs.gaps)
 	}
+}
+
+// TestCaptureDropsReplayedLines: the node's reader sends the current file again from its start in
+// the middle of a stream; nothing is captured twice, even the lines sharing the last timestamp.
+func TestCaptureDropsReplayedLines(t *testing.T) {
+	r := newRig(t)
+	r.cfg.SegmentBytes = 1 << 20 // one segment: the replay is met by what is in memory
+	done := r.start(t.Context())
+	for i := range 8 { // the rig gives each 3 lines one timestamp: the last 2 share one
+		r.write(fmt.Sprintf("line %d\n", i), false)
+	}
+	time.Sleep(200 * time.Millisecond) // followed
+	r.node.replayStreams()
+	time.Sleep(200 * time.Millisecond)
+	r.write("line 8\n", false)
+	time.Sleep(200 * time.Millisecond)
+	r.end(t, done)
+	r.check(t)
 }
 
 func TestCaptureSurvivesRestartWithoutDuplicates(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,6 +254,88 @@ func TestCaptureRecordsGapWhenDown(t *testing.T) {
 	if err != nil || !rep.OK() || len(rep.Gaps) != 1 || !strings.Contains(text.String(), "GAP log of container main run 0") {
 		t.Errorf("verify (%v):\n%s\nwant OK with the gap reported", err, text.String())
 	}
+}
+
+// TestCaptureRecordsSkippedFilesAsGap: the archiver is stopped (SIGSTOP) for 8 s while a
+// container writes 3 MiB/s on a node that rotates its log at 1 MiB. The follow stream stays open
+// but falls many files behind, so at the next rotation the node's reader (the kubelet's, in KWOK)
+// skips the files in between, and nothing in the stream says so. Every run of lines missing from
+// the archive has a recorded gap, "possibly rotated before read", the job is released with that
+// reason, and verify reports the gaps. Before the skip watch, the archive was short and no gap was
+// recorded (and the reader's replays of a file doubled lines).
+func TestCaptureRecordsSkippedFilesAsGap(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendFS, "--node-log-max-size=1048576")
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 1 << 20, MaxFiles: 2})
+	out := stack.SteadyOutput("skipped", 300, 150<<10)
+	job, pod := writingJob(t, s, rt, "skipped", "17s", out, 50*time.Millisecond)
+	waitWritten(t, s, rt, pod, 3<<20)
+	pid := s.Proc.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	time.Sleep(8 * time.Second)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	j := s.WaitArchived(t, job, 3*time.Minute)
+	written := wroteAll(t, s, rt, pod, out)
+	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
+	got, _ := s.ReadLog(t, row.ObjectKey)
+	missing := missingRuns(t, written, got)
+	if len(missing) == 0 {
+		t.Fatalf("all %d bytes archived: the stream never fell a file behind, so the test's timing is off", len(written))
+	}
+	g := gaps(t, s, string(j.UID))
+	t.Logf("%d of %d bytes archived; missing: %v; gaps: %+v", len(got), len(written), missing, g)
+	if len(g) < len(missing) {
+		t.Errorf("%d run(s) of lines missing from the archive, but %d gap(s) recorded", len(missing), len(g))
+	}
+	for _, x := range g {
+		if x.Reason != record.GapMaybeRotated && x.Reason != record.GapRotated {
+			t.Errorf("gap %+v, want a rotation's", x)
+		}
+	}
+	jr, err := s.Records.Job(t.Context(), string(j.UID))
+	if err != nil || jr.ArchiveState != record.ArchiveReleased || !strings.Contains(jr.ReleaseReason, "rotated before read") {
+		t.Errorf("job row %s %q (%v), want released with the skipped files as reason", jr.ArchiveState, jr.ReleaseReason, err)
+	}
+	s.ExpectEvent(t, "LogIncomplete")
+	rep, err := inspect.Verify(t.Context(), s.Records, s.Store, string(j.UID), inspect.VerifyOptions{})
+	if err != nil || !rep.OK() || len(rep.Gaps) != len(g) {
+		t.Errorf("verify: OK %v, %d gap(s) reported (%v), want OK with the %d gap(s)", rep.OK(), len(rep.Gaps), err, len(g))
+	}
+}
+
+// missingRuns checks that got is written less some of its lines, in order, and describes each run
+// of consecutive lines missing: its first line and its size.
+func missingRuns(t *testing.T, written, got []byte) []string {
+	t.Helper()
+	want, have := bytes.SplitAfter(written, []byte("\n")), bytes.SplitAfter(got, []byte("\n"))
+	var runs []string
+	i, first, lost := 0, []byte(nil), 0
+	for _, w := range append(want, nil) {
+		if i < len(have) && bytes.Equal(have[i], w) || w == nil {
+			if first != nil {
+				runs = append(runs, fmt.Sprintf("%d bytes from %.40q", lost, first))
+				first, lost = nil, 0
+			}
+			i++
+			continue
+		}
+		if first == nil {
+			first = w
+		}
+		lost += len(w)
+	}
+	if i-1 != len(have) {
+		var before []string
+		for _, h := range have[max(0, i-4):i] {
+			before = append(before, fmt.Sprintf("%.40q", h))
+		}
+		t.Fatalf("the archive is not the written log less some lines: line %d of %d archived (%.60q, after %v) is not among the lines written after the ones before it", i, len(have), have[i], before)
+	}
+	return runs
 }
 
 func commonPrefix(a, b []byte) int {

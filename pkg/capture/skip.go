@@ -1,0 +1,80 @@
+package capture
+
+import (
+	"fmt"
+	"time"
+)
+
+// skipWatch spots, in one follow stream, where the node's reader may have skipped rotated files.
+//
+// At a rotation the kubelet's reader (KWOK's too) finishes the file it holds open, then opens the
+// log by name. A stream more than one file behind therefore jumps from the last line of the file
+// it read (p) to the first line of the current one (l), and nothing in the stream marks it: the
+// files in between are lost. Each of them holds at least the rotation size, and the reader left
+// p's file only after they were written, so such a jump needs, at the container's write rate:
+//   - the lag: a rotation size of output between p's timestamp and p's arrival;
+//   - the jump: a rotation size of output between p's and l's timestamps.
+//
+// The rate is the highest seen in the stream, and each bound is halved for headroom, since the
+// container may have written faster in the files skipped. A container that writes in bursts
+// (a file's worth at once, say) passes both bounds at each of its pauses, so the jump must also be
+// half as long again as the longest pause seen while the stream kept up (forgotten after
+// naturalFor): a skipped file adds its own span to the pause around it. A jump that passes all
+// three is recorded as a GapMaybeRotated over exactly its time range: output may be missing there,
+// and the record says so. A container that fell silent while its stream lagged looks the same, so
+// the gap says "possibly"; one that wrote more than twice as fast in the skipped files as ever
+// before in the stream can slip through.
+type skipWatch struct {
+	maxSize int64 // the nodes' rotation size; 0 turns the watch off
+
+	prevTS, prevRecv time.Time // the last line taken from this stream, and when it arrived
+
+	winStart time.Time // the window of timestamps the current rate is measured over
+	winBytes int64
+	peak     float64 // the highest write rate seen, in bytes (as the node's file holds them) per second
+
+	natural   time.Duration // the longest jump seen while the stream kept up ...
+	naturalAt time.Time     // ... and the timestamp it was seen at
+}
+
+// naturalFor is how long, in the stream's timestamps, a pause seen while the stream kept up counts.
+const naturalFor = 30 * time.Second
+
+// rateWindow is the span of timestamps a write rate is measured over.
+const rateWindow = 250 * time.Millisecond
+
+// take records that line l of the stream arrived at recv and, if the jump from the line before
+// may hide skipped files, returns why (else "").
+func (w *skipWatch) take(l line, recv time.Time) string {
+	if w.maxSize <= 0 {
+		return ""
+	}
+	var why string
+	jump, lag := l.ts.Sub(w.prevTS), w.prevRecv.Sub(w.prevTS)
+	half := float64(w.maxSize) / 2
+	natural := w.natural
+	if l.ts.Sub(w.naturalAt) > naturalFor {
+		natural = 0
+	}
+	switch {
+	case w.prevTS.IsZero() || jump <= 0:
+	case w.peak*lag.Seconds() < half:
+		// Kept up: no skip possible here, and the jump is one of the container's own pauses.
+		if jump >= natural {
+			w.natural, w.naturalAt = jump, l.ts
+		}
+	case w.peak*jump.Seconds() >= half && jump > natural*3/2:
+		why = fmt.Sprintf("the follow stream was %s behind its container when its timestamps jumped by %s; at the container's peak rate of %.0f bytes/s both could hold a rotated file (%d bytes), and the node's reader skips the files a stream is more than one behind",
+			lag.Round(time.Millisecond), jump.Round(time.Millisecond), w.peak, w.maxSize)
+	}
+	// The rate: bytes per second of timestamps, over windows of rateWindow or more. A pause of a
+	// window or more starts a new one, so that silence does not dilute the rate.
+	if jump >= rateWindow || w.winStart.IsZero() || l.ts.Before(w.winStart) {
+		w.winStart, w.winBytes = l.ts, 0 // the window starts at this line: its bytes came before
+	} else if w.winBytes += int64(l.fileBytes); l.ts.Sub(w.winStart) >= rateWindow {
+		w.peak = max(w.peak, float64(w.winBytes)/l.ts.Sub(w.winStart).Seconds())
+		w.winStart, w.winBytes = l.ts, 0
+	}
+	w.prevTS, w.prevRecv = l.ts, recv
+	return why
+}

@@ -1,0 +1,80 @@
+package capture
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSkipWatch feeds the watch a stream at 1 MiB/s (10 KiB lines, 10 ms apart) and then one
+// jump, and checks which jumps it takes for a possible skip of rotated files.
+func TestSkipWatch(t *testing.T) {
+	const maxSize = 256 << 10
+	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name      string
+		maxSize   int64
+		lag, jump time.Duration
+		want      bool
+	}{
+		{"caught up, the container pauses", maxSize, 5 * time.Millisecond, 2 * time.Second, false},
+		{"behind, a jump a file long", maxSize, 2 * time.Second, time.Second, true},
+		{"behind, the next line as usual", maxSize, 2 * time.Second, 10 * time.Millisecond, false},
+		{"behind, a jump shorter than half a file", maxSize, 2 * time.Second, 100 * time.Millisecond, false},
+		{"a jump a file long, behind by less than half a file", maxSize, 100 * time.Millisecond, time.Second, false},
+		{"watch off", 0, 2 * time.Second, time.Second, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := skipWatch{maxSize: c.maxSize}
+			ts := t0
+			data := []byte(strings.Repeat("x", 10<<10-1) + "\n")
+			for i := range 100 {
+				if why := w.take(line{ts: ts, data: data, fileBytes: len(data)}, ts.Add(c.lag)); why != "" {
+					t.Fatalf("line %d of a steady stream taken for a skip: %s", i, why)
+				}
+				ts = ts.Add(10 * time.Millisecond)
+			}
+			ts = ts.Add(c.jump - 10*time.Millisecond)
+			why := w.take(line{ts: ts, data: data, fileBytes: len(data)}, ts.Add(c.lag))
+			if got := why != ""; got != c.want {
+				t.Errorf("a jump of %s while %s behind: possible skip %v (%q), want %v", c.jump, c.lag, got, why, c.want)
+			}
+		})
+	}
+}
+
+// TestSkipWatchBursts: a container writes a rotated file's worth at once (300 KiB against 256 KiB)
+// every 100 ms. Each pause between its bursts could hold a file at its rate, but a stream that
+// falls behind is not taken for skipping at each of them: only a jump longer than its pauses (one
+// burst missing) is.
+func TestSkipWatchBursts(t *testing.T) {
+	w := skipWatch{maxSize: 256 << 10}
+	ts := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	data := []byte(strings.Repeat("x", 10<<10-1) + "\n")
+	burst := func(lag time.Duration) string {
+		var why string
+		for i := range 30 {
+			if w := w.take(line{ts: ts, data: data, fileBytes: len(data)}, ts.Add(lag)); w != "" && why == "" {
+				why = fmt.Sprintf("line %d: %s", i, w)
+			}
+			ts = ts.Add(time.Microsecond)
+		}
+		ts = ts.Add(100*time.Millisecond - 30*time.Microsecond)
+		return why
+	}
+	for i := range 20 {
+		if why := burst(5 * time.Millisecond); why != "" {
+			t.Fatalf("burst %d, stream caught up: taken for a skip: %s", i, why)
+		}
+	}
+	for i := range 10 {
+		if why := burst(5 * time.Second); why != "" {
+			t.Fatalf("burst %d, stream 5 s behind: taken for a skip: %s", i, why)
+		}
+	}
+	ts = ts.Add(100 * time.Millisecond) // a burst the stream never saw
+	if why := burst(5 * time.Second); why == "" {
+		t.Errorf("a burst missing while 5 s behind: not taken for a possible skip")
+	}
+}
