@@ -118,8 +118,9 @@ func TestCaptureThroughRotation(t *testing.T) {
 //
 // It runs with `make test-scale`, not `make test`: on this 2-core machine under load it failed 2 of
 // 14 runs, each time short by one or two whole files the node's reader skipped (follow costs the
-// API server and the node about 0.1 s of CPU per MiB, so the stream falls behind), a limit the
-// capture cannot see. Until that is solved it would make CI fail at random; see issue 11's note.
+// API server and the node about 0.1 s of CPU per MiB, so the stream falls behind). The capture
+// records such a skip as a "possibly rotated before read" gap (TestCaptureRecordsSkippedFilesAsGap)
+// but cannot undo it, so this proof would make CI fail at random.
 func TestCaptureThroughRotationAtScale(t *testing.T) {
 	if os.Getenv("JOBVAULT_SCALE_PROOFS") == "" {
 		t.Skip("a scale proof: run it with make test-scale (JOBVAULT_SCALE_PROOFS=1)")
@@ -216,8 +217,9 @@ func TestCaptureSurvivesArchiverKill(t *testing.T) {
 // TestCaptureRecordsGapWhenDown: the archiver is down (killed) while the node rotates the log
 // past what it had read: the archive keeps what was captured before and after, the loss is a
 // recorded gap, and the job is released with the reason, never archived. (A stopped archiver,
-// SIGSTOP, loses nothing while its follow stream stays open: the kubelet's reader keeps reading
-// the rotated file it holds open.)
+// SIGSTOP, loses nothing while the buffers of its open follow stream take what the node's reader
+// sends; once they are full, that reader falls behind and skips files:
+// TestCaptureRecordsSkippedFilesAsGap.)
 func TestCaptureRecordsGapWhenDown(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=65536")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
