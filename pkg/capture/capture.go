@@ -24,6 +24,7 @@ import (
 	"hash"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -196,9 +197,10 @@ type capture struct {
 	lastLines int32
 	hash      hash.Hash
 
-	// The segment being filled: whole lines, gzip-compressed, with its own position.
+	// The segment being filled: whole lines, gzip-compressed, with its own position. Lines wait
+	// in raw until a block is full, then go into buf as one gzip member (see compress).
 	buf        bytes.Buffer
-	zw         *gzip.Writer
+	raw        bytes.Buffer
 	segBytes   int64
 	segStart   time.Time
 	segLast    time.Time
@@ -239,11 +241,7 @@ func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store,
 // reset starts an empty segment at the durable position.
 func (c *capture) reset() {
 	c.buf.Reset()
-	if c.zw == nil {
-		c.zw, _ = gzip.NewWriterLevel(&c.buf, gzip.BestSpeed)
-	} else {
-		c.zw.Reset(&c.buf)
-	}
+	c.raw.Reset()
 	c.segBytes, c.segStart, c.segLast, c.segLines, c.segPending = 0, time.Time{}, c.last, c.lastLines, false
 	c.segHash = cloneHash(c.hash)
 }
@@ -393,7 +391,7 @@ func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, 
 // whole writes the run's log, all of it in the segment being filled, as its final object, locked
 // until retainUntil (zero: unlocked).
 func (c *capture) whole(ctx context.Context, key string, retainUntil time.Time) (*Assembled, error) {
-	if err := c.zw.Close(); err != nil {
+	if err := c.compress(true); err != nil {
 		return nil, err
 	}
 	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil}
@@ -453,8 +451,11 @@ func (c *capture) add(ctx context.Context, l line, first *bool) error {
 	if !c.segPending {
 		c.segPending, c.segStart = true, time.Now()
 	}
-	if _, err := c.zw.Write(l.data); err != nil {
-		return err
+	c.raw.Write(l.data)
+	if c.raw.Len() >= rawBlock {
+		if err := c.compress(false); err != nil {
+			return err
+		}
 	}
 	c.segHash.Write(l.data)
 	c.segBytes += int64(len(l.data))
@@ -495,6 +496,39 @@ func (c *capture) maybeRotated(ctx context.Context) error {
 	return nil
 }
 
+// rawBlock is how much output a capture holds uncompressed before it compresses it.
+const rawBlock = 32 << 10
+
+// gzipWriters are shared by every capture: a compressor's state is about 480 KiB, so one per
+// followed container would cost half a GiB at 1,000 of them.
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+	return zw
+}}
+
+// compress appends the lines waiting in raw to the segment as one gzip member (gzip readers read
+// concatenated members as one stream, as they read the concatenated segments of a composed log).
+// With empty, a segment still empty gets an empty member, so that it is valid gzip.
+func (c *capture) compress(empty bool) error {
+	if c.raw.Len() == 0 && !(empty && c.buf.Len() == 0) {
+		return nil
+	}
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&c.buf)
+	if _, err := zw.Write(c.raw.Bytes()); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	if c.raw.Cap() > 4*rawBlock {
+		c.raw = bytes.Buffer{} // a long line grew it: do not keep that much per capture
+	}
+	c.raw.Reset()
+	return nil
+}
+
 // gap records that output after the durable position and before `before` (zero: up to the end)
 // is missing.
 func (c *capture) gap(ctx context.Context, before time.Time, reason record.GapReason, detail string) error {
@@ -510,7 +544,7 @@ func (c *capture) flush(ctx context.Context) error {
 	if !c.segPending {
 		return nil
 	}
-	if err := c.zw.Close(); err != nil {
+	if err := c.compress(false); err != nil {
 		return err
 	}
 	key := c.segKey(c.seq)
@@ -535,7 +569,7 @@ func (c *capture) flush(ctx context.Context) error {
 // readLines parses a timestamped log stream into lines, sending each on out. A line's content is
 // read whole, so memory holds one line at a time.
 func readLines(ctx context.Context, r io.Reader, out chan<- line) error {
-	br := bufio.NewReaderSize(r, 64<<10)
+	br := bufio.NewReaderSize(r, 16<<10)
 	for {
 		ts, err := br.ReadString(' ')
 		if err == io.EOF && ts == "" {
