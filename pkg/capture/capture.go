@@ -514,7 +514,10 @@ func (c *capture) compress(empty bool) error {
 		return nil
 	}
 	zw := gzipWriters.Get().(*gzip.Writer)
-	defer gzipWriters.Put(zw)
+	defer func() {
+		zw.Reset(io.Discard) // the pool must not keep this capture's buffer
+		gzipWriters.Put(zw)
+	}()
 	zw.Reset(&c.buf)
 	if _, err := zw.Write(c.raw.Bytes()); err != nil {
 		return err
