@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -46,5 +48,21 @@ func TestLegalHoldOnlyByOperators(t *testing.T) {
 		if err := patchAs(t, opByGroup, space, setAnnotations(map[string]string{key: "24h"})); err != nil {
 			t.Errorf("operator (by group) sets %s on the namespace: %v", key, err)
 		}
+	}
+	// A retention the archiver could not use is refused, even from an operator, and the last one
+	// stays.
+	for _, bad := range []string{"90dayz", "0h", "-24h", "24"} {
+		err := patchAs(t, opByGroup, space, setAnnotations(map[string]string{retentionKey: bad}))
+		want := `jobvault.io/retention on namespace ` + ns + ` is "` + bad + `": want a positive Go duration, such as 2160h (90 days)`
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("retention %q: %v, want refused as invalid: %s", bad, err, want)
+		}
+	}
+	if err := patchAs(t, opByGroup, space, setAnnotations(map[string]string{retentionKey: "2160h"})); err != nil {
+		t.Errorf("operator sets a retention of 2160h: %v", err)
+	}
+	var got corev1.Namespace
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: ns}, &got); err != nil || got.Annotations[retentionKey] != "2160h" {
+		t.Errorf("namespace retention %q (%v), want 2160h", got.Annotations[retentionKey], err)
 	}
 }
