@@ -198,7 +198,7 @@ func TestDBRoles(t *testing.T) {
 	ctx := t.Context()
 	owner, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
-	for _, role := range []string{"jobvault_writer", "jobvault_auditor"} {
+	for _, role := range []string{"jobvault_writer", "jobvault_pruner", "jobvault_auditor"} {
 		if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname = $1 AND NOT rolcanlogin AND NOT rolsuper`, role); n != 1 {
 			t.Errorf("role %s: %d NOLOGIN non-superuser roles, want 1", role, n)
 		}
@@ -277,6 +277,61 @@ func TestDBRoles(t *testing.T) {
 		}
 	})
 
+	// The retention pruner: the writer alone cannot record or delete anything pruned; the writer
+	// with jobvault_pruner does both, as the archiver's pruner calls them.
+	t.Run("pruner", func(t *testing.T) {
+		history(t, owner, "p1")
+		fin, err := owner.FinalizeJob(ctx, record.Finalization{Cluster: "c", JobUID: "p1", Location: "s3://b/p1/", ArchivedAt: at(time.Hour),
+			ManifestKey: "p1/manifest.json", RecordDigest: strings.Repeat("a", 64), RetainUntil: at(2 * time.Hour)},
+			func(int64, string) ([]byte, error) { return []byte("{}"), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		prune := []record.Prune{{Cluster: "c", Seq: fin.Entry.Seq, JobUID: "p1", ManifestSHA256: fin.Entry.ManifestSHA256,
+			RetainUntil: at(2 * time.Hour), Policy: "retention 1h0m0s (--retention)", Objects: []string{"p1/manifest.json"}, PrunedAt: at(3 * time.Hour)}}
+
+		writer, err := db.Open(ctx, loginRole(t, c, dsn, "jobvault_writer"), db.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { writer.Close() })
+		if err := writer.RecordPrunes(ctx, prune); sqlState(err) != pqerror.InsufficientPrivilege {
+			t.Errorf("RecordPrunes as the writer alone = %v, want permission denied", err)
+		}
+
+		name := fmt.Sprintf("jv_test_archiver_%d", rand.Uint32())
+		if _, err := c.ExecContext(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN IN ROLE jobvault_writer, jobvault_pruner`, name)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if _, err := c.ExecContext(context.Background(), `DROP ROLE IF EXISTS `+name); err != nil {
+				t.Errorf("drop role %s: %v", name, err)
+			}
+		})
+		pruner, err := db.Open(ctx, dsnAs(t, dsn, name), db.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pruner.Close() })
+		if err := pruner.RecordPrunes(ctx, prune); err != nil {
+			t.Fatalf("RecordPrunes as writer and pruner: %v", err)
+		}
+		if n, err := pruner.DeletePrunedRows(ctx, []string{"p1"}); err != nil || n != 1 {
+			t.Fatalf("DeletePrunedRows as writer and pruner = %d, %v; want 1 job deleted", n, err)
+		}
+		for _, table := range []string{"jobs WHERE uid", "job_transitions WHERE job_uid", "pods WHERE job_uid"} {
+			if n := queryInt(t, c, `SELECT count(*) FROM `+table+` = 'p1'`); n != 0 {
+				t.Errorf("%s = 'p1': %d rows left after the prune", table, n)
+			}
+		}
+		// Outside a pruner's transaction, the pruner's DELETE is still refused by the triggers.
+		pc := rawDB(t, dsnAs(t, dsn, name))
+		history(t, owner, "p2")
+		if _, err := pc.ExecContext(ctx, `DELETE FROM jobs WHERE uid = 'p2'`); sqlState(err) == "" {
+			t.Errorf("as the pruner, DELETE outside a transaction with jobvault.prune on succeeded, want refused")
+		}
+	})
+
 	t.Run("auditor", func(t *testing.T) {
 		history(t, owner, "a1")
 		adsn := loginRole(t, c, dsn, "jobvault_auditor")
@@ -336,7 +391,7 @@ func dropRoles(t *testing.T) {
 	ctx := t.Context()
 	pg := testbed.PostgresCluster(t)
 	admin := rawDB(t, pg.AdminDSN())
-	if queryInt(t, admin, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_auditor')`) != 2 {
+	if queryInt(t, admin, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_pruner', 'jobvault_auditor')`) != 3 {
 		t.Fatal("the roles should exist before this test drops them")
 	}
 	rows, err := admin.QueryContext(ctx, `SELECT datname FROM pg_database WHERE datallowconn`)
@@ -357,13 +412,13 @@ func dropRoles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.ExecContext(ctx, `DROP OWNED BY jobvault_writer, jobvault_auditor`)
+		_, err = c.ExecContext(ctx, `DROP OWNED BY jobvault_writer, jobvault_pruner, jobvault_auditor`)
 		c.Close()
 		if err != nil {
 			t.Fatalf("revoke the roles' privileges in %s: %v", name, err)
 		}
 	}
-	if _, err := admin.ExecContext(ctx, `DROP ROLE jobvault_writer, jobvault_auditor`); err != nil {
+	if _, err := admin.ExecContext(ctx, `DROP ROLE jobvault_writer, jobvault_pruner, jobvault_auditor`); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -407,21 +462,21 @@ func TestDBMigrateWithoutCreateRole(t *testing.T) {
 	}
 	defer records.Close()
 	assertVersion(t, records, db.LatestVersion)
-	if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_auditor')`); n != 0 {
+	if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_pruner', 'jobvault_auditor')`); n != 0 {
 		t.Errorf("%d jobvault roles after a migration by a user without CREATEROLE, want 0", n)
 	}
 	pgLog, err := os.ReadFile(testbed.PostgresCluster(t).Proc.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, role := range []string{"jobvault_writer", "jobvault_auditor"} {
+	for _, role := range []string{"jobvault_writer", "jobvault_pruner", "jobvault_auditor"} {
 		if want := "WARNING:  jobvault: role " + role + " not created: the migrating user " + name + " lacks CREATEROLE"; !strings.Contains(string(pgLog), want) {
 			t.Errorf("Postgres log lacks the warning %q", want)
 		}
 	}
 
 	// The DBA's remedy, as documented.
-	for _, s := range []string{`CREATE ROLE jobvault_writer NOLOGIN`, `CREATE ROLE jobvault_auditor NOLOGIN`} {
+	for _, s := range []string{`CREATE ROLE jobvault_writer NOLOGIN`, `CREATE ROLE jobvault_pruner NOLOGIN`, `CREATE ROLE jobvault_auditor NOLOGIN`} {
 		if _, err := c.ExecContext(ctx, s); err != nil {
 			t.Fatal(err)
 		}
@@ -429,8 +484,9 @@ func TestDBMigrateWithoutCreateRole(t *testing.T) {
 	if _, err := rawDB(t, ownerDSN).ExecContext(ctx, `SELECT jobvault_grant_roles()`); err != nil {
 		t.Fatalf("jobvault_grant_roles() as the owner: %v", err)
 	}
-	// The auditor: the five views, the chain's three tables and audit_prunes (0007).
-	for role, want := range map[string]int{"jobvault_auditor": 9, "jobvault_writer": 29} {
+	// The auditor: the five views, the chain's three tables and audit_prunes (0007). The pruner
+	// (0008): DELETE on jobs and pods, SELECT and INSERT on audit_prunes.
+	for role, want := range map[string]int{"jobvault_auditor": 9, "jobvault_writer": 29, "jobvault_pruner": 4} {
 		if n := queryInt(t, c, `SELECT count(*) FROM information_schema.role_table_grants WHERE grantee = $1 AND table_catalog = current_database()`, role); n != want {
 			t.Errorf("table privileges granted to %s = %d, want %d", role, n, want)
 		}

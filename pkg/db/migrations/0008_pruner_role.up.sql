@@ -1,0 +1,61 @@
+-- jobvault_pruner: what the retention pruner needs besides jobvault_writer, which deletes nothing
+-- recorded. Before it, an archiver running as the writer could not prune (each pass failed with
+-- permission denied, logged): retention under the roles needed hand-made grants. Grant both to
+-- the archiver's login: GRANT jobvault_writer, jobvault_pruner TO archiver. As for the roles of
+-- 0005, the migration creates it when the migrating user may (CREATEROLE); otherwise a DBA runs
+--     CREATE ROLE jobvault_pruner NOLOGIN;
+-- then, as the owner of the jobvault tables: SELECT jobvault_grant_roles();
+CREATE OR REPLACE FUNCTION jobvault_grant_roles() RETURNS void
+    LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobvault_writer') THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO jobvault_writer', current_schema());
+        GRANT SELECT, INSERT, UPDATE ON jobs, pods, log_objects TO jobvault_writer;
+        GRANT SELECT, INSERT ON job_transitions, log_gaps TO jobvault_writer;
+        GRANT SELECT, INSERT, DELETE ON log_segments TO jobvault_writer;
+        GRANT USAGE ON SEQUENCE job_transitions_id_seq TO jobvault_writer;
+        GRANT SELECT ON schema_migrations TO jobvault_writer;
+        GRANT SELECT ON audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps TO jobvault_writer;
+        -- The audit chain (0004): entries and signed digests are appended, the head moves.
+        GRANT SELECT, INSERT ON audit_chain, audit_digests TO jobvault_writer;
+        GRANT SELECT, INSERT, UPDATE ON audit_chain_heads TO jobvault_writer;
+    END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobvault_auditor') THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO jobvault_auditor', current_schema());
+        GRANT SELECT ON audit_submissions, audit_outcomes, audit_retries, audit_log_objects, audit_log_gaps TO jobvault_auditor;
+        -- The audit chain and its signed digests are evidence an auditor reads as they are.
+        GRANT SELECT ON audit_chain, audit_chain_heads, audit_digests TO jobvault_auditor;
+        -- The retention pruner's records (0007).
+        GRANT SELECT ON audit_prunes TO jobvault_auditor;
+    END IF;
+    -- The retention pruner (0008), granted with jobvault_writer: it records each prune, then
+    -- deletes the jobs and pods (their transitions, logs, gaps and segments cascade, as the
+    -- tables' owner). Only in a transaction that runs SET LOCAL jobvault.prune = 'on' (0005).
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobvault_pruner') THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO jobvault_pruner', current_schema());
+        GRANT DELETE ON jobs, pods TO jobvault_pruner;
+        GRANT SELECT, INSERT ON audit_prunes TO jobvault_pruner;
+    END IF;
+END
+$$;
+
+
+COMMENT ON FUNCTION jobvault_grant_roles() IS
+    'Grants this database''s privileges to jobvault_writer (the archiver''s writes), jobvault_pruner (the retention pruner''s deletions, with the writer) and jobvault_auditor (SELECT on the audit views and records), those that exist. Run by the migration; run it again, as the tables'' owner, after creating the roles by hand.';
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobvault_pruner') THEN
+        BEGIN
+            CREATE ROLE jobvault_pruner NOLOGIN;
+        EXCEPTION
+            WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created meanwhile by the migration of another database
+            WHEN insufficient_privilege THEN
+                RAISE WARNING 'jobvault: role jobvault_pruner not created: the migrating user % lacks CREATEROLE', current_user
+                    USING HINT = 'The roles are optional. To use them, have a DBA create it (CREATE ROLE jobvault_pruner NOLOGIN), then run SELECT jobvault_grant_roles() as the owner of the jobvault tables.';
+        END;
+    END IF;
+    PERFORM jobvault_grant_roles();
+END
+$$;
