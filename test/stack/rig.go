@@ -222,19 +222,22 @@ func (s *Rig) CheckTransitions(t testing.TB, job *batchv1alpha1.Job) {
 	}
 }
 
-// ExpectEvent asserts that an Event with the reason was recorded in the rig's namespace.
+// ExpectEvent asserts that an Event with the reason is recorded in the rig's namespace within
+// 30 s: the recorder sends Events asynchronously, after the change the caller waited for.
 func (s *Rig) ExpectEvent(t testing.TB, reason string) {
 	t.Helper()
-	var events corev1.EventList
-	if err := s.Env.Client.List(t.Context(), &events, client.InNamespace(s.NS)); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range events.Items {
-		if e.Reason == reason {
-			return
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		var events corev1.EventList
+		if err := s.Env.Client.List(t.Context(), &events, client.InNamespace(s.NS)); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events.Items {
+			if e.Reason == reason {
+				return
+			}
 		}
 	}
-	t.Errorf("no %s event in %s", reason, s.NS)
+	t.Errorf("no %s event in %s within 30 s", reason, s.NS)
 }
 
 // Keys lists the keys of every object in the rig's store under prefix, sorted.

@@ -134,17 +134,25 @@ func TestShardsArchiveTheirJobsOnly(t *testing.T) {
 	}
 }
 
-// checkArchivedOnce: one Archived Event for the job, however many archivers saw it.
+// checkArchivedOnce: one Archived Event for the job, however many archivers saw it. The recorder
+// sends Events asynchronously, after the release the caller waited for, so the first may still
+// be on its way: wait up to 30 s for one, then count.
 func checkArchivedOnce(t *testing.T, env *testbed.Env, job *batchv1alpha1.Job) {
 	t.Helper()
-	var events corev1.EventList
-	if err := env.Client.List(t.Context(), &events, client.InNamespace(job.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	n := int32(0)
-	for _, e := range events.Items {
-		if e.InvolvedObject.UID == job.UID && e.Reason == "Archived" {
-			n += max(e.Count, 1)
+	var n int32
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var events corev1.EventList
+		if err := env.Client.List(t.Context(), &events, client.InNamespace(job.Namespace)); err != nil {
+			t.Fatal(err)
+		}
+		n = 0
+		for _, e := range events.Items {
+			if e.InvolvedObject.UID == job.UID && e.Reason == "Archived" {
+				n += max(e.Count, 1)
+			}
+		}
+		if n > 0 || time.Now().After(deadline) {
+			break
 		}
 	}
 	if n != 1 {
