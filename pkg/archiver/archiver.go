@@ -40,6 +40,7 @@ type Records interface {
 	Job(ctx context.Context, uid string) (record.Job, error)
 	Pod(ctx context.Context, uid string) (record.Pod, error)
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
+	PodsByUID(ctx context.Context, uids []string) ([]record.Pod, error)
 	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
 	// The audit chain (see Sealer).
 	Transitions(ctx context.Context, jobUID string) ([]record.Transition, error)

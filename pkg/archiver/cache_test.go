@@ -1,6 +1,7 @@
 package archiver
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -8,9 +9,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -188,3 +193,69 @@ func TestJobTransformKeepsRecord(t *testing.T) {
 }
 
 func genericEvent(obj client.Object) event.GenericEvent { return event.GenericEvent{Object: obj} }
+
+// listPages reads an informer's list in pages, transforming each as it arrives: the first page is
+// asked for at the latest version (not "0", which the API server would answer whole), each next
+// one by its continue token alone, and the result carries the first page's resourceVersion.
+func TestListPages(t *testing.T) {
+	pages := []*corev1.PodList{
+		{ListMeta: metav1.ListMeta{ResourceVersion: "100", Continue: "c1"}, Items: []corev1.Pod{*fullPod("job-uid", false), *fullPod("job-uid", false)}},
+		{ListMeta: metav1.ListMeta{ResourceVersion: "100", Continue: "c2"}, Items: []corev1.Pod{*fullPod("job-uid", false)}},
+		{ListMeta: metav1.ListMeta{ResourceVersion: "100"}, Items: []corev1.Pod{*fullPod("job-uid", true)}},
+	}
+	var asked []metav1.ListOptions
+	lw := &toolscache.ListWatch{ListWithContextFunc: func(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		asked = append(asked, opts)
+		return pages[len(asked)-1].DeepCopy(), nil
+	}}
+	o := DefaultOptions()
+	list, err := listPages(t.Context(), lw, metav1.ListOptions{ResourceVersion: "0", LabelSelector: "a=b"}, o.podTransform)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []metav1.ListOptions{
+		{LabelSelector: "a=b", Limit: listPageSize},
+		{LabelSelector: "a=b", Limit: listPageSize, Continue: "c1"},
+		{LabelSelector: "a=b", Limit: listPageSize, Continue: "c2"},
+	}
+	if diff := cmp.Diff(want, asked); diff != "" {
+		t.Errorf("list options (-want +got):\n%s", diff)
+	}
+	m, err := meta.ListAccessor(list)
+	if err != nil || m.GetResourceVersion() != "100" || m.GetContinue() != "" {
+		t.Errorf("list meta: resourceVersion %q, continue %q, err %v; want 100, none", m.GetResourceVersion(), m.GetContinue(), err)
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 4 {
+		t.Fatalf("%d items, want 4", len(items))
+	}
+	for i, item := range items {
+		pod := item.(*corev1.Pod)
+		again, _ := o.podTransform(pod.DeepCopy())
+		if pod.Spec.Containers[0].Image != "" || pod.ManagedFields != nil {
+			t.Errorf("item %d not transformed: %+v", i, pod)
+		}
+		if diff := cmp.Diff(pod, again); diff != "" {
+			t.Errorf("item %d: the transform applied again changes it (-once +twice):\n%s", i, diff)
+		}
+	}
+	if items[3].(*corev1.Pod).DeletionTimestamp == nil {
+		t.Errorf("items out of order: the last page's pod is not last")
+	}
+
+	// An error of any page is the list's: the informer retries it whole.
+	asked = nil
+	lw.ListWithContextFunc = func(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		asked = append(asked, opts)
+		if len(asked) == 2 {
+			return nil, apierrors.NewResourceExpired("continue token expired")
+		}
+		return pages[0].DeepCopy(), nil
+	}
+	if _, err := listPages(t.Context(), lw, metav1.ListOptions{}, o.podTransform); !apierrors.IsResourceExpired(err) {
+		t.Errorf("listPages with an expired continue token: %v, want the Expired error", err)
+	}
+}

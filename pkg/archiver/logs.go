@@ -124,6 +124,12 @@ func (r *PodReconciler) finished(ctx context.Context, pod *corev1.Pod) bool {
 // container run of it is captured (live) rather than only waiting to start, and the pod's log
 // records.
 func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job archive.JobRef) (pending, live bool, recorded []record.LogObject, err error) {
+	runs, finished := podRuns(pod), r.finished(ctx, pod)
+	if !finished && len(runs) > 0 && !slices.ContainsFunc(runs, func(cr containerRun) bool { return !cr.never }) {
+		// No container started, so nothing is recorded or to be recorded yet: a pending pod costs
+		// no database read (100,000 of them were 100,000 reads at every start).
+		return true, false, nil, nil
+	}
 	recorded, err = r.Records.PodLogObjects(ctx, string(pod.UID))
 	if err != nil {
 		return false, false, nil, fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
@@ -132,8 +138,7 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 	for _, l := range recorded {
 		done[l.Container+"/"+l.Instance] = true
 	}
-	finished := r.finished(ctx, pod)
-	for _, cr := range podRuns(pod) {
+	for _, cr := range runs {
 		if done[cr.container+"/"+cr.instance] {
 			continue
 		}

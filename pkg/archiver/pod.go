@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,13 +36,52 @@ type PodReconciler struct {
 	Captures *capture.Manager
 
 	nodes nodeChecks
-	// recorded skips the pod's upsert when its row would not change.
-	recorded recordedState
+	// recorded skips the pod's upsert when its row would not change; preloaded fills it once.
+	recorded  recordedState
+	preloaded sync.Once
+}
+
+// preloadBatch is how many pod rows one query reads when the reconciler starts.
+const preloadBatch = 1000
+
+// preload remembers what is recorded of this shard's cached pods before the first reconcile,
+// reading their rows preloadBatch at a time. A restart then writes only the rows that changed
+// while it was down, instead of every pod's row at one round trip each (100,000 writes for
+// 100,000 live pods). A failure costs only those writes: a pod not remembered is written as
+// before.
+func (r *PodReconciler) preload(ctx context.Context) {
+	log, start := ctrl.Log.WithName("pod"), time.Now()
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
+		log.Error(err, "Could not list the cached pods to read their records; each is written once instead")
+		return
+	}
+	var uids []string
+	for i := range pods.Items {
+		if p := &pods.Items[i]; !r.excluded(p.Namespace) && r.mine(p) {
+			uids = append(uids, string(p.UID))
+		}
+	}
+	pods = corev1.PodList{}
+	found := 0
+	for batch := range slices.Chunk(uids, preloadBatch) {
+		rows, err := r.Records.PodsByUID(ctx, batch)
+		if err != nil {
+			log.Error(err, "Could not read the records of the cached pods; the rest are written once instead", "read", found)
+			return
+		}
+		for _, row := range rows {
+			r.recorded.set(types.NamespacedName{Namespace: row.Namespace, Name: row.Name}, podFingerprint(row))
+		}
+		found += len(rows)
+	}
+	log.Info("Read the records of the cached pods", "pods", len(uids), "recorded", found, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // Reconcile archives what the pod's current state calls for. It works from state alone, so a
 // crash at any point is repaired by the next pass: object keys are deterministic and rows upserts.
 func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+	r.preloaded.Do(func() { r.preload(ctx) })
 	pod := &corev1.Pod{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -62,6 +62,9 @@ func (m *memRecords) MarkJobArchived(context.Context, string, string, time.Time,
 func (m *memRecords) Job(_ context.Context, uid string) (record.Job, error) { return m.jobs[uid], nil }
 func (m *memRecords) Pod(_ context.Context, uid string) (record.Pod, error) { return m.pods[uid], nil }
 func (m *memRecords) Pods(context.Context, string) ([]record.Pod, error)    { return nil, nil }
+func (m *memRecords) PodsByUID(context.Context, []string) ([]record.Pod, error) {
+	return nil, nil
+}
 
 // TestVanishedMidReconcile: an object deleted between the reconciler's read and its patch ends the
 // reconcile with no error and no requeue, at every place that patches.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lib/pq"
+
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
@@ -129,6 +131,30 @@ func (d *DB) Pod(ctx context.Context, uid string) (record.Pod, error) {
 		return record.Pod{}, fmt.Errorf("get pod %s: %w", uid, translate(err))
 	}
 	return p, nil
+}
+
+// PodsByUID returns the recorded pods among uids, in no particular order; a UID never recorded is
+// left out. The archiver reads the rows of every cached pod this way when it starts.
+func (d *DB) PodsByUID(ctx context.Context, uids []string) ([]record.Pod, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.db.QueryContext(ctx, `SELECT `+podColumns+` FROM pods WHERE uid = ANY($1)`, pq.StringArray(uids))
+	if err != nil {
+		return nil, fmt.Errorf("get %d pods: %w", len(uids), translate(err))
+	}
+	defer rows.Close()
+	var pods []record.Pod
+	for rows.Next() {
+		p, err := scanPod(rows)
+		if err != nil {
+			return nil, fmt.Errorf("get %d pods: %w", len(uids), translate(err))
+		}
+		pods = append(pods, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get %d pods: %w", len(uids), translate(err))
+	}
+	return pods, nil
 }
 
 // Pods returns the recorded pods of a job, oldest first (empty for an unknown job). The archiver

@@ -646,6 +646,26 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 		t.Errorf("pod after stale update: phase %s, deleted-before-terminal %t, node %q, finished %v", got.Phase, got.DeletedBeforeTerminal, got.Node, got.FinishedAt)
 	}
 
+	// PodsByUID reads the rows of the UIDs asked for that are recorded, as Pod does.
+	if err := records.UpsertPod(ctx, newPod("p2", "u2")); err != nil {
+		t.Fatal(err)
+	}
+	byUID, err := records.PodsByUID(ctx, []string{"p1", "never-recorded", "p2"})
+	if err != nil {
+		t.Fatalf("PodsByUID: %v", err)
+	}
+	second, err := records.Pod(ctx, "p2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sortPods := cmpopts.SortSlices(func(a, b record.Pod) bool { return a.UID < b.UID })
+	if diff := cmp.Diff([]record.Pod{got, second}, byUID, sortPods); diff != "" {
+		t.Errorf("PodsByUID (-want +got):\n%s", diff)
+	}
+	if none, err := records.PodsByUID(ctx, nil); err != nil || len(none) != 0 {
+		t.Errorf("PodsByUID(none) = %v, %v; want nothing", none, err)
+	}
+
 	// Log objects: the pod row must exist.
 	if err := records.PutLogObject(ctx, storedLog("nope", "main", record.InstanceCurrent)); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("PutLogObject(unknown pod) = %v, want ErrNotFound", err)
