@@ -32,6 +32,7 @@ type Records interface {
 	UpsertJob(ctx context.Context, j record.Job) error
 	RecordTransitions(ctx context.Context, jobUID string, ts []record.Transition) (int, error)
 	UpsertPod(ctx context.Context, p record.Pod) error
+	UpsertPods(ctx context.Context, pods []record.Pod) error
 	PutLogObject(ctx context.Context, l record.LogObject) error
 	PodLogObjects(ctx context.Context, podUID string) ([]record.LogObject, error)
 	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)

@@ -37,7 +37,13 @@ func (m *memRecords) UpsertJob(_ context.Context, j record.Job) error { m.jobs[j
 func (m *memRecords) RecordTransitions(context.Context, string, []record.Transition) (int, error) {
 	return 0, nil
 }
-func (m *memRecords) UpsertPod(_ context.Context, p record.Pod) error      { m.pods[p.UID] = p; return nil }
+func (m *memRecords) UpsertPod(_ context.Context, p record.Pod) error { m.pods[p.UID] = p; return nil }
+func (m *memRecords) UpsertPods(_ context.Context, pods []record.Pod) error {
+	for _, p := range pods {
+		m.pods[p.UID] = p
+	}
+	return nil
+}
 func (m *memRecords) PutLogObject(context.Context, record.LogObject) error { return nil }
 func (m *memRecords) Transitions(context.Context, string) ([]record.Transition, error) {
 	return nil, nil

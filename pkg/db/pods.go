@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -12,10 +13,21 @@ import (
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-const upsertPodSQL = `
+const (
+	insertPodSQL = `
 INSERT INTO pods (uid, job_uid, namespace, name, task, node, phase, created_at, started_at, finished_at,
-                  deleted_before_terminal, archive_state, archived_at, release_reason)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                  deleted_before_terminal, archive_state, archived_at, release_reason)`
+	upsertPodSQL = insertPodSQL + `
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)` + onConflictPodSQL
+	upsertPodsSQL = insertPodSQL + `
+SELECT uid, job_uid, namespace, name, task, node, phase, created_at, started_at, finished_at,
+       deleted_before_terminal, archive_state, archived_at, release_reason
+FROM jsonb_to_recordset($1::jsonb) AS r(uid text, job_uid text, namespace text, name text, task text, node text,
+     phase text, created_at timestamptz, started_at timestamptz, finished_at timestamptz,
+     deleted_before_terminal boolean, archive_state text, archived_at timestamptz, release_reason text)` + onConflictPodSQL
+)
+
+const onConflictPodSQL = `
 ON CONFLICT (uid) DO UPDATE SET
     job_uid     = EXCLUDED.job_uid,
     namespace   = EXCLUDED.namespace,
@@ -49,6 +61,60 @@ func (d *DB) UpsertPod(ctx context.Context, p record.Pod) error {
 		string(cmp.Or(p.ArchiveState, record.ArchivePending)), nullTime(p.ArchivedAt), nullString(p.ReleaseReason))
 	if err != nil {
 		return fmt.Errorf("upsert pod %s: %w", p.UID, translate(err))
+	}
+	return nil
+}
+
+// podJSON is a row of UpsertPods' parameter, as jsonb_to_recordset reads it.
+type podJSON struct {
+	UID                   string     `json:"uid"`
+	JobUID                string     `json:"job_uid"`
+	Namespace             string     `json:"namespace"`
+	Name                  string     `json:"name"`
+	Task                  string     `json:"task"`
+	Node                  string     `json:"node"`
+	Phase                 string     `json:"phase"`
+	CreatedAt             time.Time  `json:"created_at"`
+	StartedAt             *time.Time `json:"started_at"`
+	FinishedAt            *time.Time `json:"finished_at"`
+	DeletedBeforeTerminal bool       `json:"deleted_before_terminal"`
+	ArchiveState          string     `json:"archive_state"`
+	ArchivedAt            *time.Time `json:"archived_at"`
+	ReleaseReason         *string    `json:"release_reason"`
+}
+
+// UpsertPods records many pods in one statement, each as UpsertPod records it: the archiver writes
+// the rows of its cached pods this way when it starts, instead of one round trip each. Every row
+// is checked first: one invalid row, or one UID twice, and nothing is written.
+func (d *DB) UpsertPods(ctx context.Context, pods []record.Pod) error {
+	if len(pods) == 0 {
+		return nil
+	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, seen := make([]podJSON, len(pods)), make(map[string]bool, len(pods))
+	for i, p := range pods {
+		if err := validatePod(p); err != nil {
+			return fmt.Errorf("upsert %d pods: pod %s: %w", len(pods), p.UID, err)
+		}
+		if seen[p.UID] {
+			return fmt.Errorf("upsert %d pods: pod %s: %w", len(pods), p.UID, invalid("pod", []string{"UID given twice"}))
+		}
+		seen[p.UID] = true
+		rows[i] = podJSON{UID: p.UID, JobUID: p.JobUID, Namespace: p.Namespace, Name: p.Name, Task: p.Task, Node: p.Node,
+			Phase: p.Phase, CreatedAt: p.CreatedAt.UTC(), StartedAt: p.StartedAt, FinishedAt: p.FinishedAt,
+			DeletedBeforeTerminal: p.DeletedBeforeTerminal, ArchiveState: string(cmp.Or(p.ArchiveState, record.ArchivePending)),
+			ArchivedAt: p.ArchivedAt}
+		if p.ReleaseReason != "" {
+			rows[i].ReleaseReason = &p.ReleaseReason
+		}
+	}
+	param, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("upsert %d pods: %w", len(pods), err)
+	}
+	if _, err := d.db.ExecContext(ctx, upsertPodsSQL, string(param)); err != nil {
+		return fmt.Errorf("upsert %d pods: %w", len(pods), translate(err))
 	}
 	return nil
 }

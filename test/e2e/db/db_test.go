@@ -666,6 +666,40 @@ func TestDBPodsAndLogObjects(t *testing.T) {
 		t.Errorf("PodsByUID(none) = %v, %v; want nothing", none, err)
 	}
 
+	// UpsertPods writes each row as UpsertPod would, in one statement: a new row whole, and the
+	// stale Running update of p1 leaves its terminal phase, node and flag as they are.
+	p3 := newPod("p3", "u2")
+	p3.StartedAt, p3.Task = nil, ""
+	if err := records.UpsertPods(ctx, []record.Pod{p3, newPod("p1", "u1")}); err != nil {
+		t.Fatalf("UpsertPods: %v", err)
+	}
+	if again, err := records.Pod(ctx, "p1"); err != nil || !cmp.Equal(got, again) {
+		t.Errorf("p1 after UpsertPods with a stale row: %+v (err %v), want it unchanged: %+v", again, err, got)
+	}
+	third, err := records.Pod(ctx, "p3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3.ArchiveState = record.ArchivePending
+	if diff := cmp.Diff(p3, third, cmpopts.IgnoreFields(record.Pod{}, "RecordedAt", "UpdatedAt")); diff != "" {
+		t.Errorf("UpsertPods' new row (-want +got):\n%s", diff)
+	}
+	// One bad row, or one UID twice, and nothing is written.
+	for name, batch := range map[string][]record.Pod{
+		"an invalid row": {newPod("p4", "u2"), {UID: "p5"}},
+		"a UID twice":    {newPod("p4", "u2"), newPod("p4", "u2")},
+	} {
+		if err := records.UpsertPods(ctx, batch); !errors.Is(err, db.ErrInvalid) {
+			t.Errorf("UpsertPods with %s = %v, want ErrInvalid", name, err)
+		}
+		if _, err := records.Pod(ctx, "p4"); !errors.Is(err, db.ErrNotFound) {
+			t.Errorf("UpsertPods with %s wrote p4 (err %v)", name, err)
+		}
+	}
+	if err := records.UpsertPods(ctx, nil); err != nil {
+		t.Errorf("UpsertPods(none) = %v", err)
+	}
+
 	// Log objects: the pod row must exist.
 	if err := records.PutLogObject(ctx, storedLog("nope", "main", record.InstanceCurrent)); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("PutLogObject(unknown pod) = %v, want ErrNotFound", err)
