@@ -9,6 +9,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"os/signal"
@@ -16,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -164,6 +168,14 @@ func run() error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	ctx := ctrl.SetupSignalHandler()
 	log := ctrl.Log.WithName("setup")
+	// A soft memory limit at 90% of the container's (its cgroup's), unless GOMEMLIMIT is set: the
+	// cache is most of the heap, and the garbage collector alone lets the heap grow to twice what
+	// is live before it collects (100,000 pods: 1.3 GiB of RSS for about 550 MiB live).
+	if limit, err := memlimit.Set(memlimit.WithLogger(slog.New(logr.ToSlogHandler(log)))); err != nil {
+		log.Info("No memory limit found for GOMEMLIMIT; the garbage collector paces by GOGC alone", "reason", err.Error())
+	} else if limit != math.MaxInt64 {
+		log.Info("Soft memory limit", "GOMEMLIMIT", limit)
+	}
 
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), batchv1alpha1.AddToScheme(scheme)); err != nil {

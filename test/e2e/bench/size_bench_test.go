@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,7 +44,12 @@ const (
 // (archiver.CacheOptions) against the same cache with managedFields stripped only (what it was
 // before), then the real archiver binary: from its start until the start-up backlog is cleared
 // (every job and pod reconciled, the work queues empty), its RSS in bytes per pod, and its CPU at
-// idle afterwards; then the same start again, every row recorded (a restart or upgrade). JOBVAULT_BENCH_SIZE_JOBS and _PODS set the counts (default 2,000 and 20,000;
+// idle afterwards; then the same start again, every row recorded (a restart or upgrade). The
+// first start is measured twice, each on a fresh database: without a memory limit, and as in a
+// container limited to JOBVAULT_BENCH_SIZE_LIMIT_MIB (1024: GOMEMLIMIT at 90% of it, which the
+// archiver sets itself from its cgroup's limit); the rest runs with that limit.
+// JOBVAULT_BENCH_SIZE_HEAP_PROFILE=FILE saves the archiver's heap profile once its first backlog
+// is cleared. JOBVAULT_BENCH_SIZE_JOBS and _PODS set the counts (default 2,000 and 20,000;
 // the issue's are 10,000 and 100,000), _IDLE_SECONDS the idle window (30).
 //
 // The jobs and pods are created directly, as Volcano would (labels, annotations, a controlling
@@ -57,6 +63,7 @@ func BenchmarkSize(b *testing.B) {
 	nJobs := int(envInt(b, "JOBVAULT_BENCH_SIZE_JOBS", 2000))
 	nPods := int(envInt(b, "JOBVAULT_BENCH_SIZE_PODS", 20000))
 	idle := time.Duration(envInt(b, "JOBVAULT_BENCH_SIZE_IDLE_SECONDS", 30)) * time.Second
+	limitMiB := envInt(b, "JOBVAULT_BENCH_SIZE_LIMIT_MIB", 1024)
 	perJob := (nPods + nJobs - 1) / nJobs
 	for range b.N {
 		env := testbed.Cluster(b)
@@ -93,11 +100,29 @@ func BenchmarkSize(b *testing.B) {
 		unpagedHeap, unpagedPeak, unpagedSync := cacheHeap(b, env, unpaged, nPods)
 		cutHeap, cutPeak, cutSync := cacheHeap(b, env, cut, nPods)
 
-		// The archiver binary, from its start to an empty backlog.
-		a := stack.NewArchiver(b, env, testbed.Postgres(b), stack.Options{FSRoot: b.TempDir(), Namespaces: []string{ns}})
+		// The archiver binary, from its start to an empty backlog: first without any memory limit,
+		// then on a fresh database as it runs in a container limited to limitMiB (GOMEMLIMIT at
+		// 90% of it, which it sets itself from its cgroup's limit).
 		testbed.GoBuild(b, "./archiver") // built before the clock starts
+		a := stack.NewArchiver(b, env, testbed.Postgres(b), stack.Options{FSRoot: b.TempDir(), Namespaces: []string{ns}})
 		ready, backlog := startToBacklog(b, a, ns, nJobs, nPods)
+		pNone := sampleProc(b, a.Proc.PID())
+		a.Proc.Stop()
+		b.Logf("archiver without a memory limit: ready in %s, backlog cleared %s after start (target ≤ %s): %s; RSS %.0f MiB, peak %.0f MiB (target ≤ 1 GiB: %s)",
+			ready.Round(time.Millisecond), backlog.Round(time.Millisecond), sizeBacklogTarget, verdict(backlog <= sizeBacklogTarget),
+			mib(pNone.rss), mib(pNone.hwm), verdict(pNone.hwm <= sizeRSSTarget))
+
+		pprofAddr := "127.0.0.1:" + strconv.Itoa(testbed.FreePort(b))
+		a = stack.NewArchiver(b, env, testbed.Postgres(b), stack.Options{FSRoot: b.TempDir(), Namespaces: []string{ns},
+			Flags: []string{"--pprof-bind-address=" + pprofAddr}})
+		a.Environ = append(a.Environ, fmt.Sprintf("GOMEMLIMIT=%dMiB", limitMiB*9/10))
+		ready, backlog = startToBacklog(b, a, ns, nJobs, nPods)
 		checkSizeRecorded(b, a, jobs[:nPods/perJob], perJob)
+		if path := os.Getenv("JOBVAULT_BENCH_SIZE_HEAP_PROFILE"); path != "" {
+			if err := fetch("http://"+pprofAddr+"/debug/pprof/heap", path); err != nil {
+				b.Errorf("heap profile: %v", err)
+			}
+		}
 
 		m0, p0 := archiverMetrics(b, a), sampleProc(b, a.Proc.PID())
 		time.Sleep(idle)
@@ -118,13 +143,14 @@ func BenchmarkSize(b *testing.B) {
 			b.Logf("  %-62s %4.0f MiB (%5.0f B/pod) / %5.0f MiB (ratio to before issue 13: %.2f / %.2f) / %s",
 				v.name, mib(v.held), perPod(v.held), mib(v.peak), float64(v.held)/float64(wholeHeap), float64(v.peak)/float64(wholePeak), v.synced.Round(time.Millisecond))
 		}
-		b.Logf("archiver: ready in %s, backlog cleared %s after start (target ≤ %s): %s; RSS %.0f MiB, peak %.0f MiB = %.0f B/pod (target ≤ 1 GiB: %s); idle %s: %.4f cores, %v reconciles; load %s",
-			ready.Round(time.Millisecond), backlog.Round(time.Millisecond), sizeBacklogTarget, verdict(backlog <= sizeBacklogTarget),
+		b.Logf("archiver in %d MiB (GOMEMLIMIT=%dMiB): ready in %s, backlog cleared %s after start (target ≤ %s): %s; RSS %.0f MiB, peak %.0f MiB = %.0f B/pod (target ≤ 1 GiB: %s); idle %s: %.4f cores, %v reconciles; load %s",
+			limitMiB, limitMiB*9/10, ready.Round(time.Millisecond), backlog.Round(time.Millisecond), sizeBacklogTarget, verdict(backlog <= sizeBacklogTarget),
 			mib(p1.rss), mib(p1.hwm), perPod(p1.hwm), verdict(p1.hwm <= sizeRSSTarget), idle, cores(p0, p1), idleReconciles, loadAvg())
 		b.ReportMetric(float64(nPods), "pods")
 		b.ReportMetric(float64(nJobs), "jobs")
 		b.ReportMetric(backlog.Seconds(), "s-backlog")
 		b.ReportMetric(mib(p1.hwm), "archiver-peak-RSS-MiB")
+		b.ReportMetric(mib(pNone.hwm), "archiver-unlimited-peak-RSS-MiB")
 		b.ReportMetric(perPod(p1.hwm), "archiver-B/pod")
 		b.ReportMetric(cores(p0, p1), "idle-cores")
 		b.ReportMetric(idleReconciles, "idle-reconciles")
@@ -140,8 +166,8 @@ func BenchmarkSize(b *testing.B) {
 		a.Proc.Stop()
 		ready, backlog = startToBacklog(b, a, ns, nJobs, nPods)
 		p2 := sampleProc(b, a.Proc.PID())
-		b.Logf("archiver restarted, every row recorded: ready in %s, backlog cleared %s after start (target ≤ %s): %s; RSS %.0f MiB, peak %.0f MiB = %.0f B/pod (target ≤ 1 GiB: %s); load %s",
-			ready.Round(time.Millisecond), backlog.Round(time.Millisecond), sizeBacklogTarget, verdict(backlog <= sizeBacklogTarget),
+		b.Logf("archiver in %d MiB restarted, every row recorded: ready in %s, backlog cleared %s after start (target ≤ %s): %s; RSS %.0f MiB, peak %.0f MiB = %.0f B/pod (target ≤ 1 GiB: %s); load %s",
+			limitMiB, ready.Round(time.Millisecond), backlog.Round(time.Millisecond), sizeBacklogTarget, verdict(backlog <= sizeBacklogTarget),
 			mib(p2.rss), mib(p2.hwm), perPod(p2.hwm), verdict(p2.hwm <= sizeRSSTarget), loadAvg())
 		b.ReportMetric(backlog.Seconds(), "s-restart-backlog")
 		b.ReportMetric(mib(p2.hwm), "archiver-restart-peak-RSS-MiB")

@@ -107,11 +107,19 @@ func patchFloor(b *testing.B, s *stack.Rig, pods []corev1.Pod, workers int) floa
 
 // cpuProfile fetches a CPU profile of the archiver (its --pprof-bind-address) for d into path.
 func cpuProfile(addr, path string, d time.Duration) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+	return fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())), path)
+}
+
+// fetch saves what url serves into path.
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
