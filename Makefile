@@ -59,11 +59,12 @@ bench-audit: testbed ## Audit chain benchmarks: finalizations/s with the chain v
 
 # JOBVAULT_BENCH_SIZE_JOBS and _PODS: the live VcJobs and tracked pods one archiver holds (the issue's
 # 10,000 and 100,000 by default here; BenchmarkSize alone defaults to 2,000 and 20,000); _IDLE_SECONDS
-# the idle window (30).
+# the idle window (30); _LIMIT_MIB the container memory limit the archiver runs as if in (1024);
+# _HEAP_PROFILE=FILE saves its heap profile after its first backlog.
 JOBVAULT_BENCH_SIZE_JOBS ?= 10000
 JOBVAULT_BENCH_SIZE_PODS ?= 100000
 .PHONY: bench-size
-bench-size: testbed ## Benchmark one archiver holding 10,000 live VcJobs and 100,000 pods (cache, start-up backlog, RSS, idle CPU); about 20 minutes
+bench-size: testbed ## Benchmark one archiver holding 10,000 live VcJobs and 100,000 pods (cache, start-up backlog and restart, RSS, idle CPU); about 15 minutes
 	JOBVAULT_BENCH_SIZE_JOBS=$(JOBVAULT_BENCH_SIZE_JOBS) JOBVAULT_BENCH_SIZE_PODS=$(JOBVAULT_BENCH_SIZE_PODS) \
 	  $(GO) test -count=1 -run '^$$' -bench 'Size' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 
