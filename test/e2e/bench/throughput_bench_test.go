@@ -146,7 +146,8 @@ func fetch(url, path string) error {
 // requests to the API server by method, and reconciles of each controller (is the job
 // reconciled on every pod event?). JOBVAULT_BENCH_CPU_PROFILE=FILE saves a CPU profile of the
 // archiver over the drain. JOBVAULT_BENCH_BURST_WORKERS (8) sets the archiver's --pod-workers and
-// the floor's workers, JOBVAULT_BENCH_BURST_DB_CONNS, when set, its --db-max-open-conns.
+// the floor's workers; JOBVAULT_BENCH_BURST_JOB_WORKERS and _DB_CONNS, when set, its --job-workers
+// and --db-max-open-conns.
 func BenchmarkReleaseThroughput(b *testing.B) {
 	n := int(envInt(b, "JOBVAULT_BENCH_BURST_PODS", 1000))
 	perJob := int(envInt(b, "JOBVAULT_BENCH_BURST_PER_JOB", 10))
@@ -154,6 +155,9 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 	for range b.N {
 		pprofAddr := "127.0.0.1:" + strconv.Itoa(testbed.FreePort(b))
 		flags := []string{"--pprof-bind-address=" + pprofAddr, "--pod-workers=" + strconv.Itoa(podWorkers)}
+		if os.Getenv("JOBVAULT_BENCH_BURST_JOB_WORKERS") != "" {
+			flags = append(flags, "--job-workers="+strconv.Itoa(int(envInt(b, "JOBVAULT_BENCH_BURST_JOB_WORKERS", 4))))
+		}
 		if os.Getenv("JOBVAULT_BENCH_BURST_DB_CONNS") != "" {
 			flags = append(flags, "--db-max-open-conns="+strconv.Itoa(int(envInt(b, "JOBVAULT_BENCH_BURST_DB_CONNS", 10))))
 		}
