@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -120,17 +122,11 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 		}
 	}
 	rec.Job = row
-	objects := []archive.ObjectEntry{jobObject}
-	for _, l := range rec.Logs {
-		if l.State != record.LogStored {
-			continue
-		}
-		h, err := audit.HashObject(ctx, s.Store, l.ObjectKey, false)
-		if err != nil {
-			return record.ChainEntry{}, fmt.Errorf("read back log %s: %w", l.ObjectKey, err)
-		}
-		objects = append(objects, h.ObjectEntry)
+	objects, err := s.hashLogs(ctx, rec.Logs)
+	if err != nil {
+		return record.ChainEntry{}, err
 	}
+	objects = append([]archive.ObjectEntry{jobObject}, objects...)
 	digest, rows := audit.RecordDigest(rec)
 	m := archive.BuildManifest(ref, row, rec.Pods, rec.Logs, rec.Gaps, s.Layout.JobObject(ref), out.At)
 	m.Cluster, m.Objects, m.RecordDigest, m.Rows = s.Cluster, objects, digest, rows
@@ -143,6 +139,35 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 		chainLockSeconds.Observe(fin.LockHeld.Seconds())
 	}
 	return fin.Entry, nil
+}
+
+// hashReaders bounds the stored logs of one job read back at once.
+const hashReaders = 8
+
+// hashLogs reads back every stored log of the job and hashes what the store holds, hashReaders at
+// a time, in the order of logs: one after the other, a job of 1,000 pods waited for 1,000 reads
+// before its release.
+func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) ([]archive.ObjectEntry, error) {
+	var stored []record.LogObject
+	for _, l := range logs {
+		if l.State == record.LogStored {
+			stored = append(stored, l)
+		}
+	}
+	objects := make([]archive.ObjectEntry, len(stored))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(hashReaders)
+	for i, l := range stored {
+		g.Go(func() error {
+			h, err := audit.HashObject(ctx, s.Store, l.ObjectKey, false)
+			if err != nil {
+				return fmt.Errorf("read back log %s: %w", l.ObjectKey, err)
+			}
+			objects[i] = h.ObjectEntry
+			return nil
+		})
+	}
+	return objects, g.Wait()
 }
 
 // read returns the job's rows.
