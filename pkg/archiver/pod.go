@@ -59,14 +59,16 @@ func (r *PodReconciler) recordCached(ctx context.Context) {
 		return
 	}
 	type cached struct {
-		key types.NamespacedName
-		row record.Pod
+		key         types.NamespacedName
+		row         record.Pod
+		fingerprint string
 	}
 	var pods []cached
 	for i := range list.Items {
 		p := &list.Items[i]
 		if job, ok := ownerJob(p); ok && !r.excluded(p.Namespace) && r.Shard.Owns(types.UID(job.UID)) {
-			pods = append(pods, cached{client.ObjectKeyFromObject(p), podRow(p, job)})
+			row := podRow(p, job)
+			pods = append(pods, cached{client.ObjectKeyFromObject(p), row, podFingerprint(row)})
 		}
 	}
 	list = corev1.PodList{}
@@ -87,7 +89,7 @@ func (r *PodReconciler) recordCached(ctx context.Context) {
 		}
 		var stale []record.Pod
 		for _, p := range batch {
-			if was[p.row.UID] != podFingerprint(p.row) {
+			if was[p.row.UID] != p.fingerprint {
 				stale = append(stale, p.row)
 			}
 		}
@@ -96,7 +98,7 @@ func (r *PodReconciler) recordCached(ctx context.Context) {
 			return
 		}
 		for _, p := range batch {
-			r.recorded.set(p.key, podFingerprint(p.row))
+			r.recorded.set(p.key, p.fingerprint)
 		}
 		written += len(stale)
 	}
