@@ -202,23 +202,9 @@ func (d *DB) Pod(ctx context.Context, uid string) (record.Pod, error) {
 // PodsByUID returns the recorded pods among uids, in no particular order; a UID never recorded is
 // left out. The archiver reads the rows of every cached pod this way when it starts.
 func (d *DB) PodsByUID(ctx context.Context, uids []string) ([]record.Pod, error) {
-	ctx, cancel := d.bound(ctx)
-	defer cancel()
-	rows, err := d.db.QueryContext(ctx, `SELECT `+podColumns+` FROM pods WHERE uid = ANY($1)`, pq.StringArray(uids))
+	pods, err := d.queryPods(ctx, `SELECT `+podColumns+` FROM pods WHERE uid = ANY($1)`, pq.StringArray(uids))
 	if err != nil {
-		return nil, fmt.Errorf("get %d pods: %w", len(uids), translate(err))
-	}
-	defer rows.Close()
-	var pods []record.Pod
-	for rows.Next() {
-		p, err := scanPod(rows)
-		if err != nil {
-			return nil, fmt.Errorf("get %d pods: %w", len(uids), translate(err))
-		}
-		pods = append(pods, p)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("get %d pods: %w", len(uids), translate(err))
+		return nil, fmt.Errorf("get %d pods: %w", len(uids), err)
 	}
 	return pods, nil
 }
@@ -226,23 +212,32 @@ func (d *DB) PodsByUID(ctx context.Context, uids []string) ([]record.Pod, error)
 // Pods returns the recorded pods of a job, oldest first (empty for an unknown job). The archiver
 // finalizes a job only when every one of them is archived or released.
 func (d *DB) Pods(ctx context.Context, jobUID string) ([]record.Pod, error) {
+	pods, err := d.queryPods(ctx, `SELECT `+podColumns+` FROM pods WHERE job_uid = $1 ORDER BY created_at, uid`, jobUID)
+	if err != nil {
+		return nil, fmt.Errorf("get pods of job %s: %w", jobUID, err)
+	}
+	return pods, nil
+}
+
+// queryPods runs a query of podColumns and scans its rows.
+func (d *DB) queryPods(ctx context.Context, query string, arg any) ([]record.Pod, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	rows, err := d.db.QueryContext(ctx, `SELECT `+podColumns+` FROM pods WHERE job_uid = $1 ORDER BY created_at, uid`, jobUID)
+	rows, err := d.db.QueryContext(ctx, query, arg)
 	if err != nil {
-		return nil, fmt.Errorf("get pods of job %s: %w", jobUID, translate(err))
+		return nil, translate(err)
 	}
 	defer rows.Close()
 	var pods []record.Pod
 	for rows.Next() {
 		p, err := scanPod(rows)
 		if err != nil {
-			return nil, fmt.Errorf("get pods of job %s: %w", jobUID, translate(err))
+			return nil, translate(err)
 		}
 		pods = append(pods, p)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("get pods of job %s: %w", jobUID, translate(err))
+		return nil, translate(err)
 	}
 	return pods, nil
 }
