@@ -3,8 +3,6 @@ package archiver
 import (
 	"database/sql"
 	"maps"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -101,17 +99,5 @@ func rowVersions(t *testing.T, conn *sql.DB, jobUID string) map[string]string {
 // podReconciles is the pod controller's count of reconciles since the archiver started.
 func podReconciles(t *testing.T, s *stack.Rig) float64 {
 	t.Helper()
-	sum := 0.0
-	for line := range strings.Lines(s.Metrics(t)) {
-		if !strings.HasPrefix(line, `controller_runtime_reconcile_total{controller="pod",`) {
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			t.Fatalf("parse %q: %v", line, err)
-		}
-		sum += v
-	}
-	return sum
+	return seriesSum(t, s.Metrics(t), `controller_runtime_reconcile_total{controller="pod",`)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -151,15 +150,5 @@ func TestResweepRepairsLostEvents(t *testing.T) {
 // resweptJobs is the archiver's count of jobs the resweep enqueued.
 func resweptJobs(t *testing.T, s *stack.Rig) float64 {
 	t.Helper()
-	const series = `jobvault_archiver_resweep_enqueued_total{kind="job"} `
-	for line := range strings.Lines(s.Metrics(t)) {
-		if v, ok := strings.CutPrefix(line, series); ok {
-			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("parse %q: %v", line, err)
-			}
-			return n
-		}
-	}
-	return 0
+	return seriesSum(t, s.Metrics(t), `jobvault_archiver_resweep_enqueued_total{kind="job"} `)
 }

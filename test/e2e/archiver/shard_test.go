@@ -163,9 +163,16 @@ func checkArchivedOnce(t *testing.T, env *testbed.Env, job *batchv1alpha1.Job) {
 // metricValue is the sum of a counter's series in a /metrics exposition, 0 if absent.
 func metricValue(t *testing.T, exposition, name string) float64 {
 	t.Helper()
+	return seriesSum(t, exposition, name+" ") + seriesSum(t, exposition, name+"{")
+}
+
+// seriesSum is the sum of the series in a /metrics exposition whose line starts with prefix (a
+// name and some of its labels, say), 0 if none.
+func seriesSum(t *testing.T, exposition, prefix string) float64 {
+	t.Helper()
 	sum := 0.0
 	for line := range strings.Lines(exposition) {
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+		if strings.HasPrefix(line, prefix) {
 			var v float64
 			if _, err := fmt.Sscan(line[strings.LastIndexByte(strings.TrimSpace(line), ' ')+1:], &v); err != nil {
 				t.Fatalf("parse %q: %v", line, err)
