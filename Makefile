@@ -73,7 +73,7 @@ bench-size: testbed ## Benchmark one archiver holding 10,000 live VcJobs and 100
 # test/tools/dbgen loaded; _SAMPLES (100), _PAGES (1000), _DELETE_BATCH (1000) tune the runs;
 # _PLANS names the file of query plans.
 .PHONY: bench-db
-bench-db: ## Audit queries, keyset pagination and retention on 1M jobs, 10M transitions, 20M log rows (before/after migration 0006; plans to a file)
+bench-db: ## Audit queries, keyset pagination and retention on 1M jobs, 10M transitions, 20M log rows (before/after migration 0009, the last of the audit-scale ones; plans to a file)
 	$(GO) test -count=1 -run '^$$' -bench 'AuditDB' -benchtime 1x -timeout 3h -v ./test/e2e/bench
 
 # BenchmarkSustained takes JOBVAULT_BENCH_SUSTAINED_RATE (jobs/s, 20), _PODS (per job, 5), _MINUTES

@@ -128,15 +128,18 @@ func archiveProblems(state record.ArchiveState, at *time.Time, reason string) []
 }
 
 // markJobArchivedSQL moves a pending job ($1) to archived ($4 empty) or released (reason $4), with
-// its location ($2) and time ($3), and says whether the job exists. It continues a WITH clause,
-// so that FinalizeJob can add its own step to the same statement.
+// its location ($2) and time ($3), and says whether the job exists. It records the job's pod and
+// log counts as audit_outcomes gives them, which from then on reads them from the row (migration
+// 0009). It continues a WITH clause, so that FinalizeJob can add its own step to the same statement.
 const markJobArchivedSQL = `
 , marked AS (
-    UPDATE jobs SET
+    UPDATE jobs j SET
         archive_state    = CASE WHEN $4 = '' THEN 'archived' ELSE 'released' END,
         archive_location = COALESCE($2, archive_location),
         archived_at      = COALESCE($3, now()),
-        release_reason   = NULLIF($4, '')
+        release_reason   = NULLIF($4, ''),
+        (final_pods, final_pods_deleted_before_terminal, final_logs_stored, final_logs_unavailable) =
+            (SELECT o.pods, o.pods_deleted_before_terminal, o.logs_stored, o.logs_unavailable FROM audit_outcomes o WHERE o.uid = j.uid)
     WHERE uid = $1 AND archive_state = 'pending'
 )
 SELECT EXISTS (SELECT 1 FROM jobs WHERE uid = $1)`

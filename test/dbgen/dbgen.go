@@ -124,15 +124,15 @@ type Stats struct {
 	Jobs, Transitions, Pods, LogRows int64
 	// Bytes is the size of the four tables with their indexes and TOAST.
 	Bytes int64
-	// Load is the time spent inserting; Index the time rebuilding indexes and constraints; Vacuum
-	// the time of VACUUM ANALYZE.
-	Load, Index, Vacuum time.Duration
+	// Load is the time spent inserting; Index the time rebuilding indexes and constraints; Count
+	// the time recording finalized jobs' counts (schema 9 on); Vacuum the time of VACUUM ANALYZE.
+	Load, Index, Count, Vacuum time.Duration
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%d jobs, %d transitions, %d pods, %d log rows; %.2f GiB with indexes; load %s, indexes %s, vacuum %s",
+	return fmt.Sprintf("%d jobs, %d transitions, %d pods, %d log rows; %.2f GiB with indexes; load %s, indexes %s, counts %s, vacuum %s",
 		s.Jobs, s.Transitions, s.Pods, s.LogRows, float64(s.Bytes)/(1<<30),
-		s.Load.Round(time.Second), s.Index.Round(time.Second), s.Vacuum.Round(time.Second))
+		s.Load.Round(time.Second), s.Index.Round(time.Second), s.Count.Round(time.Second), s.Vacuum.Round(time.Second))
 }
 
 // tables are the tables the generator fills, parents first.
@@ -234,6 +234,22 @@ func Load(ctx context.Context, db *sql.DB, c Config, progress io.Writer) (Stats,
 		}
 	}
 	st.Index = time.Since(start)
+
+	// From schema 9 a finalized job's row holds its pod and log counts, which the archiver records
+	// as it finalizes the job: the same function as the migration's records the generated ones.
+	start = time.Now()
+	var counts bool
+	if err := conns[0].QueryRowContext(ctx, `SELECT to_regproc('jobvault_count_finalized') IS NOT NULL`).Scan(&counts); err != nil {
+		return st, fmt.Errorf("find jobvault_count_finalized: %w", err)
+	}
+	if counts {
+		var n int64
+		if err := conns[0].QueryRowContext(ctx, `SELECT jobvault_count_finalized()`).Scan(&n); err != nil {
+			return st, fmt.Errorf("count finalized jobs: %w", err)
+		}
+		fmt.Fprintf(progress, "dbgen: counts of %d finalized jobs in %s\n", n, time.Since(start).Round(10*time.Millisecond))
+	}
+	st.Count = time.Since(start)
 
 	start = time.Now()
 	var vacuums []func(*sql.Conn) error
@@ -486,9 +502,10 @@ func loadChunk(ctx context.Context, conn *sql.Conn, q chunkSQL, c Config, from, 
 	return tx.Commit()
 }
 
-// AuditScaleVersion is the migration that made the audit views fast at this scale: the
-// benchmark and the tests compare the schema before and after it on the same rows.
-const AuditScaleVersion = 6
+// AuditScaleVersions are the migrations that made the audit views fast at this scale without
+// changing what they say: the tests compare the views before and after each on the same rows, and
+// the benchmark times the queries before and after the last.
+var AuditScaleVersions = []uint{6, 9}
 
 // VersionBefore is the newest embedded migration older than v, or an error if there is none.
 func VersionBefore(v uint) (uint, error) {

@@ -2,12 +2,15 @@ package db
 
 import (
 	"database/sql"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/lib/pq"
 
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/test/dbgen"
@@ -131,12 +134,18 @@ func TestDBGenerator(t *testing.T) {
 	}
 }
 
-// TestDBAuditScaleViewsUnchanged proves that migration 0006 changes how the audit views are
-// computed, not what they say: on the generator's rows, every view's original columns hold the
-// same values before it, after it, and after its down migration.
+// TestDBAuditScaleViewsUnchanged proves that the audit-scale migrations (0006, 0009) change how
+// the audit views are computed, not what they say: on the generator's rows, every view's original
+// columns hold the same values before each, after it, and after its down migration.
 func TestDBAuditScaleViewsUnchanged(t *testing.T) {
+	for _, v := range dbgen.AuditScaleVersions {
+		t.Run(fmt.Sprintf("%04d", v), func(t *testing.T) { auditScaleViewsUnchanged(t, v) })
+	}
+}
+
+func auditScaleViewsUnchanged(t *testing.T, version uint) {
 	ctx := t.Context()
-	before := versionBefore(t, dbgen.AuditScaleVersion)
+	before := versionBefore(t, version)
 	records, c := openAt(t, before)
 	if _, err := dbgen.Load(ctx, c, tinyLoad, io.Discard); err != nil {
 		t.Fatal(err)
@@ -157,24 +166,35 @@ UPDATE jobs SET retry_count = 0 WHERE uid IN (SELECT uid FROM jobs WHERE retry_c
 		"audit_log_gaps":    "job_uid, pod_uid, container, run, missing_after",
 	}
 	columns := map[string][]string{}
-	want := map[string]string{}
-	for v, order := range views {
-		columns[v] = viewColumns(t, c, v)
-		want[v] = viewDigest(t, c, v, columns[v], order)
-	}
-	check := func(stage string) {
+	digests := func() map[string]string {
+		d := map[string]string{}
 		for v, order := range views {
-			if got := viewDigest(t, c, v, columns[v], order); got != want[v] {
-				t.Errorf("%s: view %s holds other values than before migration %d", stage, v, dbgen.AuditScaleVersion)
-			}
+			d[v] = viewDigest(t, c, v, columns[v], order)
+		}
+		return d
+	}
+	for v := range views {
+		columns[v] = viewColumns(t, c, v)
+	}
+	want := digests()
+	check := func(stage string) {
+		t.Helper()
+		if diff := cmp.Diff(want, digests()); diff != "" {
+			t.Errorf("%s: views hold other values than before migration %d (-before +now):\n%s", stage, version, diff)
 		}
 	}
-	if err := records.MigrateTo(ctx, dbgen.AuditScaleVersion); err != nil {
+	if err := records.MigrateTo(ctx, version); err != nil {
 		t.Fatal(err)
 	}
 	check("after the migration")
-	if got := viewColumns(t, c, "audit_retries"); got[len(got)-1] != "created_at" {
-		t.Errorf("audit_retries columns %v: want created_at added at the end", got)
+	if version == 6 {
+		if got := viewColumns(t, c, "audit_retries"); got[len(got)-1] != "created_at" {
+			t.Errorf("audit_retries columns %v: want created_at added at the end", got)
+		}
+	}
+	if version == 9 {
+		finalizeCounts(t, records, c)
+		want = digests()
 	}
 	if err := records.MigrateTo(ctx, before); err != nil {
 		t.Fatal(err)
@@ -182,6 +202,62 @@ UPDATE jobs SET retry_count = 0 WHERE uid IN (SELECT uid FROM jobs WHERE retry_c
 	check("after its down migration")
 	if got := viewColumns(t, c, "audit_retries"); !cmp.Equal(got, columns["audit_retries"]) {
 		t.Errorf("audit_retries columns after the down migration = %v, want %v", got, columns["audit_retries"])
+	}
+}
+
+// finalizeCounts checks migration 0009's counts on a database at version 9 loaded by the
+// generator: the migration recorded every finalized job's, finalizing a pending job records its
+// own (the down migration then shows whether they are what counting gives), and they are final.
+func finalizeCounts(t *testing.T, records *db.DB, c *sql.DB) {
+	t.Helper()
+	ctx := t.Context()
+	var uncounted, pending int
+	if err := c.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE archive_state <> 'pending' AND final_pods IS NULL),
+	       count(*) FILTER (WHERE archive_state = 'pending') FROM jobs`).Scan(&uncounted, &pending); err != nil {
+		t.Fatal(err)
+	}
+	if uncounted != 0 || pending == 0 {
+		t.Fatalf("after migration 9: %d finalized jobs without counts (want 0), %d pending (want some)", uncounted, pending)
+	}
+	rows, err := c.QueryContext(ctx, `SELECT uid FROM jobs WHERE archive_state = 'pending' ORDER BY uid LIMIT 30`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uids []string
+	for rows.Next() {
+		var uid string
+		if err := rows.Scan(&uid); err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, uid)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, uid := range uids {
+		reason := ""
+		if i%3 == 0 {
+			reason = "released for the test"
+		}
+		if err := records.MarkJobArchived(ctx, uid, "s3://bucket/"+uid+"/", time.Time{}, reason); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var counted, logs int
+	if err := c.QueryRowContext(ctx, `SELECT count(final_pods), coalesce(sum(final_logs_stored + final_logs_unavailable), 0) FROM jobs WHERE uid = ANY($1)`,
+		pq.StringArray(uids)).Scan(&counted, &logs); err != nil {
+		t.Fatal(err)
+	}
+	if counted != len(uids) || logs == 0 {
+		t.Errorf("finalized %d pending jobs: %d have counts, %d logs counted; want all, and logs", len(uids), counted, logs)
+	}
+	// The freeze trigger keeps them: an edit of a finalized job's counts changes nothing.
+	res, err := c.ExecContext(ctx, `UPDATE jobs SET final_pods = final_pods + 1, final_logs_stored = 0 WHERE uid = $1`, uids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 0 {
+		t.Errorf("an edit of a finalized job's counts updated %d rows, want none (frozen)", n)
 	}
 }
 
