@@ -30,6 +30,8 @@ type containerRun struct {
 	instance string
 	// never: the container never started; its log is recorded as unavailable once the pod ends.
 	never bool
+	// ended: the run is over (the container restarted or terminated since).
+	ended bool
 }
 
 // podRuns lists every container run of the pod so far: each restart leaves a run behind, and the
@@ -52,9 +54,9 @@ func podRuns(pod *corev1.Pod) []containerRun {
 				if run == s.RestartCount && !started {
 					break // restarted, and its next run has not started yet
 				}
-				cr := containerRun{container: name, ctype: ctype, run: run, instance: record.InstanceCurrent}
+				cr := containerRun{container: name, ctype: ctype, run: run, instance: record.InstanceCurrent, ended: s.State.Terminated != nil}
 				if run < s.RestartCount {
-					cr.instance = record.PreviousInstance(run + 1)
+					cr.instance, cr.ended = record.PreviousInstance(run+1), true
 				}
 				out = append(out, cr)
 			}
@@ -157,7 +159,9 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 		}
 		pending, live = true, true
 		ref := capture.Ref{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: cr.container, Run: cr.run}
-		if !r.Captures.Ensure(captureKey(ref), pod.DeepCopy(), func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
+		// A run that ended, or whose pod is done, is captured first: the node deletes its log first (a
+		// minute after the pod stops, or at the container's next restart).
+		if !r.Captures.Ensure(captureKey(ref), pod.DeepCopy(), cr.ended || finished, func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
 			return true, true, recorded, nil // not leading yet: the requeue comes back
 		}
 	}

@@ -169,9 +169,13 @@ func BenchmarkAuditDB(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Logf("migration %04d on this data: %s", version, time.Since(t0).Round(time.Millisecond))
-		if _, err := sqlDB.ExecContext(ctx, `ANALYZE`); err != nil {
+		// 0009 rewrites every finalized job's row once: what autovacuum would do after it, done
+		// now, so that both schemas are timed on vacuumed tables.
+		t0 = time.Now()
+		if _, err := sqlDB.ExecContext(ctx, `VACUUM (ANALYZE)`); err != nil {
 			b.Fatal(err)
 		}
+		b.Logf("VACUUM (ANALYZE) after it: %s", time.Since(t0).Round(time.Millisecond))
 		after := runAuditQueries(b, noJIT, jobs, plans, fmt.Sprintf("schema version %d, jit = off", version))
 		afterJIT := runAuditQueries(b, sqlDB, jobs, plans, fmt.Sprintf("schema version %d, jit on", version))
 		afterPages := keysetPages(b, records, top, pages)
