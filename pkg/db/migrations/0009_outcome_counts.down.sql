@@ -1,5 +1,15 @@
 -- Reverts 0009_outcome_counts.up.sql: audit_outcomes counts every job again (as 0006 made it),
--- the freeze trigger as 0004 made it, and the counts' columns go.
+-- the freeze trigger as 0004 made it, the counts' columns go, and the database's jit setting is
+-- reset (if the migrating user may).
+DO $$
+BEGIN
+    EXECUTE format('ALTER DATABASE %I RESET jit', current_database());
+EXCEPTION
+    WHEN insufficient_privilege THEN
+        RAISE WARNING 'jobvault: database % keeps jit = off: the migrating user % does not own it', current_database(), current_user;
+END
+$$;
+
 CREATE OR REPLACE VIEW audit_outcomes AS
 SELECT j.uid,
        j.cluster,

@@ -124,3 +124,17 @@ COMMENT ON FUNCTION jobvault_count_finalized() IS
     'Records audit_outcomes'' pod and log counts on the rows of finalized jobs that lack them; returns how many. Run by migration 0009.';
 
 SELECT jobvault_count_finalized();
+
+-- Postgres' JIT compiles any plan estimated above jit_above_cost, and the audit views' nested loops
+-- are (their per-job estimates are pessimistic): it tripled the p95 of a 1,000-row outcomes page at
+-- 1M jobs (the README's Performance section). The archiver's own statements are too small to gain
+-- from it. Off for this database's new sessions, if the migrating user may (owner or superuser).
+DO $$
+BEGIN
+    EXECUTE format('ALTER DATABASE %I SET jit = off', current_database());
+EXCEPTION
+    WHEN insufficient_privilege THEN
+        RAISE WARNING 'jobvault: jit left on: the migrating user % does not own database %', current_user, current_database()
+            USING HINT = 'The audit views run faster without JIT: have the owner run ALTER DATABASE ' || quote_ident(current_database()) || ' SET jit = off.';
+END
+$$;

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,11 +196,17 @@ UPDATE jobs SET retry_count = 0 WHERE uid IN (SELECT uid FROM jobs WHERE retry_c
 	if version == 9 {
 		finalizeCounts(t, records, c)
 		want = digests()
+		if got := databaseSettings(t, c); !slices.Contains(got, "jit=off") {
+			t.Errorf("database settings after migration 9: %v, want jit=off", got)
+		}
 	}
 	if err := records.MigrateTo(ctx, before); err != nil {
 		t.Fatal(err)
 	}
 	check("after its down migration")
+	if got := databaseSettings(t, c); slices.Contains(got, "jit=off") {
+		t.Errorf("database settings after the down migration: %v, want jit reset", got)
+	}
 	if got := viewColumns(t, c, "audit_retries"); !cmp.Equal(got, columns["audit_retries"]) {
 		t.Errorf("audit_retries columns after the down migration = %v, want %v", got, columns["audit_retries"])
 	}
@@ -259,6 +266,17 @@ func finalizeCounts(t *testing.T, records *db.DB, c *sql.DB) {
 	if n, _ := res.RowsAffected(); n != 0 {
 		t.Errorf("an edit of a finalized job's counts updated %d rows, want none (frozen)", n)
 	}
+}
+
+// databaseSettings lists the settings of the current database for every role (ALTER DATABASE … SET).
+func databaseSettings(t *testing.T, c *sql.DB) []string {
+	t.Helper()
+	var out pq.StringArray
+	if err := c.QueryRowContext(t.Context(), `SELECT coalesce((SELECT setconfig FROM pg_db_role_setting
+	  WHERE setrole = 0 AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())), '{}')`).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // schemaObjects lists the indexes and constraints of the current schema, as Postgres prints them.
