@@ -214,6 +214,56 @@ func TestCaptureSurvivesArchiverKill(t *testing.T) {
 	}
 }
 
+// TestCaptureEndedFirst: with every stream slot taken (--max-streams=1, by a live follow), the
+// capture of a container that has ended goes before that of one still running, though it queued
+// after it: the node deletes an ended pod's log first. In arrival order, the short job would wait
+// for the long one to end.
+func TestCaptureEndedFirst(t *testing.T) {
+	s := stack.NewRig(t, objstore.BackendS3, "--max-streams=1")
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
+	holder, holderPod := writingJob(t, s, rt, "holder", "40s", stack.SteadyOutput("holder", 50, 1<<10), 200*time.Millisecond)
+	waitWritten(t, s, rt, holderPod, 1) // its follow holds the only slot
+	_, longPod := writingJob(t, s, rt, "long", "60s", stack.SteadyOutput("long", 100, 1<<10), 500*time.Millisecond)
+	waitWritten(t, s, rt, longPod, 1) // running, its capture waiting
+	out := stack.SteadyOutput("short", 5, 1<<10)
+	short, shortPod := writingJob(t, s, rt, "short", "1s", out, 0)
+	waitEnded(t, s, shortPod)
+	if containerEnded(t, s, holderPod) {
+		t.Fatalf("%s ended before %s: the test's timing is off", holderPod, shortPod)
+	}
+
+	s.WaitArchived(t, holder, 3*time.Minute)
+	j := s.WaitArchived(t, short, 3*time.Minute)
+	if containerEnded(t, s, longPod) {
+		t.Errorf("job %s archived after %s's container ended: the ended container's capture waited behind the running one's", short.Name, longPod)
+	}
+	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), wroteAll(t, s, rt, shortPod, out))
+}
+
+// containerEnded reports whether the pod's container has terminated (false while there is no pod).
+func containerEnded(t *testing.T, s *stack.Rig, pod string) bool {
+	t.Helper()
+	var p corev1.Pod
+	if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: pod}, &p); apierrors.IsNotFound(err) {
+		return false
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Terminated != nil
+}
+
+// waitEnded waits until the pod's container has terminated.
+func waitEnded(t *testing.T, s *stack.Rig, pod string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !containerEnded(t, s, pod) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s's container did not end in a minute", pod)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestCaptureRecordsGapWhenDown: the archiver is down (killed) while the node rotates the log
 // past what it had read: the archive keeps what was captured before and after, the loss is a
 // recorded gap, and the job is released with the reason, never archived. (A stopped archiver,
