@@ -83,7 +83,7 @@ func (m *Manager) Ensure(key string, obj client.Object, ended bool, fn func(cont
 		if ended && !w.ended && !w.running {
 			m.dequeue(w)
 			w.ended = true
-			m.queues[0] = append(m.queues[0], w)
+			m.enqueue(w) // to the back of the ended queue: a waiting capture means no slot is free
 		}
 		return true
 	}

@@ -2,6 +2,7 @@ package archiver
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
@@ -255,12 +257,10 @@ func containerEnded(t *testing.T, s *stack.Rig, pod string) bool {
 // waitEnded waits until the pod's container has terminated.
 func waitEnded(t *testing.T, s *stack.Rig, pod string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !containerEnded(t, s, pod) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s's container did not end in a minute", pod)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return containerEnded(t, s, pod), nil
+	}); err != nil {
+		t.Fatalf("pod %s's container did not end in a minute: %v", pod, err)
 	}
 }
 
