@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,10 +74,10 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("pod").
-		For(&corev1.Pod{}).
+		Watches(&corev1.Pod{}, oldestFirst).
 		WithEventFilter(opts.shardFilter()).
-		WatchesRawSource(source.Channel(captures.Events(), &handler.EnqueueRequestForObject{})).
-		WatchesRawSource(source.Channel(resweep.podEvents, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter()}).
+		WatchesRawSource(source.Channel(captures.Events(), oldestFirst)).
+		WatchesRawSource(source.Channel(resweep.podEvents, oldestFirst)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter(), UsePriorityQueue: ptr.To(true)}).
 		Complete(pods)
 }

@@ -4,9 +4,11 @@ package bench
 // server from its /metrics, latencies as quantiles.
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -97,6 +99,55 @@ func busy(c0, c1 procfs.CPUStat) float64 {
 	return 100 * (1 - (c1.Idle+c1.Iowait-c0.Idle-c0.Iowait)/(cpuTotal(c1)-cpuTotal(c0)))
 }
 
+// procCPU is every process's CPU time so far (seconds, user+system) by PID, with its command name.
+type procCPU map[int]struct {
+	comm string
+	cpu  float64
+}
+
+// sampleAllProcs reads the CPU time of every process on the machine: the testbed's parts are
+// separate processes (kube-apiserver, etcd, kwok, minio, postgres, vc-*), so their share of a run
+// is known by name.
+func sampleAllProcs(b testing.TB) procCPU {
+	b.Helper()
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := procCPU{}
+	for _, p := range procs {
+		if st, err := p.Stat(); err == nil { // a process may end meanwhile
+			out[p.PID] = struct {
+				comm string
+				cpu  float64
+			}{st.Comm, st.CPUTime()}
+		}
+	}
+	return out
+}
+
+// cpuByCommand is the CPU time each command used from p0 to p1, in seconds, largest first: a
+// process started meanwhile counts from zero; one that ended is left out.
+func cpuByCommand(p0, p1 procCPU) []commandCPU {
+	by := map[string]float64{}
+	for pid, p := range p1 {
+		by[p.comm] += p.cpu - p0[pid].cpu
+	}
+	var out []commandCPU
+	for comm, cpu := range by {
+		if cpu > 0 {
+			out = append(out, commandCPU{comm, cpu})
+		}
+	}
+	slices.SortFunc(out, func(a, b commandCPU) int { return cmp.Compare(b.seconds, a.seconds) })
+	return out
+}
+
+type commandCPU struct {
+	command string
+	seconds float64
+}
+
 // loadAvg is the machine's load average (1, 5 and 15 minutes), for the logs.
 func loadAvg() string {
 	raw, err := os.ReadFile("/proc/loadavg")
@@ -129,6 +180,23 @@ func apiServerMetrics(b testing.TB, env *testbed.Env, names ...string) map[strin
 		b.Fatalf("parse the API server's %v: %v", names, err)
 	}
 	return families
+}
+
+// apiServerRequests counts the requests the API server served so far by verb, resource and
+// subresource ("PATCH pods", "GET pods/log").
+func apiServerRequests(b testing.TB, env *testbed.Env) map[string]float64 {
+	b.Helper()
+	const name = "apiserver_request_total"
+	out := map[string]float64{}
+	for _, m := range apiServerMetrics(b, env, name)[name].GetMetric() {
+		l := metricLabels(m)
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out
 }
 
 // labels are a metric's labels by name.

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,16 +33,26 @@ const releaseRateTarget = 100
 // archiverCounters are the archiver's own counts of its work, from its /metrics: reconciles by
 // controller and its requests to the API server by method.
 type archiverCounters struct {
-	reconciles map[string]float64 // by controller (vcjob, pod)
-	requests   map[string]float64 // by HTTP method
+	reconciles    map[string]float64 // by controller (vcjob, pod)
+	reconcileSecs map[string]float64 // time spent reconciling, by controller
+	requests      map[string]float64 // by HTTP method
+	chainLockSecs float64            // time finalizations held the chain head
+	finalizedJobs float64
 }
 
 func readArchiverCounters(b testing.TB, a *stack.Archiver) archiverCounters {
 	b.Helper()
 	families := archiverMetrics(b, a)
-	c := archiverCounters{reconciles: map[string]float64{}, requests: map[string]float64{}}
+	c := archiverCounters{reconciles: map[string]float64{}, reconcileSecs: map[string]float64{}, requests: map[string]float64{}}
 	for _, m := range families["controller_runtime_reconcile_total"].GetMetric() {
 		c.reconciles[metricLabels(m)["controller"]] += m.GetCounter().GetValue()
+	}
+	for _, m := range families["controller_runtime_reconcile_time_seconds"].GetMetric() {
+		c.reconcileSecs[metricLabels(m)["controller"]] += m.GetHistogram().GetSampleSum()
+	}
+	for _, m := range families["jobvault_archiver_chain_lock_seconds"].GetMetric() {
+		c.chainLockSecs += m.GetHistogram().GetSampleSum()
+		c.finalizedJobs += float64(m.GetHistogram().GetSampleCount())
 	}
 	for _, m := range families["rest_client_requests_total"].GetMetric() {
 		c.requests[metricLabels(m)["method"]] += m.GetCounter().GetValue()
@@ -53,7 +65,8 @@ func (c archiverCounters) String() string {
 	for m, n := range c.requests {
 		methods = append(methods, fmt.Sprintf("%s %.0f", m, n))
 	}
-	return fmt.Sprintf("reconciles: vcjob %.0f, pod %.0f; API requests: %s", c.reconciles["vcjob"], c.reconciles["pod"], strings.Join(methods, ", "))
+	return fmt.Sprintf("reconciles: vcjob %.0f (%.1f s in all), pod %.0f (%.1f s); chain head held %.2f s by %.0f finalizations; API requests: %s",
+		c.reconciles["vcjob"], c.reconcileSecs["vcjob"], c.reconciles["pod"], c.reconcileSecs["pod"], c.chainLockSecs, c.finalizedJobs, strings.Join(methods, ", "))
 }
 
 // dbTransactions is how many transactions the database at dsn committed or rolled back so far, as
@@ -144,7 +157,10 @@ func fetch(url, path string) error {
 // workers as the archiver reconciles pods with (patchFloor), the API server's floor of any
 // archiver. It also prints the work per pod: database transactions (Postgres' own count),
 // requests to the API server by method, and reconciles of each controller (is the job
-// reconciled on every pod event?). JOBVAULT_BENCH_CPU_PROFILE=FILE saves a CPU profile of the
+// reconciled on every pod event?). And what bounds the rate here: the CPU every process on the
+// machine spent per pod (the testbed's parts all share its cores), the requests the API server
+// served per pod from every client, and when pods and jobs were released (whether jobs are
+// released while the backlog drains, or all at its end). JOBVAULT_BENCH_CPU_PROFILE=FILE saves a CPU profile of the
 // archiver over the drain. JOBVAULT_BENCH_BURST_WORKERS (8) sets the archiver's --pod-workers and
 // the floor's workers; JOBVAULT_BENCH_BURST_JOB_WORKERS and _DB_CONNS, when set, its --job-workers
 // and --db-max-open-conns.
@@ -178,7 +194,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		start := time.Now()
 		s.Start(b)
 		ready := time.Since(start)
-		arch0 := sampleProc(b, s.Proc.PID())
+		arch0, all0, req0 := sampleProc(b, s.Proc.PID()), sampleAllProcs(b), apiServerRequests(b, s.Env)
 		profiled := make(chan error, 1)
 		if path := os.Getenv("JOBVAULT_BENCH_CPU_PROFILE"); path != "" {
 			go func() { profiled <- cpuProfile(pprofAddr, path, 10*time.Second) }()
@@ -202,7 +218,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 			b.Errorf("CPU profile: %v", err)
 		}
 		counts := readArchiverCounters(b, s.Archiver)
-		arch := sampleProc(b, s.Proc.PID())
+		arch, all, req := sampleProc(b, s.Proc.PID()), sampleAllProcs(b), apiServerRequests(b, s.Env)
 		s.Proc.Stop() // its database sessions end and report their counts
 		time.Sleep(2 * time.Second)
 		tx := dbTransactions(b, s.DSN) - tx0
@@ -229,6 +245,30 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 			lastJob.Sub(start).Round(time.Millisecond), drainRate, releaseRateTarget, floor, podWorkers, drainRate/floor,
 			tx/float64(n), counts.reconciles["vcjob"]/float64(n), counts.reconciles["pod"]/float64(n), perPod(counts.requests, n), cpuPerPod, mib(arch.hwm), loadAvg())
 		b.Logf("archiver totals: %s; %.0f database transactions", counts, tx)
+		b.Logf("jobs: %s", seen.jobSpans(start))
+		// The whole testbed shares this machine's cores: what it all spent per pod says what rate
+		// the machine can hold at best, whatever the archiver does.
+		var byCommand []string
+		used, machineMs := cpuByCommand(all0, all), 0.0
+		for i, c := range used {
+			ms := c.seconds / float64(n) * 1000
+			machineMs += ms
+			if i < 8 {
+				byCommand = append(byCommand, fmt.Sprintf("%s %.2f ms", c.command, ms))
+			}
+		}
+		b.ReportMetric(machineMs, "machine-cpu-ms/pod")
+		b.Logf("CPU per pod from the archiver's start to the last release: %.1f ms on the whole machine, so %d pods/s would need %.1f cores (it has %d); by process: %s",
+			machineMs, releaseRateTarget, machineMs*releaseRateTarget/1000, runtime.NumCPU(), strings.Join(byCommand, ", "))
+		var served []string
+		for k, v := range req {
+			if per := (v - req0[k]) / float64(n); per >= 0.01 {
+				served = append(served, fmt.Sprintf("%s %.2f", k, per))
+			}
+		}
+		slices.Sort(served)
+		b.Logf("API server requests per pod, from every client: %s", strings.Join(served, ", "))
+		b.Logf("released per half second from the archiver's start (pods/jobs): %s", seen.timeline(start, 500*time.Millisecond))
 	}
 }
 
@@ -284,6 +324,66 @@ func waitEnded(b *testing.B, s *stack.Rig, jobs []*batchv1alpha1.Job, n int, tim
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// timeline counts the pods and jobs released in each step from start, as "pods/jobs" per step.
+func (r *releases) timeline(start time.Time, step time.Duration) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var pods, jobs []int
+	count := func(into *[]int, t time.Time) {
+		i := max(0, int(t.Sub(start)/step))
+		for len(pods) <= i || len(jobs) <= i {
+			pods, jobs = append(pods, 0), append(jobs, 0)
+		}
+		(*into)[i]++
+	}
+	for _, t := range r.podReleased {
+		count(&pods, t)
+	}
+	for _, t := range r.jobReleased {
+		count(&jobs, t)
+	}
+	steps := make([]string, len(pods))
+	for i := range pods {
+		steps[i] = fmt.Sprintf("%d/%d", pods[i], jobs[i])
+	}
+	return strings.Join(steps, " ")
+}
+
+// jobSpans says, over the jobs seen released, when half of them were (from start), how long each
+// took from its first pod's release to its last pod's (p50, max) and from its last pod's release to
+// its own (p50, max): whether jobs complete one after another or all at the end, and what
+// finalizing one costs.
+func (r *releases) jobSpans(start time.Time) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first, last := map[types.UID]time.Time{}, map[types.UID]time.Time{}
+	for uid, t := range r.podReleased {
+		j := r.jobOf[uid]
+		if f, ok := first[j]; !ok || t.Before(f) {
+			first[j] = t
+		}
+		if t.After(last[j]) {
+			last[j] = t
+		}
+	}
+	var spans, lags, released []time.Duration
+	for j, t := range r.jobReleased {
+		released = append(released, t.Sub(start))
+		if _, ok := last[j]; ok {
+			spans, lags = append(spans, last[j].Sub(first[j])), append(lags, t.Sub(last[j]))
+		}
+	}
+	slices.Sort(spans)
+	slices.Sort(lags)
+	slices.Sort(released)
+	if len(spans) == 0 {
+		return "no job released"
+	}
+	p50 := func(d []time.Duration) time.Duration { return d[len(d)/2].Round(time.Millisecond) }
+	return fmt.Sprintf("half of them released %s after the archiver's start; a job's pods released over p50 %s, max %s; the job released after its last pod p50 %s, max %s",
+		p50(released), p50(spans), spans[len(spans)-1].Round(time.Millisecond), p50(lags), lags[len(lags)-1].Round(time.Millisecond))
 }
 
 // released is when the first and last pod and the last job were seen released, and how many.
