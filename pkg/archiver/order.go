@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+type requestQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
 // oldestFirst enqueues an object's own key, as handler.EnqueueRequestForObject does, at a priority
 // that puts older objects first on a priority queue (controller.Options.UsePriorityQueue).
@@ -24,13 +24,13 @@ type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 // while the rest of the backlog drains. Older first also means nothing starves: new work always
 // ranks below what is already waiting. A requeue keeps the priority it was taken with.
 var oldestFirst = handler.Funcs{
-	CreateFunc:  func(_ context.Context, e event.CreateEvent, q queue) { addByAge(q, e.Object) },
-	UpdateFunc:  func(_ context.Context, e event.UpdateEvent, q queue) { addByAge(q, e.ObjectNew) },
-	DeleteFunc:  func(_ context.Context, e event.DeleteEvent, q queue) { addByAge(q, e.Object) },
-	GenericFunc: func(_ context.Context, e event.GenericEvent, q queue) { addByAge(q, e.Object) },
+	CreateFunc:  func(_ context.Context, e event.CreateEvent, q requestQueue) { addByAge(q, e.Object) },
+	UpdateFunc:  func(_ context.Context, e event.UpdateEvent, q requestQueue) { addByAge(q, e.ObjectNew) },
+	DeleteFunc:  func(_ context.Context, e event.DeleteEvent, q requestQueue) { addByAge(q, e.Object) },
+	GenericFunc: func(_ context.Context, e event.GenericEvent, q requestQueue) { addByAge(q, e.Object) },
 }
 
-func addByAge(q queue, obj client.Object) {
+func addByAge(q requestQueue, obj client.Object) {
 	if obj == nil {
 		return
 	}
