@@ -8,11 +8,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -70,14 +70,18 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		return err
 	}
 	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
-	if err := mgr.Add(manager.RunnableFunc(pods.sweep)); err != nil {
+	cached := make(chan event.GenericEvent, 1024)
+	if err := errors.Join(mgr.Add(manager.RunnableFunc(pods.sweep)), mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		return enqueueCached(ctx, mgr.GetCache(), opts.mine, cached)
+	}))); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("pod").
-		Watches(&corev1.Pod{}, oldestFirst).
+		Watches(&corev1.Pod{}, podEvents).
 		WithEventFilter(opts.shardFilter()).
-		WatchesRawSource(source.Channel(captures.Events(), oldestFirst)).
-		WatchesRawSource(source.Channel(resweep.podEvents, oldestFirst)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter(), UsePriorityQueue: ptr.To(true)}).
+		WatchesRawSource(source.Channel(cached, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(captures.Events(), &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(resweep.podEvents, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter()}).
 		Complete(pods)
 }
