@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -70,16 +69,12 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		return err
 	}
 	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
-	cached := make(chan event.GenericEvent, 1024)
-	if err := errors.Join(mgr.Add(manager.RunnableFunc(pods.sweep)), mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		return enqueueCached(ctx, mgr.GetCache(), opts.mine, cached)
-	}))); err != nil {
+	if err := mgr.Add(manager.RunnableFunc(pods.sweep)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("pod").
-		Watches(&corev1.Pod{}, podEvents).
+		For(&corev1.Pod{}).
 		WithEventFilter(opts.shardFilter()).
-		WatchesRawSource(source.Channel(cached, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(captures.Events(), &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(resweep.podEvents, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.PodWorkers, RateLimiter: rateLimiter()}).
