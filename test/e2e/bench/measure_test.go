@@ -99,11 +99,8 @@ func busy(c0, c1 procfs.CPUStat) float64 {
 	return 100 * (1 - (c1.Idle+c1.Iowait-c0.Idle-c0.Iowait)/(cpuTotal(c1)-cpuTotal(c0)))
 }
 
-// procCPU is every process's CPU time so far (seconds, user+system) by PID, with its command name.
-type procCPU map[int]struct {
-	comm string
-	cpu  float64
-}
+// procCPU is every process's CPU time so far by PID, with its command name.
+type procCPU map[int]commandCPU
 
 // sampleAllProcs reads the CPU time of every process on the machine: the testbed's parts are
 // separate processes (kube-apiserver, etcd, kwok, minio, postgres, vc-*), so their share of a run
@@ -117,10 +114,7 @@ func sampleAllProcs(b testing.TB) procCPU {
 	out := procCPU{}
 	for _, p := range procs {
 		if st, err := p.Stat(); err == nil { // a process may end meanwhile
-			out[p.PID] = struct {
-				comm string
-				cpu  float64
-			}{st.Comm, st.CPUTime()}
+			out[p.PID] = commandCPU{st.Comm, st.CPUTime()}
 		}
 	}
 	return out
@@ -131,7 +125,7 @@ func sampleAllProcs(b testing.TB) procCPU {
 func cpuByCommand(p0, p1 procCPU) []commandCPU {
 	by := map[string]float64{}
 	for pid, p := range p1 {
-		by[p.comm] += p.cpu - p0[pid].cpu
+		by[p.command] += p.seconds - p0[pid].seconds
 	}
 	var out []commandCPU
 	for comm, cpu := range by {
@@ -143,6 +137,7 @@ func cpuByCommand(p0, p1 procCPU) []commandCPU {
 	return out
 }
 
+// commandCPU is CPU time (user+system, seconds) used by a command's processes.
 type commandCPU struct {
 	command string
 	seconds float64
