@@ -226,21 +226,7 @@ func finalizeCounts(t *testing.T, records *db.DB, c *sql.DB) {
 	if uncounted != 0 || pending == 0 {
 		t.Fatalf("after migration 9: %d finalized jobs without counts (want 0), %d pending (want some)", uncounted, pending)
 	}
-	rows, err := c.QueryContext(ctx, `SELECT uid FROM jobs WHERE archive_state = 'pending' ORDER BY uid LIMIT 30`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var uids []string
-	for rows.Next() {
-		var uid string
-		if err := rows.Scan(&uid); err != nil {
-			t.Fatal(err)
-		}
-		uids = append(uids, uid)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	uids := queryStrings(t, c, `SELECT uid FROM jobs WHERE archive_state = 'pending' ORDER BY uid LIMIT 30`)
 	for i, uid := range uids {
 		reason := ""
 		if i%3 == 0 {
@@ -281,26 +267,12 @@ func databaseSettings(t *testing.T, c *sql.DB) []string {
 
 // schemaObjects lists the indexes and constraints of the current schema, as Postgres prints them.
 func schemaObjects(t *testing.T, c *sql.DB) []string {
-	t.Helper()
-	rows, err := c.QueryContext(t.Context(), `
+	return queryStrings(t, c, `
 SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema()
 UNION ALL
 SELECT conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
 WHERE connamespace = current_schema()::regnamespace
 ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	return out
 }
 
 // tableDigest is the md5 of every row of table but its serial id and the load's clock, in key order.
@@ -315,21 +287,29 @@ func tableDigest(t *testing.T, c *sql.DB, table string) string {
 }
 
 func viewColumns(t *testing.T, c *sql.DB, view string) []string {
+	return queryStrings(t, c, `SELECT attname FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 ORDER BY attnum`, view)
+}
+
+// queryStrings returns the one text column of every row query returns.
+func queryStrings(t *testing.T, c *sql.DB, query string, args ...any) []string {
 	t.Helper()
-	rows, err := c.QueryContext(t.Context(), `SELECT attname FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 ORDER BY attnum`, view)
+	rows, err := c.QueryContext(t.Context(), query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var cols []string
+	var out []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
 			t.Fatal(err)
 		}
-		cols = append(cols, s)
+		out = append(out, s)
 	}
-	return cols
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // viewDigest is the md5 of the given columns of every row of view, in order, and its row count.
