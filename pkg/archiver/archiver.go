@@ -123,8 +123,8 @@ type Options struct {
 	ExcludeNamespaces []string
 	// Layout names the archive's objects.
 	Layout archive.Layout
-	// Redact replaces literal env values in pod templates and drops kubectl's last-applied
-	// configuration before a job is recorded (see recordable).
+	// Redact replaces every string of a job outside the allow-list of fields audits need by its
+	// sha256 marker before the job is recorded (see redact).
 	Redact bool
 	// Retention is how long final objects are kept from their job's or pod's finalization (see
 	// retainUntil); zero keeps them without a retain-until date.

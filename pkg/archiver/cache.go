@@ -220,7 +220,7 @@ func stateOnly(s corev1.ContainerState) corev1.ContainerState {
 
 // jobTransform cuts a cached VcJob down to what is recorded. The job reconciler records the spec
 // and status whole (rows, job.json), so a job of this shard keeps them; with Redact it is cached
-// as recorded (redacted env values, no kubectl last-applied configuration), which recordable
+// as recorded (every string outside the allow-list as its marker, see redact), which recordable
 // leaves as it is: job.json is byte for byte what it was. A job of another shard or of an
 // excluded namespace keeps only its identity: nothing reads the rest.
 func (o Options) jobTransform(in any) (any, error) {
