@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -29,7 +32,7 @@ var jobTarget = target{
 
 // JobMutator admits the CREATE of a Volcano Job (batch.volcano.sh/v1alpha1): it adds
 // tracking.JobFinalizer, tracking.TrackedLabel and the submitter annotations from the request's
-// userInfo with the admission time. Nothing outside the job's metadata changes: its pods are
+// userInfo with the admission time, and the chain of custody (stampCustody). Nothing outside the job's metadata changes: its pods are
 // recognised by their owner and Volcano's own label (tracking.JobOf), so the pod templates need
 // no label of ours, which a job admitted while the webhook was down could never get (Volcano
 // refuses spec changes). The name and UID, empty at admission for generateName jobs, are never
@@ -92,7 +95,49 @@ func (m *JobMutator) mutate(ctx context.Context, req cradmission.Request, p *pat
 	p.setString(annotations, tracking.SubmitterGroupsAnnotation, string(groupsJSON))
 	existing, _ := annotations.m[tracking.AdmittedAtAnnotation].(string)
 	p.setString(annotations, tracking.AdmittedAtAnnotation, admittedAt(existing, m.clock.Now()))
+	return stampCustody(p, meta, annotations, user)
+}
+
+// stampCustody records the rest of the chain of custody from the request: the credential and pod
+// of userInfo's extra (tracking.SubmitterExtras) and the owners the job was created for
+// (tracking.SubmittedForAnnotation). A value the request does not give is left out, and a claim
+// of one in the manifest is emptied (set to "", as the patch only adds), so that whatever is
+// there after admission is the request's.
+func stampCustody(p *patch, meta, annotations node, user authenticationv1.UserInfo) error {
+	for _, e := range tracking.SubmitterExtras {
+		stampFact(p, annotations, e.Annotation, strings.Join(user.Extra[e.Extra], ","))
+	}
+	owners, err := ownerReferences(meta)
+	if err != nil {
+		return err
+	}
+	stampFact(p, annotations, tracking.SubmittedForAnnotation, tracking.SubmittedFor(owners))
 	return nil
+}
+
+// stampFact sets key to value, or when value is "" empties a claim of it and adds nothing.
+func stampFact(p *patch, annotations node, key, value string) {
+	if _, claimed := annotations.m[key]; value != "" || claimed {
+		p.setString(annotations, key, value)
+	}
+}
+
+// ownerReferences decodes metadata.ownerReferences as the API server did before admission (so a
+// type error here cannot happen in a real request, and is refused as a malformed object).
+func ownerReferences(meta node) ([]metav1.OwnerReference, error) {
+	v, ok := meta.m["ownerReferences"]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode metadata.ownerReferences: %w", err)
+	}
+	var refs []metav1.OwnerReference
+	if err := json.Unmarshal(b, &refs); err != nil {
+		return nil, fmt.Errorf("metadata.ownerReferences: %w", err)
+	}
+	return refs, nil
 }
 
 // admittedAt keeps an admitted-at stamp that our earlier pass of the same request could have

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/jobvault/jobvault/pkg/tracking"
@@ -68,7 +69,8 @@ func TestJobMutator(t *testing.T) {
 			set([]any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "123"}}, "metadata", "ownerReferences"),
 		groups: []string{"team-a", "system:authenticated"},
 		want: stamped(base().label("team", "a").annotation("note", "keep me").finalizer("example.com/keep").
-			set([]any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "123"}}, "metadata", "ownerReferences"), groups),
+			set([]any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "123"}}, "metadata", "ownerReferences"), groups).
+			annotation(tracking.SubmittedForAnnotation, "v1 ConfigMap owner 123"),
 	}, {
 		name:   "already stamped by an earlier pass of the same request",
 		in:     stamped(base(), groups).annotation(tracking.AdmittedAtAnnotation, "2026-03-14T15:09:20Z"),
@@ -214,4 +216,84 @@ func TestJobMutatorKeepsUnknownFields(t *testing.T) {
 func withoutMetadata(obj map[string]any) map[string]any {
 	delete(obj, "metadata")
 	return obj
+}
+
+// The chain of custody of a VcJob created by a controller: the username names only its service
+// account; the credential and the pod that made the request come from userInfo's extra, and the
+// owner that asked (a JobFlow here) from the job's ownerReferences at admission. A claim in the
+// manifest is replaced by the request's facts, or emptied when the request has none.
+func TestJobMutatorChainOfCustody(t *testing.T) {
+	const (
+		controller = "system:serviceaccount:volcano-system:jobflow-controller"
+		groups     = `["system:serviceaccounts","system:serviceaccounts:volcano-system","system:authenticated"]`
+		owners     = "flow.volcano.sh/v1alpha1 JobFlow train 0b6c5c1e-1 controller\nv1 ConfigMap train 0b6c5c1e-1"
+	)
+	extra := map[string]authenticationv1.ExtraValue{
+		"authentication.kubernetes.io/credential-id": {"JTI=7a2b"},
+		"authentication.kubernetes.io/pod-name":      {"jobflow-controller-5d9c"},
+		"authentication.kubernetes.io/pod-uid":       {"4f1e-pod"},
+		"scopes.example/unrelated":                   {"not copied"},
+	}
+	custody := func(b *objBuilder) *objBuilder {
+		return b.finalizer(tracking.JobFinalizer).label(tracking.TrackedLabel, tracking.TrackedValue).
+			annotation(tracking.SubmitterAnnotation, controller).
+			annotation(tracking.SubmitterGroupsAnnotation, groups).
+			annotation(tracking.AdmittedAtAnnotation, admittedAtStamp)
+	}
+	owned := func() *objBuilder {
+		return vcjob().task("worker", nil).owner("flow.volcano.sh/v1alpha1", "JobFlow", true).owner("v1", "ConfigMap", false)
+	}
+	cases := []struct {
+		name  string
+		in    *objBuilder
+		extra map[string]authenticationv1.ExtraValue
+		want  *objBuilder
+	}{{
+		name:  "created by a controller for its owner",
+		in:    owned(),
+		extra: extra,
+		want: custody(owned()).annotation(tracking.SubmittedForAnnotation, owners).
+			annotation("jobvault.io/submitter-credential-id", "JTI=7a2b").
+			annotation("jobvault.io/submitter-pod-name", "jobflow-controller-5d9c").
+			annotation("jobvault.io/submitter-pod-uid", "4f1e-pod"),
+	}, {
+		name: "claims replaced by the request's facts",
+		in: owned().annotation(tracking.SubmittedForAnnotation, "v1 ConfigMap forged x controller").
+			annotation("jobvault.io/submitter-credential-id", "JTI=forged"),
+		extra: extra,
+		want: custody(owned()).annotation(tracking.SubmittedForAnnotation, owners).
+			annotation("jobvault.io/submitter-credential-id", "JTI=7a2b").
+			annotation("jobvault.io/submitter-pod-name", "jobflow-controller-5d9c").
+			annotation("jobvault.io/submitter-pod-uid", "4f1e-pod"),
+	}, {
+		name: "claims emptied when the request has no such fact",
+		in: vcjob().task("worker", nil).annotation(tracking.SubmittedForAnnotation, "v1 ConfigMap forged x controller").
+			annotation("jobvault.io/submitter-pod-name", "someone-else"),
+		want: custody(vcjob().task("worker", nil)).annotation(tracking.SubmittedForAnnotation, "").
+			annotation("jobvault.io/submitter-pod-name", ""),
+	}, {
+		name: "a user without extras or owners gets no custody annotations",
+		in:   vcjob().task("worker", nil),
+		want: custody(vcjob().task("worker", nil)),
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := tc.in.raw(t)
+			req := jobRequest(raw, controller, "system:serviceaccounts", "system:serviceaccounts:volcano-system", "system:authenticated")
+			req.UserInfo.Extra = tc.extra
+			m := newJobMutator(t, admissionTime)
+			resp := m.Handle(t.Context(), req)
+			if !resp.Allowed {
+				t.Fatalf("denied: %v", resp.Result)
+			}
+			mutated := applyPatch(t, raw, resp)
+			if diff := cmp.Diff(tc.want.build(t), decodeMap(t, mutated)); diff != "" {
+				t.Errorf("mutated VcJob (-want +got):\n%s", diff)
+			}
+			req.Object.Raw = mutated
+			if again := m.Handle(t.Context(), req); len(again.Patches) != 0 {
+				t.Errorf("second pass patched %v, want no change", again.Patches)
+			}
+		})
+	}
 }
