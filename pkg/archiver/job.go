@@ -92,6 +92,8 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 	patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(job, tracking.JobFinalizer)
 	metav1.SetMetaDataLabel(&job.ObjectMeta, tracking.TrackedLabel, tracking.TrackedValue)
+	// Marks the job as not admitted by the webhook: its record names no submitter (see unprovedSubmitter).
+	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.BackstoppedAtAnnotation, r.Clock.Now().UTC().Format(time.RFC3339))
 	if err := r.Client.Patch(ctx, job, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // deleted meanwhile: nothing left to track

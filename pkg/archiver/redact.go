@@ -112,13 +112,15 @@ func redactValue(v string) string {
 
 // recordable is the job as jobvault records it (rows, job.json, the manifest): a copy without
 // managed fields, with Redact every string outside the allow-list replaced by its marker (see
-// redact).
+// redact), and with the submitter annotations replaced by the unknown submitter where the webhook
+// cannot be shown to have written them (see unprovedSubmitter).
 func (o Options) recordable(job *batchv1alpha1.Job) *batchv1alpha1.Job {
 	out := job.DeepCopy()
 	out.ManagedFields = nil
 	if o.Redact {
 		redact(out)
 	}
+	unprovedSubmitter(out)
 	return out
 }
 
