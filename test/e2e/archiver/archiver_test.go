@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -341,65 +340,6 @@ func TestBackstopsMissingFinalizer(t *testing.T) {
 		}
 	}
 	s.ExpectEvent(t, "Backstopped")
-}
-
-// Secrets copied out: a job whose pod template holds a literal secret env value, created with
-// kubectl's last-applied-configuration (which repeats it), is archived with the value nowhere in
-// the database or the store; the variable's name and a valueFrom reference are kept.
-func TestSecretsNotRecorded(t *testing.T) {
-	const secret = "hunter2-literal-secret-value"
-	s := stack.NewRig(t, objstore.BackendFS)
-	job := testbed.Job(s.NS, "with-secret").Task("worker", 1, []string{"main"}).Obj()
-	c := &job.Spec.Tasks[0].Template.Spec.Containers[0]
-	c.Env = []corev1.EnvVar{{Name: "API_TOKEN", Value: secret}, {Name: "DB_PASSWORD", ValueFrom: &corev1.EnvVarSource{
-		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: "password"}}}}
-	metav1.SetMetaDataAnnotation(&job.ObjectMeta, "kubectl.kubernetes.io/last-applied-configuration", fmt.Sprintf(`{"env":[{"name":"API_TOKEN","value":%q}]}`, secret))
-	stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
-	stack.CreateAs(t, s.Env, "hana", job)
-	j := s.WaitArchived(t, job, 2*time.Minute)
-
-	audit, err := sql.Open("postgres", s.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer audit.Close()
-	var recorded string
-	if err := audit.QueryRowContext(t.Context(), `
-SELECT (SELECT string_agg(j::text, '') FROM jobs j WHERE uid = $1) ||
-       (SELECT string_agg(a::text, '') FROM audit_submissions a WHERE uid = $1)`, string(j.UID)).Scan(&recorded); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"API_TOKEN", "<redacted>", "DB_PASSWORD", "secretKeyRef"} {
-		if !strings.Contains(recorded, want) {
-			t.Errorf("the job's rows lack %q: the redaction removed too much", want)
-		}
-	}
-	if strings.Contains(recorded, secret) || strings.Contains(recorded, "last-applied-configuration") {
-		t.Errorf("the job's rows hold the secret or the last-applied configuration:\n%s", recorded)
-	}
-	objects := 0
-	if err := s.Store.List(t.Context(), "", func(o objstore.ObjectInfo) error {
-		objects++
-		var b []byte
-		if strings.HasSuffix(o.Key, ".gz") {
-			b, _ = s.ReadLog(t, o.Key)
-		} else {
-			rc, err := s.Store.Get(t.Context(), o.Key)
-			if err != nil {
-				return err
-			}
-			defer rc.Close()
-			if b, err = io.ReadAll(rc); err != nil {
-				return err
-			}
-		}
-		if strings.Contains(string(b), secret) || strings.Contains(string(b), "last-applied-configuration") {
-			t.Errorf("object %s holds the secret or the last-applied configuration", o.Key)
-		}
-		return nil
-	}); err != nil || objects < 3 {
-		t.Fatalf("listed %d objects (%v), want job.json, manifest.json and a log", objects, err)
-	}
 }
 
 // waitPod waits until the pod exists and returns it.
