@@ -76,7 +76,7 @@ func TestHostileNamespaceNeitherStarvesNorExhaustsTheArchiver(t *testing.T) {
 	}
 
 	out := stack.SteadyOutput("victim", 20, 8<<10)
-	job := testbed.Job(victim, "victim").Task("w", 1, []string{"main"}, testbed.RunsFor("3s")).Obj()
+	job := testbed.Job(victim, "victim").Task("w", 1, []string{"main"}, testbed.RunsFor("5s")).Obj()
 	pod := testbed.PodName(job.Name, "w", 0)
 	rt.Run(t, victim, pod, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{out}, Every: 100 * time.Millisecond}})
 	stack.CreateAs(t, env, "erin", job)
