@@ -32,9 +32,6 @@ func (b *Budget) Used() int64 {
 	return b.used
 }
 
-// Limit is the budget's size, in bytes.
-func (b *Budget) Limit() int64 { return b.limit }
-
 // grow takes n more bytes for a capture that holds *held, and reports whether the budget had
 // room; only then are they taken.
 func (b *Budget) grow(held *int64, n int64) bool {
