@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -84,8 +85,9 @@ func parseFlags() (*flags, error) {
 	fs.DurationVar(&f.opts.LogOpenTimeout, "log-open-timeout", f.opts.LogOpenTimeout, "Timeout of opening a container's log stream (a lost node's kubelet does not answer).")
 	fs.DurationVar(&f.opts.TerminationMargin, "termination-margin", f.opts.TerminationMargin, "How long past the end of a deleted pod's grace period its containers may still show running before their logs are read as they are.")
 	fs.DurationVar(&f.opts.NodeLostAfter, "node-lost-after", f.opts.NodeLostAfter, "How long a node may be NotReady before the pods being deleted on it are released at once, with what was captured and the rest recorded as a 'node lost' gap (a deleted Node counts at once).")
-	fs.IntVar(&f.opts.MaxStreams, "max-streams", f.opts.MaxStreams, "Container logs followed at once; the others wait for a slot, those of ended containers first (and may lose output the node rotates or collects meanwhile).")
+	fs.IntVar(&f.opts.MaxStreams, "max-streams", f.opts.MaxStreams, "Container logs followed at once, shared fairly between namespaces (one below its share takes a slot from one above); the others wait for a slot, those of ended containers first (and may lose output the node rotates or collects meanwhile).")
 	fs.Int64Var(&f.opts.Capture.SegmentBytes, "capture-segment-bytes", f.opts.Capture.SegmentBytes, "A followed log is stored in segments of about this many uncompressed bytes (each capture holds one in memory, compressed).")
+	fs.Int64Var(&f.opts.CaptureMemory, "capture-memory-bytes", 0, "Bytes that the segments of all followed logs may hold in memory together; a capture that would go past it stores its segment early instead (each still holds about 200 KiB whatever the bound). 0: a quarter of GOMEMLIMIT (which the archiver sets to 90% of its container's memory limit), or 512 MiB without one.")
 	fs.DurationVar(&f.opts.Capture.SegmentAge, "capture-segment-age", f.opts.Capture.SegmentAge, "A followed log's segment is stored once this old, however small: a crash costs at most a re-read of that much output.")
 	fs.Int64Var(&f.opts.Capture.NodeLogMaxSize, "node-log-max-size", f.opts.Capture.NodeLogMaxSize, "The nodes' log rotation size in bytes (the kubelet's containerLogMaxSize). A container log read only after its end (never followed) that comes within a tenth of it, and a follow stream that lagged and jumped by half of it or more at the container's peak rate (the node's reader skips rotated files a stream is more than one behind), are recorded with a 'possibly rotated before read' gap. 0 turns both checks off.")
 	fs.DurationVar(&f.opts.Retention, "retention", f.opts.Retention, "How long final objects (log objects, job.json, manifest.json) are retained from their pod's or job's finalization: their retain-until date, which --store-lock-mode enforces in the store and after which the pruner deletes the job (--prune-period). A namespace's jobvault.io/retention annotation (a Go duration, e.g. 2160h) overrides it for its jobs and pods. 0: no retain-until date (no lock, never pruned).")
@@ -176,6 +178,10 @@ func run() error {
 	} else if limit != math.MaxInt64 {
 		log.Info("Soft memory limit", "GOMEMLIMIT", limit)
 	}
+	if f.opts.CaptureMemory == 0 {
+		f.opts.CaptureMemory = archiver.DefaultCaptureMemory(debug.SetMemoryLimit(-1))
+	}
+	log.Info("Memory of the captures' segments bounded", "bytes", f.opts.CaptureMemory)
 
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), batchv1alpha1.AddToScheme(scheme)); err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -108,6 +109,9 @@ type Options struct {
 	MaxStreams int
 	// Capture tunes each capture's segments.
 	Capture capture.Config
+	// CaptureMemory bounds the segments of all captures together, in bytes (capture.Budget); 0
+	// leaves them unbounded (each capture holds up to one segment).
+	CaptureMemory int64
 	// PodWorkers and JobWorkers are the reconcilers' parallelism (PodWorkers bounds concurrent uploads).
 	PodWorkers, JobWorkers int
 	// Namespaces, when not empty, are the only ones archived (the cache watches only them).
@@ -145,6 +149,17 @@ func DefaultOptions() Options {
 		Shard: shard.Shard{Index: 0, Total: 1}}
 }
 
+// DefaultCaptureMemory is the default of Options.CaptureMemory for a process whose soft memory
+// limit (GOMEMLIMIT, math.MaxInt64 if none) is limit: a quarter of it, which leaves the rest to
+// the cache (most of the heap), the captures' fixed costs and the garbage collector's slack; or
+// 512 MiB without a limit.
+func DefaultCaptureMemory(limit int64) int64 {
+	if limit <= 0 || limit == math.MaxInt64 {
+		return 512 << 20
+	}
+	return limit / 4
+}
+
 // Validate lists every problem with the options at once.
 func (o Options) Validate() error {
 	var errs []error
@@ -161,6 +176,9 @@ func (o Options) Validate() error {
 	if o.MaxStreams < 1 || o.Capture.SegmentBytes < 1 || o.Capture.SegmentAge <= 0 {
 		errs = append(errs, fmt.Errorf("max streams and segment bytes must be at least 1 and segment age positive, got %d, %d and %s",
 			o.MaxStreams, o.Capture.SegmentBytes, o.Capture.SegmentAge))
+	}
+	if o.CaptureMemory < 0 {
+		errs = append(errs, fmt.Errorf("capture memory must not be negative, got %d", o.CaptureMemory))
 	}
 	if o.Capture.NodeLogMaxSize < 0 {
 		errs = append(errs, fmt.Errorf("node log max size must not be negative, got %d", o.Capture.NodeLogMaxSize))

@@ -161,7 +161,7 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 		ref := capture.Ref{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: cr.container, Run: cr.run}
 		// A run that ended, or whose pod is done, is captured first: the node deletes its log first (a
 		// minute after the pod stops, or at the container's next restart).
-		if !r.Captures.Ensure(captureKey(ref), pod.DeepCopy(), cr.ended || finished, func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
+		if !r.Captures.Ensure(captureKey(ref), client.ObjectKeyFromObject(pod), cr.ended || finished, func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
 			return true, true, recorded, nil // not leading yet: the requeue comes back
 		}
 	}

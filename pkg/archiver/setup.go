@@ -37,6 +37,9 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	}
 	opts.Capture.ObserveLag = func(d time.Duration) { captureLagSeconds.Observe(d.Seconds()) }
 	opts.Capture.ObserveReopen = func(cause string) { followReopensTotal.WithLabelValues(cause).Inc() }
+	if opts.CaptureMemory > 0 {
+		opts.Capture.Memory = capture.NewBudget(opts.CaptureMemory)
+	}
 	backends.use(deps.Records, deps.Store)
 	if err := errors.Join(trackHeld(ctx, mgr.GetCache(), &batchv1alpha1.Job{}, heldJobs, jobDue, opts.excluded),
 		trackHeld(ctx, mgr.GetCache(), &corev1.Pod{}, heldPods, podDue, opts.excluded)); err != nil {

@@ -108,6 +108,8 @@ type Config struct {
 	// restart), "broken" (reading it failed), "open" (it could not be opened), "store" (a segment
 	// or gap could not be recorded) or "status" (whether the run is over could not be told).
 	ObserveReopen func(cause string)
+	// Memory, when set, bounds the segments of all captures together (see Budget).
+	Memory *Budget
 }
 
 // DefaultConfig is what the archiver uses unless told otherwise.
@@ -134,6 +136,7 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 	if err != nil {
 		return nil, err
 	}
+	defer c.releaseMemory()
 	c.final = final
 	retry := 100 * time.Millisecond
 	for first := true; ; first = false {
@@ -219,6 +222,8 @@ type capture struct {
 
 	// watch spots where the follow stream may have skipped rotated files (zero: not following).
 	watch skipWatch
+	// held is what the capture holds of cfg.Memory (fitMemory).
+	held int64
 }
 
 func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store, segKey func(int32) string, ref Ref) (*capture, error) {
@@ -477,7 +482,7 @@ func (c *capture) add(ctx context.Context, l line, first *bool) error {
 	if c.segBytes >= c.cfg.SegmentBytes {
 		return c.flush(ctx)
 	}
-	return nil
+	return c.fitMemory(ctx)
 }
 
 // maybeRotated records, for a run never followed, a gap before its first line once the file read

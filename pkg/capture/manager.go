@@ -1,45 +1,105 @@
 package capture
 
 import (
+	"container/list"
 	"context"
 	"sync"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
-// Manager runs captures in the background, at most a bound of them at once, and tells the pod
-// reconciler when one ends. It is a controller-runtime Runnable that needs the leader's lease: only
-// the leader captures.
+// Manager runs captures in the background, at most a bound of them at once (slots), and tells the
+// pod reconciler when one ends. It is a controller-runtime Runnable that needs the leader's lease:
+// only the leader captures.
 //
-// Captures of ended containers go first: a node deletes an ended pod's logs about a minute after
-// it stops, while a running container's log stays until it ends. When every slot is taken (live
-// follows, or captures held up by a store outage), a capture waiting for an ended container gets
-// the next free slot before any waiting follow of a running one; each kind waits in arrival order.
+// Slots are shared fairly between namespaces, so that one tenant's containers cannot keep
+// another's from being captured. A namespace's share is the slots divided by the namespaces that
+// hold or wait for one (at least one slot). A freed slot goes
+//   - to a namespace below its share before one at or above it;
+//   - then to a capture of an ended container before one of a running container: a node deletes
+//     an ended pod's logs about a minute after it stops, while a running container's log stays
+//     until it ends;
+//   - then to the namespace holding the fewest slots, and among those, round robin (the one given
+//     a slot longest ago).
+//
+// Within a namespace each kind waits in arrival order. When a namespace waits below its share and
+// no slot is free, a namespace above its share gives one up: its newest capture of a running
+// container is stopped (its context cancelled), its pod is sent on Events like any ended
+// capture's, and its reconciler queues it again. It resumes from what it stored; the output its
+// segment held in memory is read from the node again.
+//
+// A waiting capture is a record in a queue, with its key, its pod's name and the function to run:
+// no goroutine and no copy of the pod. Its goroutine starts when it is given a slot.
 type Manager struct {
 	events chan event.GenericEvent
+	slots  int
 
 	mu      sync.Mutex
 	ctx     context.Context
 	free    int                // slots not taken
-	queues  [2][]*waiter       // waiting captures: [0] of ended containers, [1] of running ones
+	tenants map[string]*tenant // namespaces holding or waiting for a slot
 	active  map[string]*waiter // captures running or waiting, by key
+	// stopping counts the captures stopped for another namespace that have not returned yet:
+	// their slots are as good as free.
+	stopping int
+	// tick orders grants and namespaces' arrivals: round robin and newest-first preemption.
+	tick    uint64
 	wg      sync.WaitGroup
 	started chan struct{}
 }
 
-// waiter is one capture: granted is closed when it holds a slot.
+// tenant is a namespace holding or waiting for slots.
+type tenant struct {
+	held     int          // slots it holds, stopping captures included
+	stopping int          // its captures stopped for another namespace, not returned yet
+	waiting  [2]list.List // waiting captures (*waiter): [0] of ended containers, [1] of running ones
+	running  map[*waiter]struct{}
+	served   uint64 // the tick of its last grant (of its arrival, before any)
+}
+
+func (t *tenant) waiters() int { return t.waiting[0].Len() + t.waiting[1].Len() }
+
+// before reports whether a slot goes to t before o (see Manager).
+func (t *tenant) before(o *tenant, share int) bool {
+	if tu, ou := t.held < share, o.held < share; tu != ou {
+		return tu
+	}
+	if te, oe := t.waiting[0].Len() > 0, o.waiting[0].Len() > 0; te != oe {
+		return te
+	}
+	if t.held != o.held {
+		return t.held < o.held
+	}
+	return t.served < o.served
+}
+
+// waiter is one capture, waiting for a slot or holding one.
 type waiter struct {
-	granted chan struct{}
-	ended   bool // its container ended: it waits in queues[0]
-	running bool // it holds a slot
+	key   string
+	pod   types.NamespacedName
+	fn    func(context.Context)
+	ended bool          // its container ended: it waits in waiting[0]
+	elem  *list.Element // its place in its namespace's queue while it waits; nil once granted
+	// While it runs: when it was granted (a tick), how to stop it, and whether it was stopped.
+	granted uint64
+	cancel  context.CancelFunc
+	stopped bool
+}
+
+func queue(ended bool) int {
+	if ended {
+		return 0
+	}
+	return 1
 }
 
 // NewManager returns a manager running at most maxStreams captures at once.
 func NewManager(maxStreams int) *Manager {
-	return &Manager{free: maxStreams, events: make(chan event.GenericEvent, 1024),
-		active: map[string]*waiter{}, started: make(chan struct{})}
+	return &Manager{slots: maxStreams, free: maxStreams, events: make(chan event.GenericEvent, 1024),
+		tenants: map[string]*tenant{}, active: map[string]*waiter{}, started: make(chan struct{})}
 }
 
 // Start runs until ctx ends, then waits for every capture to stop.
@@ -56,7 +116,8 @@ func (m *Manager) Start(ctx context.Context) error {
 // NeedLeaderElection: captures write the archive, so only the leader runs them.
 func (m *Manager) NeedLeaderElection() bool { return true }
 
-// Events are the pods whose capture ended, for a controller's WatchesRawSource.
+// Events are the pods whose capture ended, for a controller's WatchesRawSource. An event's object
+// carries only the pod's namespace and name.
 func (m *Manager) Events() <-chan event.GenericEvent { return m.events }
 
 // Active reports whether a capture runs (or waits for a slot) under key.
@@ -66,12 +127,14 @@ func (m *Manager) Active(key string) bool {
 	return m.active[key] != nil
 }
 
-// Ensure runs fn under key unless a capture under that key runs already; ended says that the
+// Ensure runs fn under key unless a capture under that key runs or waits already; pod is the pod
+// whose container it captures (its namespace is the capture's tenant), and ended says that the
 // container has ended, so that its capture goes before those of running containers (a waiting
-// capture whose container has since ended moves forward). When fn returns, obj is sent on Events
-// so that its reconciler looks again. It reports false if the manager is not started yet (the
-// caller retries later).
-func (m *Manager) Ensure(key string, obj client.Object, ended bool, fn func(context.Context)) bool {
+// capture whose container has since ended moves forward). When fn returns, the pod is sent on
+// Events so that its reconciler looks again. fn must return when its context ends: the manager
+// stops it so when it shuts down, or to give its slot to another namespace. Ensure reports false
+// if the manager is not started yet (the caller retries later).
+func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn func(context.Context)) bool {
 	select {
 	case <-m.started:
 	default:
@@ -80,89 +143,147 @@ func (m *Manager) Ensure(key string, obj client.Object, ended bool, fn func(cont
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if w := m.active[key]; w != nil {
-		if ended && !w.ended && !w.running {
-			m.dequeue(w)
+		if ended && !w.ended && w.elem != nil {
+			q := &m.tenants[w.pod.Namespace].waiting
+			q[queue(false)].Remove(w.elem)
 			w.ended = true
-			m.enqueue(w) // to the back of the ended queue: a waiting capture means no slot is free
+			w.elem = q[queue(true)].PushBack(w) // to the back of the ended queue
 		}
 		return true
 	}
 	if m.ctx.Err() != nil {
 		return true
 	}
-	w := &waiter{granted: make(chan struct{}), ended: ended}
+	w := &waiter{key: key, pod: pod, fn: fn, ended: ended}
 	m.active[key] = w
-	m.enqueue(w)
-	m.wg.Add(1)
-	ctx := m.ctx
-	go func() {
-		defer m.wg.Done()
-		select {
-		case <-w.granted:
-		case <-ctx.Done():
-			m.mu.Lock()
-			if !w.running {
-				m.dequeue(w)
-			}
-			m.mu.Unlock()
-			return
-		}
-		fn(ctx)
-		m.mu.Lock()
-		delete(m.active, key)
-		m.release()
-		m.mu.Unlock()
-		select {
-		case m.events <- event.GenericEvent{Object: obj}:
-		case <-ctx.Done():
-		case <-time.After(time.Minute):
-			// The reconciler is not reading: its periodic requeue finds the result.
-		}
-	}()
+	t := m.tenants[pod.Namespace]
+	if t == nil {
+		m.tick++
+		t = &tenant{running: map[*waiter]struct{}{}, served: m.tick}
+		m.tenants[pod.Namespace] = t
+	}
+	w.elem = t.waiting[queue(ended)].PushBack(w)
+	m.schedule()
 	return true
 }
 
-// enqueue gives w a free slot, or queues it. Called with mu held.
-func (m *Manager) enqueue(w *waiter) {
-	if m.free > 0 {
-		m.free--
-		m.grant(w)
-		return
-	}
-	q := 1
-	if w.ended {
-		q = 0
-	}
-	m.queues[q] = append(m.queues[q], w)
-}
+// share is each namespace's fair share of the slots. Called with mu held.
+func (m *Manager) share() int { return max(1, m.slots/max(1, len(m.tenants))) }
 
-// release hands a freed slot to the first waiting capture of an ended container, else of a
-// running one, else keeps it free. Called with mu held.
-func (m *Manager) release() {
-	for q := range m.queues {
-		if len(m.queues[q]) > 0 {
-			w := m.queues[q][0]
-			m.queues[q] = m.queues[q][1:]
-			m.grant(w)
+// schedule gives the free slots to waiting captures, then, if namespaces still wait below their
+// share, stops captures of namespaces above theirs. Called with mu held.
+func (m *Manager) schedule() {
+	if m.ctx.Err() != nil {
+		return // shutting down: what still waits is dropped
+	}
+	for m.free > 0 {
+		t := m.next()
+		if t == nil {
 			return
 		}
+		q := &t.waiting[queue(true)]
+		if q.Len() == 0 {
+			q = &t.waiting[queue(false)]
+		}
+		m.grant(t, q.Remove(q.Front()).(*waiter))
 	}
-	m.free++
+	m.rebalance()
 }
 
-func (m *Manager) grant(w *waiter) {
-	w.running = true
-	close(w.granted)
-}
-
-// dequeue removes a waiting w from its queue. Called with mu held.
-func (m *Manager) dequeue(w *waiter) {
-	for q := range m.queues {
-		for i, x := range m.queues[q] {
-			if x == w {
-				m.queues[q] = append(m.queues[q][:i], m.queues[q][i+1:]...)
-				return
-			}
+// next is the namespace whose capture gets the next slot, nil if none waits. Called with mu held.
+func (m *Manager) next() *tenant {
+	share := m.share()
+	var best *tenant
+	for _, t := range m.tenants {
+		if t.waiters() > 0 && (best == nil || t.before(best, share)) {
+			best = t
 		}
 	}
+	return best
+}
+
+// grant starts w, of namespace t, in a free slot. Called with mu held.
+func (m *Manager) grant(t *tenant, w *waiter) {
+	m.free--
+	m.tick++
+	t.held++
+	t.served, w.granted, w.elem = m.tick, m.tick, nil
+	t.running[w] = struct{}{}
+	var ctx context.Context
+	ctx, w.cancel = context.WithCancel(m.ctx)
+	m.wg.Add(1)
+	go m.run(ctx, t, w)
+}
+
+// run runs a granted capture, then frees its slot and sends its pod on Events.
+func (m *Manager) run(ctx context.Context, t *tenant, w *waiter) {
+	defer m.wg.Done()
+	w.fn(ctx)
+	m.mu.Lock()
+	w.cancel()
+	delete(m.active, w.key)
+	delete(t.running, w)
+	t.held--
+	m.free++
+	if w.stopped {
+		t.stopping--
+		m.stopping--
+	}
+	if t.held == 0 && t.waiters() == 0 {
+		delete(m.tenants, w.pod.Namespace)
+	}
+	m.schedule()
+	m.mu.Unlock()
+	pod := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.pod.Namespace, Name: w.pod.Name}}
+	select {
+	case m.events <- event.GenericEvent{Object: pod}:
+	case <-m.ctx.Done():
+	case <-time.After(time.Minute):
+		// The reconciler is not reading: its periodic requeue finds the result.
+	}
+}
+
+// rebalance stops, while namespaces wait below their share for more slots than are being freed,
+// the newest capture of a running container of the namespace furthest above its share. Called
+// with mu held, once the free slots are given.
+func (m *Manager) rebalance() {
+	share := m.share()
+	owed := 0
+	for _, t := range m.tenants {
+		if t.held < share {
+			owed += min(t.waiters(), share-t.held)
+		}
+	}
+	for m.stopping < owed {
+		var over *tenant
+		var newest *waiter
+		for _, t := range m.tenants {
+			if t.held-t.stopping <= share || (over != nil && t.held-t.stopping <= over.held-over.stopping) {
+				continue
+			}
+			if w := t.newestRunning(); w != nil {
+				over, newest = t, w
+			}
+		}
+		if over == nil {
+			return
+		}
+		newest.stopped = true
+		over.stopping++
+		m.stopping++
+		newest.cancel()
+	}
+}
+
+// newestRunning is t's capture of a running container granted last and not stopped yet, nil if
+// none: captures of ended containers are never stopped, they end by themselves.
+func (t *tenant) newestRunning() *waiter {
+	var newest *waiter
+	for w := range t.running {
+		if !w.stopped && !w.ended && (newest == nil || w.granted > newest.granted) {
+			newest = w
+		}
+	}
+	return newest
 }

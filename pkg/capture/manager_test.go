@@ -2,123 +2,225 @@ package capture
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
+
+// managerRig runs a started Manager whose captures record when they start and run until the test
+// lets them end (end) or the manager stops them (preemption, shutdown).
+type managerRig struct {
+	t *testing.T
+	m *Manager
+
+	mu            sync.Mutex
+	order         []string // captures in the order they started
+	running, peak int
+	release       map[string]chan struct{}
+	stopped       map[string]bool // captures that returned because their context ended
+}
+
+func newManagerRig(t *testing.T, slots int) *managerRig {
+	r := &managerRig{t: t, m: NewManager(slots), release: map[string]chan struct{}{}, stopped: map[string]bool{}}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- r.m.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	<-r.m.started
+	return r
+}
+
+// run asks for the capture of key in namespace ns.
+func (r *managerRig) run(ns, key string, ended bool) {
+	r.t.Helper()
+	r.mu.Lock()
+	ch := r.release[key]
+	if ch == nil {
+		ch = make(chan struct{})
+		r.release[key] = ch
+	}
+	r.mu.Unlock()
+	pod := types.NamespacedName{Namespace: ns, Name: key}
+	if !r.m.Ensure(key, pod, ended, func(ctx context.Context) { r.capture(ctx, key, ch) }) {
+		r.t.Fatalf("Ensure(%s) = false on a started manager", key)
+	}
+}
+
+func (r *managerRig) capture(ctx context.Context, key string, release chan struct{}) {
+	r.mu.Lock()
+	r.order = append(r.order, key)
+	r.running++
+	r.peak = max(r.peak, r.running)
+	r.mu.Unlock()
+	select {
+	case <-release:
+	case <-ctx.Done():
+		r.mu.Lock()
+		r.stopped[key] = true
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	r.running--
+	r.mu.Unlock()
+}
+
+// started waits until n captures have started.
+func (r *managerRig) started(n int) {
+	r.t.Helper()
+	r.waitFor(fmt.Sprintf("%d captures started", n), func() bool { return len(r.order) >= n })
+}
+
+// waitFor polls cond, under the rig's lock, for up to 10 s.
+func (r *managerRig) waitFor(what string, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.t.Fatalf("not so after 10 s: %s (captures started: %v)", what, r.order)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// end lets a running capture return, and waits for its pod on Events.
+func (r *managerRig) end(key string) {
+	r.t.Helper()
+	r.mu.Lock()
+	close(r.release[key])
+	r.mu.Unlock()
+	r.event(key)
+}
+
+// event waits for key's pod on Events.
+func (r *managerRig) event(key string) {
+	r.t.Helper()
+	select {
+	case e := <-r.m.Events():
+		if e.Object.GetName() != key {
+			r.t.Fatalf("event for %s, want %s", e.Object.GetName(), key)
+		}
+	case <-time.After(10 * time.Second):
+		r.t.Fatalf("no event after %s ended", key)
+	}
+}
+
+func (r *managerRig) wantOrder(want ...string) {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.Equal(r.order, want) {
+		r.t.Fatalf("captures ran in order %v, want %v", r.order, want)
+	}
+}
 
 // TestManagerEndedFirst: with every slot taken, captures of ended containers get the freed slots
 // before those of running containers, each kind in arrival order, and a waiting capture whose
 // container ends meanwhile moves forward. The bound holds throughout, and every capture's pod is
 // sent on Events when it ends.
 func TestManagerEndedFirst(t *testing.T) {
-	m := NewManager(2)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- m.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	<-m.started
-
-	var (
-		mu            sync.Mutex
-		order         []string
-		running, peak int
-		release       = map[string]chan struct{}{}
-	)
-	run := func(key string, ended bool) {
-		t.Helper()
-		ch := make(chan struct{})
-		if release[key] == nil {
-			release[key] = ch
-		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: key}}
-		if !m.Ensure(key, pod, ended, func(context.Context) {
-			mu.Lock()
-			order = append(order, key)
-			running++
-			peak = max(peak, running)
-			mu.Unlock()
-			<-ch
-			mu.Lock()
-			running--
-			mu.Unlock()
-		}) {
-			t.Fatalf("Ensure(%s) = false on a started manager", key)
-		}
-	}
-	// started waits until n captures have started.
-	started := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			mu.Lock()
-			got := len(order)
-			mu.Unlock()
-			if got >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d captures started, want %d", got, n)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	// end lets a running capture return, and waits for its pod on Events.
-	end := func(key string) {
-		t.Helper()
-		close(release[key])
-		select {
-		case e := <-m.Events():
-			if e.Object.GetName() != key {
-				t.Fatalf("event for %s, want %s", e.Object.GetName(), key)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no event after %s ended", key)
-		}
-	}
-
-	run("live-1", false)
-	started(1)
-	run("live-2", false)
-	started(2)
-	run("live-3", false)                     // waits
-	run("ended-1", true)                     // waits, but goes first
-	run("live-4", false)                     // waits
-	run("ended-2", true)                     // waits, after ended-1
-	run("live-2", false)                     // already running: nothing new
-	if !m.Ensure("live-4", nil, true, nil) { // live-4's container ended meanwhile: it moves forward
-		t.Fatal("Ensure(live-4) = false")
-	}
+	r := newManagerRig(t, 2)
+	const ns = "ns"
+	r.run(ns, "live-1", false)
+	r.started(1)
+	r.run(ns, "live-2", false)
+	r.started(2)
+	r.run(ns, "live-3", false) // waits
+	r.run(ns, "ended-1", true) // waits, but goes first
+	r.run(ns, "live-4", false) // waits
+	r.run(ns, "ended-2", true) // waits, after ended-1
+	r.run(ns, "live-2", false) // already running: nothing new
+	r.run(ns, "live-4", true)  // live-4's container ended meanwhile: it moves forward
 	for i, key := range []string{"live-1", "live-2", "ended-1", "ended-2"} {
-		end(key)
-		started(3 + i)
+		r.end(key)
+		r.started(3 + i)
 	}
-	end("live-4")
-	end("live-3")
+	r.end("live-4")
+	r.end("live-3")
 
-	want := []string{"live-1", "live-2", "ended-1", "ended-2", "live-4", "live-3"}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(order) != len(want) {
-		t.Fatalf("captures ran in order %v, want %v", order, want)
+	r.wantOrder("live-1", "live-2", "ended-1", "ended-2", "live-4", "live-3")
+	if r.peak > 2 {
+		t.Errorf("%d captures ran at once, want at most 2", r.peak)
 	}
-	for i := range want {
-		if order[i] != want[i] {
-			t.Fatalf("captures ran in order %v, want %v", order, want)
-		}
-	}
-	if peak > 2 {
-		t.Errorf("%d captures ran at once, want at most 2", peak)
-	}
-	if m.Active("live-3") {
+	if r.m.Active("live-3") {
 		t.Error("Active(live-3) after it ended")
+	}
+}
+
+// TestManagerSharesSlotsBetweenNamespaces: one namespace's running containers hold every slot
+// and more of them wait; a capture of another namespace gets a slot at once all the same: the
+// newest capture of the namespace above its share is stopped (its pod sent on Events, so that its
+// reconciler queues it again) and the slot goes to the namespace below its share. The bound holds.
+func TestManagerSharesSlotsBetweenNamespaces(t *testing.T) {
+	r := newManagerRig(t, 4)
+	for i := range 10 {
+		r.run("hostile", fmt.Sprintf("hostile-%d", i), false)
+	}
+	r.started(4)
+	r.run("victim", "victim-0", false)
+	r.waitFor("the victim's capture started", func() bool { return slices.Contains(r.order, "victim-0") })
+	r.event("hostile-3") // the newest of the hostile namespace's captures, stopped
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if want := map[string]bool{"hostile-3": true}; !maps.Equal(r.stopped, want) {
+		t.Errorf("captures stopped: %v, want %v", r.stopped, want)
+	}
+	if r.peak > 4 {
+		t.Errorf("%d captures ran at once, want at most 4", r.peak)
+	}
+}
+
+// TestManagerRoundRobin: freed slots go round the waiting namespaces, each namespace's captures in
+// arrival order, not in the order of arrival across namespaces: a namespace that queued many
+// captures first does not make the others wait for all of them.
+func TestManagerRoundRobin(t *testing.T) {
+	r := newManagerRig(t, 1)
+	r.run("x", "x-1", false)
+	r.started(1)
+	for _, key := range []string{"a-1", "a-2", "a-3", "b-1", "b-2", "c-1"} {
+		r.run(key[:1], key, false)
+	}
+	want := []string{"x-1", "a-1", "b-1", "c-1", "a-2", "b-2", "a-3"}
+	for i := 1; i < len(want); i++ {
+		r.end(want[i-1])
+		r.started(i + 1)
+		r.wantOrder(want[:i+1]...)
+	}
+	r.end("a-3")
+}
+
+// TestManagerWaitersAreRecords: 10,000 captures waiting for a slot cost no goroutine each (a
+// queue entry, with what their pod's event needs, not a copy of the pod).
+func TestManagerWaitersAreRecords(t *testing.T) {
+	r := newManagerRig(t, 1)
+	r.run("ns", "holder", false)
+	r.started(1)
+	before := runtime.NumGoroutine()
+	for i := range 10_000 {
+		r.run(fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("waiter-%d", i), false)
+	}
+	if after := runtime.NumGoroutine(); after-before > 10 {
+		t.Errorf("%d goroutines after queueing 10,000 captures, %d before: want no goroutine per waiting capture", after, before)
+	}
+	if !r.m.Active("waiter-9999") {
+		t.Error("Active(waiter-9999) = false while it waits")
 	}
 }
