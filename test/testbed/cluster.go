@@ -252,7 +252,7 @@ func (e *Env) startKWOK() error {
 		return err
 	}
 	e.node = startNodeEndpoint(server)
-	onStop(e.node.srv.Close)
+	onStop(e.node.stop)
 	cmd := exec.Command(bin, "--kubeconfig", e.KubeconfigPath,
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--server-address=127.0.0.1:"+strconv.Itoa(server), "--node-ip=127.0.0.1", "--node-port="+strconv.Itoa(e.node.port()),

@@ -53,6 +53,12 @@ func startNodeEndpoint(kwokPort int) *nodeEndpoint {
 	return n
 }
 
+// stop ends the open streams (the API server's follows would hold Close for ever) and the server.
+func (n *nodeEndpoint) stop() {
+	n.srv.CloseClientConnections()
+	n.srv.Close()
+}
+
 // port is the endpoint's port, the nodes' kubelet port.
 func (n *nodeEndpoint) port() int {
 	u, _ := url.Parse(n.srv.URL)
