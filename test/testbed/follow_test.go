@@ -49,13 +49,14 @@ func follow(t *testing.T, cs kubernetes.Interface, ns, pod, container string, pr
 }
 
 // endsAfter waits for the follow stream to end within followEnd of since, and checks it delivered
-// want, cleanly.
-func endsAfter(t *testing.T, what string, done <-chan streamed, since time.Time, want []byte) {
+// what the run wrote (asked once it ended), cleanly.
+func endsAfter(t *testing.T, what string, done <-chan streamed, since time.Time, written func() []byte) {
 	t.Helper()
 	select {
 	case s := <-done:
 		took := s.at.Sub(since)
 		t.Logf("%s: the follow ended %s after the container was seen stopped", what, took.Round(10*time.Millisecond))
+		want := written()
 		if s.err != nil || !bytes.Equal(s.data, want) {
 			t.Errorf("%s: the follow delivered %d bytes (%v), want the %d written, ending cleanly at EOF (first difference at %d)", what, len(s.data), s.err, len(want), firstDiff(s.data, want))
 		}
@@ -117,11 +118,11 @@ func TestNodeFollowEndsWhenContainerStops(t *testing.T) {
 		waitPod(t, env, pod, "init running", time.Minute, func(p *corev1.Pod) bool { return initState(p).Running != nil })
 		initFollow := follow(t, cs, ns, pod.Name, "init", false)
 		waitPod(t, env, pod, "init completed", time.Minute, func(p *corev1.Pod) bool { return initState(p).Terminated != nil })
-		endsAfter(t, "init container completed", initFollow, time.Now(), rt.Written(ns, pod.Name, "init", 0))
+		endsAfter(t, "init container completed", initFollow, time.Now(), func() []byte { return rt.Written(ns, pod.Name, "init", 0) })
 
 		waitPod(t, env, pod, "running", time.Minute, running)
 		late := time.Now()
-		endsAfter(t, "init container followed after it completed", follow(t, cs, ns, pod.Name, "init", false), late, rt.Written(ns, pod.Name, "init", 0))
+		endsAfter(t, "init container followed after it completed", follow(t, cs, ns, pod.Name, "init", false), late, func() []byte { return rt.Written(ns, pod.Name, "init", 0) })
 
 		mainFollow := follow(t, cs, ns, pod.Name, "main", false)
 		staysOpen(t, "main running", mainFollow)
@@ -129,7 +130,7 @@ func TestNodeFollowEndsWhenContainerStops(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitPod(t, env, pod, "killed", 30*time.Second, func(p *corev1.Pod) bool { return mainState(p).Terminated != nil })
-		endsAfter(t, "main killed at its grace period's end", mainFollow, time.Now(), rt.Written(ns, pod.Name, "main", 0))
+		endsAfter(t, "main killed at its grace period's end", mainFollow, time.Now(), func() []byte { return rt.Written(ns, pod.Name, "main", 0) })
 	})
 
 	t.Run("restarted", func(t *testing.T) {
@@ -149,7 +150,7 @@ func TestNodeFollowEndsWhenContainerStops(t *testing.T) {
 		})
 		restarted := time.Now()
 		run1 := follow(t, cs, ns, pod.Name, "main", false)
-		endsAfter(t, "run 0 restarted", run0, restarted, rt.Written(ns, pod.Name, "main", 0))
+		endsAfter(t, "run 0 restarted", run0, restarted, func() []byte { return rt.Written(ns, pod.Name, "main", 0) })
 		select {
 		case s := <-run1:
 			t.Errorf("the follow of run 1, running, ended after %d bytes (%v)", len(s.data), s.err)
