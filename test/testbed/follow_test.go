@@ -56,6 +56,9 @@ func endsAfter(t *testing.T, what string, done <-chan streamed, since time.Time,
 	case s := <-done:
 		took := s.at.Sub(since)
 		t.Logf("%s: the follow ended %s after the container was seen stopped", what, took.Round(10*time.Millisecond))
+		if took < -time.Second {
+			t.Errorf("%s: the follow ended %s before the container was seen stopped; want it open while the container runs", what, -took.Round(10*time.Millisecond))
+		}
 		want := written()
 		if s.err != nil || !bytes.Equal(s.data, want) {
 			t.Errorf("%s: the follow delivered %d bytes (%v), want the %d written, ending cleanly at EOF (first difference at %d)", what, len(s.data), s.err, len(want), firstDiff(s.data, want))

@@ -272,7 +272,8 @@ func (r *Runtime) step(ctx context.Context) {
 		pod := pods[p.name]
 		if pod == nil {
 			for _, c := range p.containers {
-				c.stopped = true
+				// Gone, if it ever existed: a pod handed to Run before it is created is not.
+				c.stopped = c.stopped || p.uid != ""
 			}
 			if !p.collected && (!p.stoppedAt.IsZero() || p.anyStarted()) {
 				p.collect() // the pod object is gone: the kubelet removes its containers and logs
