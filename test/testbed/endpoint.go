@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,6 +127,12 @@ func (n *nodeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			stdout = nil
 		}
 	}
+	if _, err := os.Stat(path); err != nil {
+		// Collected (container GC): an error status, as KWOK answers. A kubelet answers 200 here,
+		// its body "unable to retrieve container logs for containerd://<id>" (see API.md).
+		http.Error(w, fmt.Sprintf("failed to try resolving symlinks in path %q: %v", path, err), http.StatusBadRequest)
+		return
+	}
 	w.Header().Set("Transfer-Encoding", "chunked")
 	// As the kubelet: a zero-byte write before reading, so the response starts even while the
 	// reader waits for the container's first output.
@@ -134,9 +141,8 @@ func (n *nodeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	err = crilogs.ReadLogs(r.Context(), nil, path, "", crilogs.NewLogOptions(opts, time.Now()), runStatus{running: running}, stdout, stderr)
 	if err != nil && r.Context().Err() == nil {
-		// The kubelet's server answers a failed read with WriteError(400, err): once the stream
-		// started, that writes the error's text into its body.
-		w.WriteHeader(http.StatusBadRequest)
+		// The kubelet's server answers a failed read with WriteError(400, err): the stream has
+		// started (200), so only the error's text goes, into its body.
 		_, _ = io.WriteString(w, err.Error())
 	}
 }
