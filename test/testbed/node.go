@@ -124,8 +124,8 @@ func (e *Env) LoseNode(t T, name string) {
 var lostNodes sync.Map
 
 // InotifyInstances reports how many inotify instances this user's processes hold and the
-// machine's per-user limit (fs.inotify.max_user_instances). The kubelet's log reader, which KWOK
-// serves logs with, takes one for each follow stream; past the limit it fails them with "failed
+// machine's per-user limit (fs.inotify.max_user_instances). The kubelet's log reader, which the
+// nodes' kubelet endpoint (and KWOK) serves logs with, takes one for each follow stream; past the limit it fails them with "failed
 // to create fsnotify watcher: too many open files", on this shared machine as on a real node.
 func InotifyInstances() (used, limit int) {
 	b, _ := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
