@@ -36,13 +36,15 @@ type nodeEndpoint struct {
 
 	mu       sync.Mutex
 	runtimes map[*Runtime]bool
+	// requests counts the pods/log requests served, by namespace/pod/container.
+	requests map[string]int
 }
 
 // startNodeEndpoint serves the nodes' kubelet endpoint on 127.0.0.1, over TLS with a self-signed
 // certificate as KWOK's (the API server does not verify kubelets' certificates here), passing
 // what it does not serve to KWOK's server on kwokPort.
 func startNodeEndpoint(kwokPort int) *nodeEndpoint {
-	n := &nodeEndpoint{runtimes: map[*Runtime]bool{}}
+	n := &nodeEndpoint{runtimes: map[*Runtime]bool{}, requests: map[string]int{}}
 	n.kwok = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(&url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(kwokPort)})
@@ -65,6 +67,14 @@ func (n *nodeEndpoint) port() int {
 	u, _ := url.Parse(n.srv.URL)
 	p, _ := strconv.Atoi(u.Port())
 	return p
+}
+
+// LogRequests is how many pods/log requests (follow or not, any run) the nodes' kubelet endpoint
+// was asked for the container so far: a capture that reopens in a loop shows here.
+func (e *Env) LogRequests(ns, pod, container string) int {
+	e.node.mu.Lock()
+	defer e.node.mu.Unlock()
+	return e.node.requests[ns+"/"+pod+"/"+container]
 }
 
 // register adds a runtime whose pods' logs the endpoint serves; the returned func removes it.
@@ -104,6 +114,9 @@ func (n *nodeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ns, pod, container := parts[1], parts[2], parts[3]
+	n.mu.Lock()
+	n.requests[ns+"/"+pod+"/"+container]++
+	n.mu.Unlock()
 	opts, err := podLogOptions(r.URL.Query())
 	if err != nil {
 		http.Error(w, `{"message": "Unable to decode query."}`, http.StatusBadRequest)

@@ -127,6 +127,10 @@ func TestNodeFollowEndsWhenContainerStops(t *testing.T) {
 		late := time.Now()
 		endsAfter(t, "init container followed after it completed", follow(t, cs, ns, pod.Name, "init", false), late, func() []byte { return rt.Written(ns, pod.Name, "init", 0) })
 
+		if n := env.LogRequests(ns, pod.Name, "init"); n != 2 {
+			t.Errorf("the node served %d pods/log requests for the init container, want the test's 2", n)
+		}
+
 		mainFollow := follow(t, cs, ns, pod.Name, "main", false)
 		staysOpen(t, "main running", mainFollow)
 		if err := env.Client.Delete(t.Context(), pod); err != nil {
