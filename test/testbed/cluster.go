@@ -44,9 +44,11 @@ type Env struct {
 	// configurations of Volcano's Helm chart, as every Volcano installation runs it.
 	VolcanoWebhook *Process
 
-	env      *envtest.Environment
-	logsDir  string
-	kwokPort int // KWOK's server, every fake node's kubelet endpoint
+	env     *envtest.Environment
+	logsDir string
+	// node is every fake node's kubelet endpoint: it serves the node runtime's logs and passes
+	// the rest to KWOK's server.
+	node *nodeEndpoint
 }
 
 var clusterOnce once[*Env]
@@ -249,9 +251,11 @@ func (e *Env) startKWOK() error {
 	if err != nil {
 		return err
 	}
+	e.node = startNodeEndpoint(server)
+	onStop(e.node.stop)
 	cmd := exec.Command(bin, "--kubeconfig", e.KubeconfigPath,
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--server-address=127.0.0.1:"+strconv.Itoa(server), "--node-ip=127.0.0.1", "--node-port="+strconv.Itoa(server),
+		"--server-address=127.0.0.1:"+strconv.Itoa(server), "--node-ip=127.0.0.1", "--node-port="+strconv.Itoa(e.node.port()),
 		"--enable-crds=Logs,ClusterLogs", "--config", filepath.Join(WorkDir(), "assets", "kwok", "stages.yaml"))
 	p, err := startProcess("kwok", cmd)
 	if err != nil {
@@ -260,7 +264,6 @@ func (e *Env) startKWOK() error {
 	onStop(p.Stop)
 	e.KWOK = p
 	ctx := context.Background()
-	e.kwokPort = server
 	for _, name := range Nodes {
 		if err := e.Client.Create(ctx, e.fakeNode(name)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return p.failure(fmt.Errorf("create node %s: %w", name, err))

@@ -10,10 +10,20 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// Chunk is one write of a container to stdout or stderr.
+// Chunk is one write of a container to stdout or stderr. Its records are stamped by the runtime's
+// clock, a microsecond apart and later than any before, unless Time or TimeOffset says otherwise.
 type Chunk struct {
 	Stream string // "stdout" or "stderr"
 	Data   []byte
+	// Time, if set, stamps the chunk's first record (each next one a microsecond later), whatever
+	// the records before: containerd stamps stdout and stderr in separate goroutines before taking
+	// its write lock, so a record can be written after one stamped later. The runtime's clock goes
+	// on as if the chunk had been stamped by it.
+	Time time.Time
+	// TimeOffset shifts the chunk's stamps off the runtime's clock: negative for a node clock
+	// stepped back (or a stream stamped before the other's write), positive for one stepped ahead.
+	// Only this chunk's records: the runtime's clock goes on unshifted.
+	TimeOffset time.Duration
 }
 
 // ContainerLogs are what a container writes (SetPodLogs): Current in its last run, and Previous in
@@ -42,34 +52,39 @@ func EncodeCRI(chunks []Chunk, start time.Time) []byte {
 	return b
 }
 
-// encodeCRI is EncodeCRI that also returns the timestamp of the last entry (start if none): each
-// entry is a microsecond after the one before.
+// encodeCRI is EncodeCRI that also returns the runtime's clock after the last entry (start if
+// none): each entry is a microsecond after the one before on that clock, and stamped by it unless
+// its chunk says otherwise (Time, TimeOffset).
 func encodeCRI(chunks []Chunk, start time.Time) ([]byte, time.Time) {
 	var out bytes.Buffer
-	ts := start
-	entry := func(stream, tag string, text []byte) {
-		ts = ts.Add(time.Microsecond)
-		fmt.Fprintf(&out, "%s %s %s ", ts.UTC().Format(time.RFC3339Nano), stream, tag)
-		out.Write(text)
-		out.WriteByte('\n')
-	}
+	clock := start
 	for _, c := range chunks {
+		stamp := clock.Add(c.TimeOffset)
+		if !c.Time.IsZero() {
+			stamp = c.Time.Add(-time.Microsecond)
+		}
+		entry := func(tag string, text []byte) {
+			clock, stamp = clock.Add(time.Microsecond), stamp.Add(time.Microsecond)
+			fmt.Fprintf(&out, "%s %s %s ", stamp.UTC().Format(time.RFC3339Nano), c.Stream, tag)
+			out.Write(text)
+			out.WriteByte('\n')
+		}
 		data := c.Data
 		for len(data) > 0 {
 			line, rest, full := bytes.Cut(data, []byte("\n"))
 			for len(line) > criMaxEntry {
-				entry(c.Stream, "P", line[:criMaxEntry])
+				entry("P", line[:criMaxEntry])
 				line = line[criMaxEntry:]
 			}
 			if full {
-				entry(c.Stream, "F", line)
+				entry("F", line)
 			} else if len(line) > 0 {
-				entry(c.Stream, "P", line)
+				entry("P", line)
 			}
 			data = rest
 		}
 	}
-	return out.Bytes(), ts
+	return out.Bytes(), clock
 }
 
 var logsGVR = schema.GroupVersionKind{Group: "kwok.x-k8s.io", Version: "v1alpha1", Kind: "Logs"}

@@ -19,7 +19,7 @@ import (
 // kwokNodeAnnotation marks the nodes KWOK manages (its --manage-nodes-with-annotation-selector).
 const kwokNodeAnnotation = "kwok.x-k8s.io/node"
 
-// fakeNode is a node KWOK manages, its kubelet endpoint KWOK's server on 127.0.0.1.
+// fakeNode is a node KWOK manages, its kubelet endpoint the testbed's (nodeEndpoint) on 127.0.0.1.
 func (e *Env) fakeNode(name string) *corev1.Node {
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -30,7 +30,7 @@ func (e *Env) fakeNode(name string) *corev1.Node {
 		Status: corev1.NodeStatus{
 			Allocatable: fakeCapacity(), Capacity: fakeCapacity(),
 			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
-			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(e.kwokPort)}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(e.node.port())}},
 		},
 	}
 }
@@ -124,8 +124,8 @@ func (e *Env) LoseNode(t T, name string) {
 var lostNodes sync.Map
 
 // InotifyInstances reports how many inotify instances this user's processes hold and the
-// machine's per-user limit (fs.inotify.max_user_instances). The kubelet's log reader, which KWOK
-// serves logs with, takes one for each follow stream; past the limit it fails them with "failed
+// machine's per-user limit (fs.inotify.max_user_instances). The kubelet's log reader, which the
+// nodes' kubelet endpoint (and KWOK) serves logs with, takes one for each follow stream; past the limit it fails them with "failed
 // to create fsnotify watcher: too many open files", on this shared machine as on a real node.
 func InotifyInstances() (used, limit int) {
 	b, _ := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")

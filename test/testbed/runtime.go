@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,9 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -55,17 +52,18 @@ type Output struct {
 // it with Run: while KWOK shows a container running it appends the container's output to its log
 // file in the CRI format, one file per run as the kubelet keeps them, rotates that file at
 // MaxSize, and removes a deleted pod's files once its containers have stopped and the GC delay has
-// passed, even while a finalizer holds the pod. KWOK serves the files through the real pods/log
-// path. The runtime keeps an exact copy of every byte each run wrote, the truth an archive is
-// compared with. While the API server cannot be reached, the containers go on as last seen.
+// passed, even while a finalizer holds the pod. The nodes' kubelet endpoint serves the files
+// through the real pods/log path with the kubelet's own reader, told whether each run still runs
+// (see nodeEndpoint), so a follow stream ends once its run stopped. The runtime keeps an exact
+// copy of every byte each run wrote, the truth an archive is compared with. While the API server
+// cannot be reached, the containers go on as last seen.
 //
 // A pod labelled by RestartsOnce has its containers restarted by the runtime: it starts the new
-// run's file, makes KWOK serve it, and only then sets the restart in the pod's status, as a
-// kubelet reports a restart once the new container exists.
+// run's file, served at once, and only then sets the restart in the pod's status, as a kubelet
+// reports a restart once the new container exists.
 type Runtime struct {
 	env  *Env
 	opts RuntimeOptions
-	logs kubernetes.Interface
 
 	mu   sync.Mutex
 	pods map[string]*podRun // by namespace/name
@@ -91,7 +89,9 @@ type containerRun struct {
 	out      Output
 	opts     RuntimeOptions
 	run      int32 // the run being written
+	gen      int   // counts newRun calls: tells a run from a later one of the same number (pod recreated)
 	started  bool  // the run was seen running
+	stopped  bool  // the run was seen stopped (or its pod gone): a follow of it ends at EOF
 	startAt  time.Time
 	next     int // next chunk of the run's output
 	shutNext int // next chunk of Shutdown
@@ -152,11 +152,8 @@ func (e *Env) newRuntime(opts RuntimeOptions) (*Runtime, func(), error) {
 	if opts.GCDelay == 0 {
 		opts.GCDelay = DefaultGCDelay
 	}
-	cs, err := kubernetes.NewForConfig(e.Config)
-	if err != nil {
-		return nil, nil, err
-	}
-	r := &Runtime{env: e, opts: opts, logs: cs, pods: map[string]*podRun{}, lastSeen: map[string]map[string]*corev1.Pod{}}
+	r := &Runtime{env: e, opts: opts, pods: map[string]*podRun{}, lastSeen: map[string]map[string]*corev1.Pod{}}
+	unregister := e.node.register(r)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	// Listing runs apart from writing: a slow or unreachable API server must not hold the
@@ -177,7 +174,7 @@ func (e *Env) newRuntime(opts RuntimeOptions) (*Runtime, func(), error) {
 			}
 		}()
 	}
-	return r, func() { cancel(); wg.Wait() }, nil
+	return r, func() { cancel(); wg.Wait(); unregister() }, nil
 }
 
 // Run hands pod ns/name to the runtime, with the output of each of its containers (init containers
@@ -204,45 +201,38 @@ func (r *Runtime) run(ns, pod string, outputs map[string]Output) error {
 		}
 		p.containers[name] = c
 	}
-	if err := r.serve(context.Background(), p, true); err != nil {
-		return err
-	}
 	r.mu.Lock()
 	r.pods[ns+"/"+pod] = p
 	r.mu.Unlock()
 	return nil
 }
 
-// serve points KWOK at each container's current run's file, and the run before's (previous=true).
-func (r *Runtime) serve(ctx context.Context, p *podRun, create bool) error {
-	var logs []any
-	for name, c := range p.containers {
-		l := map[string]any{"containers": []any{name}, "logsFile": c.current(), "follow": true}
-		if prev := c.files[c.run-1]; len(prev) > 0 {
-			l["previousLogsFile"] = prev[len(prev)-1]
+// logSource is what the node's kubelet reads for pods/log of the container: the file of its
+// current run, or with previous the last file of the run before, and whether that run still runs,
+// which the kubelet's reader asks each time it reaches the end of the file. known is false for a
+// container the runtime does not run.
+func (r *Runtime) logSource(ns, pod, container string, previous bool) (path string, running func() bool, known bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pods[ns+"/"+pod]
+	if p == nil || p.containers[container] == nil {
+		return "", nil, false, nil
+	}
+	c := p.containers[container]
+	if previous {
+		files := c.files[c.run-1]
+		if c.run == 0 || len(files) == 0 {
+			// The kubelet's words (validateContainerLogStatus).
+			return "", nil, true, fmt.Errorf("previous terminated container %q in pod %q not found", container, pod)
 		}
-		logs = append(logs, l)
+		return files[len(files)-1], func() bool { return false }, true, nil
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(logsGVR)
-	u.SetNamespace(p.ns)
-	u.SetName(p.name)
-	if !create {
-		if err := r.env.Client.Get(ctx, clientKey(p.ns, p.name), u); err != nil {
-			return fmt.Errorf("get KWOK logs of %s/%s: %w", p.ns, p.name, err)
-		}
-	}
-	u.Object["spec"] = map[string]any{"logs": logs}
-	if create {
-		if err := r.env.Client.Create(ctx, u); err != nil {
-			return fmt.Errorf("create KWOK logs of %s/%s: %w", p.ns, p.name, err)
-		}
-		return nil
-	}
-	if err := r.env.Client.Update(ctx, u); err != nil {
-		return fmt.Errorf("update KWOK logs of %s/%s: %w", p.ns, p.name, err)
-	}
-	return nil
+	gen := c.gen
+	return c.current(), func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return c.gen == gen && !c.stopped && !p.collected
+	}, true, nil
 }
 
 // Written returns every byte the container's run (its restart count when it ran) wrote so far, as
@@ -281,6 +271,10 @@ func (r *Runtime) step(ctx context.Context) {
 		}
 		pod := pods[p.name]
 		if pod == nil {
+			for _, c := range p.containers {
+				// Gone, if it ever existed: a pod handed to Run before it is created is not.
+				c.stopped = c.stopped || p.uid != ""
+			}
 			if !p.collected && (!p.stoppedAt.IsZero() || p.anyStarted()) {
 				p.collect() // the pod object is gone: the kubelet removes its containers and logs
 			}
@@ -293,11 +287,7 @@ func (r *Runtime) step(ctx context.Context) {
 			if !p.collected {
 				p.collect()
 			}
-			err := p.recreated(pod.UID)
-			if err == nil {
-				err = r.serve(ctx, p, false)
-			}
-			if err != nil {
+			if err := p.recreated(pod.UID); err != nil {
 				fmt.Fprintf(os.Stderr, "testbed runtime: %s recreated: %v\n", key, err)
 			}
 		}
@@ -311,16 +301,16 @@ func (r *Runtime) step(ctx context.Context) {
 				allStopped = false
 			}
 			c := p.containers[s.Name]
-			if c == nil || s.State.Running == nil {
+			if c == nil {
+				continue
+			}
+			if s.State.Running == nil {
+				c.seenNotRunning(s)
 				continue
 			}
 			if s.RestartCount > c.run {
 				// Restarted by KWOK rather than by this runtime: follow suit.
-				err := c.newRun(p.dir, s.RestartCount)
-				if err == nil {
-					err = r.serve(ctx, p, false)
-				}
-				if err != nil {
+				if err := c.newRun(p.dir, s.RestartCount); err != nil {
 					fmt.Fprintf(os.Stderr, "testbed runtime: restart %s container %s: %v\n", key, c.name, err)
 				}
 			}
@@ -394,8 +384,8 @@ func (p *podRun) dueRestart(pod *corev1.Pod, now time.Time, after time.Duration)
 	return len(pod.Spec.Containers) > 0
 }
 
-// restart restarts every regular container of the pod: each new run's file is started and served
-// by KWOK before the pod's status says the containers restarted. After the last restart the pod
+// restart restarts every regular container of the pod: each new run's file is started (and so
+// served) before the pod's status says the containers restarted. After the last restart the pod
 // is annotated so that KWOK completes it.
 func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last bool) {
 	defer func() {
@@ -411,25 +401,7 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last 
 			}
 		}
 	}
-	err := r.serve(ctx, p, false)
 	r.mu.Unlock()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testbed runtime: %v\n", err)
-		return
-	}
-	// KWOK reads Logs objects through an informer: wait until it serves the new files.
-	deadline := time.Now().Add(5 * time.Second)
-	for _, spec := range pod.Spec.Containers {
-		for time.Now().Before(deadline) {
-			rc, err := r.logs.CoreV1().Pods(p.ns).GetLogs(p.name, &corev1.PodLogOptions{Container: spec.Name, Previous: true}).Stream(ctx)
-			if err == nil {
-				_, _ = io.Copy(io.Discard, rc)
-				rc.Close()
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	now := metav1.Now()
 	for {
 		var cur corev1.Pod
@@ -492,6 +464,15 @@ func (p *podRun) collect() {
 	p.collected = true
 }
 
+// seenNotRunning notes a status of the container that does not show it running: its current run
+// stopped if the status is of that run and it terminated, or it ran and waits again. A status of
+// an earlier run is stale (the runtime restarted it since); a run not started yet waits.
+func (c *containerRun) seenNotRunning(s corev1.ContainerStatus) {
+	if s.RestartCount >= c.run && (s.State.Terminated != nil || c.started) {
+		c.stopped = true
+	}
+}
+
 func (c *containerRun) output() []Chunk {
 	if len(c.out.Runs) == 0 {
 		return nil
@@ -515,7 +496,8 @@ func (c *containerRun) newRun(dir string, n int32) error {
 	path := filepath.Join(dir, fmt.Sprintf("%s-%d.log", c.name, n))
 	c.files[n] = []string{path}
 	c.written[n] = &bytes.Buffer{}
-	c.run, c.size, c.next, c.shutNext, c.lastAt, c.started = n, 0, 0, 0, time.Time{}, false
+	c.run, c.size, c.next, c.shutNext, c.lastAt, c.started, c.stopped = n, 0, 0, 0, time.Time{}, false, false
+	c.gen++
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		return err
 	}

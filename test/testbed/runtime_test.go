@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,8 +106,8 @@ func busyOutput(n, size int) []testbed.Chunk {
 
 // TestNodeRotatesLogs: the runtime rotates a container's log at MaxSize and keeps MaxFiles files;
 // a read without follow then returns only the current file, while one follow stream opened at the
-// start delivers every byte, across every rotation (KWOK serves logs with the kubelet's own reader,
-// which reopens the file it follows when it is rotated).
+// start delivers every byte, across every rotation (the nodes' kubelet endpoint serves logs with
+// the kubelet's own reader, which reopens the file it follows when it is rotated).
 func TestNodeRotatesLogs(t *testing.T) {
 	env := testbed.Cluster(t)
 	cs, err := kubernetes.NewForConfig(env.Config)
@@ -320,5 +321,82 @@ func TestNodeWritesThroughAPIServerRestart(t *testing.T) {
 	}
 	if _, err := user.CoreV1().Pods(ns).Get(t.Context(), pod.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("a user's kubeconfig made before the restart: %v", err)
+	}
+}
+
+// TestNodeWritesOutOfOrderTimestamps: the runtime writes records whose timestamps go back, as a
+// real node's file holds them (containerd stamps stdout and stderr in separate goroutines before
+// taking its write lock; a node clock is stepped back), and pods/log serves them in file order;
+// Written is what was written, in write order.
+func TestNodeWritesOutOfOrderTimestamps(t *testing.T) {
+	env := testbed.Cluster(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, node := env.Namespace(t), env.AddNode(t)
+	rt := env.Runtime(t, testbed.RuntimeOptions{})
+	base := time.Now().Truncate(time.Millisecond)
+	us := time.Microsecond
+	// All at once (Every 0): explicit times. Then paced: the clock stepped back 10 s.
+	rt.Run(t, ns, "stamped", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{
+		{Stream: "stdout", Data: []byte("two\n"), Time: base.Add(2 * us)},
+		{Stream: "stderr", Data: []byte("one\n"), Time: base.Add(us)},
+		{Stream: "stdout", Data: []byte("three\n"), Time: base.Add(3 * us)},
+	}}}})
+	rt.Run(t, ns, "stepped", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{
+		{Stream: "stdout", Data: []byte("before\n")},
+		{Stream: "stderr", Data: []byte("stepped back\n"), TimeOffset: -10 * time.Second},
+		{Stream: "stdout", Data: []byte("after\n")},
+	}}, Every: 100 * time.Millisecond}})
+	for name, want := range map[string]string{"stamped": "two\none\nthree\n", "stepped": "before\nstepped back\nafter\n"} {
+		pod := barePod(ns, name, node, 1, nil)
+		release(t, env, pod)
+		if err := env.Client.Create(t.Context(), pod); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(t, env, pod, "running", time.Minute, running)
+		deadline := time.Now().Add(30 * time.Second)
+		for string(rt.Written(ns, name, "main", 0)) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Written = %q, want %q in write order", name, rt.Written(ns, name, "main", 0), want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		rc, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: "main", Timestamps: true}).Stream(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stamps []time.Time
+		var text string
+		for _, line := range strings.SplitAfter(string(b), "\n") {
+			if line == "" {
+				continue
+			}
+			ts, rest, _ := strings.Cut(line, " ")
+			at, err := time.Parse(time.RFC3339Nano, ts)
+			if err != nil {
+				t.Fatalf("%s: pods/log?timestamps=true line %q: %v", name, line, err)
+			}
+			stamps, text = append(stamps, at), text+rest
+		}
+		if text != want || len(stamps) != 3 {
+			t.Fatalf("%s: pods/log served %q, want %q", name, text, want)
+		}
+		switch name {
+		case "stamped":
+			if got := []time.Duration{stamps[0].Sub(base), stamps[1].Sub(base), stamps[2].Sub(base)}; !slices.Equal(got, []time.Duration{2 * us, us, 3 * us}) {
+				t.Errorf("stamped: records at %v after the base, want 2µs, 1µs, 3µs in file order", got)
+			}
+		case "stepped":
+			if back := stamps[0].Sub(stamps[1]); back < 5*time.Second || !stamps[2].After(stamps[0]) {
+				t.Errorf("stepped: records at %v; want the second about 10 s before the first, the third after the first", stamps)
+			}
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"database/sql"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -240,5 +242,72 @@ func TestEncodeCRIRoundTripsThroughKubeletFormat(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
 	if len(lines) != 2 || !strings.HasSuffix(lines[0], " stdout F a") || !strings.HasSuffix(lines[1], " stdout P b") {
 		t.Fatalf("unexpected encoding:\n%s", out)
+	}
+}
+
+// criRecords splits the CRI-format file content into its records' timestamp, stream, tag and text.
+func criRecords(t *testing.T, out []byte) [][4]string {
+	t.Helper()
+	var recs [][4]string
+	for _, line := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
+		f := strings.SplitN(line, " ", 4)
+		if len(f) != 4 {
+			t.Fatalf("not a CRI record: %q", line)
+		}
+		recs = append(recs, [4]string{f[0], f[1], f[2], f[3]})
+	}
+	return recs
+}
+
+// TestEncodeCRIStampsOutOfOrder: a chunk stamped with its own Time, or off the runtime's clock by
+// TimeOffset, is written in write order with that time, as containerd writes stdout and stderr
+// stamped in separate goroutines before its write lock, and as a node clock stepped back does.
+func TestEncodeCRIStampsOutOfOrder(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	us := time.Microsecond
+	out := testbed.EncodeCRI([]testbed.Chunk{
+		{Stream: "stdout", Data: []byte("two\n"), Time: t0.Add(2 * us)},
+		{Stream: "stderr", Data: []byte("one\n"), Time: t0.Add(us)},
+		{Stream: "stdout", Data: []byte("three\n"), Time: t0.Add(3 * us)},
+		{Stream: "stdout", Data: []byte("clock\n")},
+		{Stream: "stderr", Data: []byte("stepped back\nstill back\n"), TimeOffset: -time.Second},
+		{Stream: "stdout", Data: []byte("clock again\n")},
+	}, t0.Add(time.Minute))
+	want := [][4]string{
+		{"2026-01-02T03:04:05.000002Z", "stdout", "F", "two"},
+		{"2026-01-02T03:04:05.000001Z", "stderr", "F", "one"},
+		{"2026-01-02T03:04:05.000003Z", "stdout", "F", "three"},
+		// The runtime's own clock goes on where it was, a microsecond per record.
+		{"2026-01-02T03:05:05.000004Z", "stdout", "F", "clock"},
+		{"2026-01-02T03:05:04.000005Z", "stderr", "F", "stepped back"},
+		{"2026-01-02T03:05:04.000006Z", "stderr", "F", "still back"},
+		{"2026-01-02T03:05:05.000007Z", "stdout", "F", "clock again"},
+	}
+	if got := criRecords(t, out); !slices.Equal(got, want) {
+		t.Errorf("records:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestEncodeCRISplitsLongLines: a line longer than 16 KiB is written as containerd writes it,
+// partial (P) records of 16 KiB and a full (F) record with the rest; a last fragment without
+// newline is a partial record.
+func TestEncodeCRISplitsLongLines(t *testing.T) {
+	line := bytes.Repeat([]byte("0123456789abcdef"), 2*1024+10) // 32 KiB + 160 bytes
+	out := testbed.EncodeCRI([]testbed.Chunk{{Stream: "stdout", Data: append(append([]byte{}, line...), "\nend"...)}}, time.Unix(0, 0))
+	recs := criRecords(t, out)
+	var tags []string
+	var text string
+	for _, r := range recs {
+		tags = append(tags, r[2]+":"+strconv.Itoa(len(r[3])))
+		text += r[3]
+		if r[2] == "F" {
+			text += "\n"
+		}
+	}
+	if want := []string{"P:16384", "P:16384", "F:160", "P:3"}; !slices.Equal(tags, want) {
+		t.Errorf("records (tag:length) %v, want %v", tags, want)
+	}
+	if text != string(line)+"\nend" {
+		t.Errorf("the records' text is not the line written")
 	}
 }
