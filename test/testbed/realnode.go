@@ -40,6 +40,10 @@ type RealNodeOptions struct {
 	MinContainerTTL     time.Duration
 	MaxDeadPerContainer int
 	MaxDeadContainers   int
+	// CrashLoopMaxBackoff, when set, caps CrashLoopBackOff's delay (the kubelet's alpha
+	// KubeletCrashLoopBackOffMax, crashLoopBackOff.maxContainerRestartPeriod; at least 1 s):
+	// by default the delay doubles from 10 s to 5 min, 150 s of waiting for four restarts.
+	CrashLoopMaxBackoff time.Duration
 }
 
 func (o RealNodeOptions) withDefaults() RealNodeOptions {
@@ -296,7 +300,8 @@ func (n *RealNode) Runs(ns, podUID, container string) int {
 // Workload is what a container of the workload image (test/workload) does: it writes Bytes over
 // For, a chunk every Every (100 ms if 0), in lines whose lengths cycle through Lines (100 bytes if
 // empty), to Stream ("stdout", "stderr" or "both", alternating lines; stdout if empty), the last
-// line without its newline if NoFinalNewline; then it stays running for Hold and exits with Exit.
+// line without its newline if NoFinalNewline; then it stays running for Hold and exits with Exit
+// (only its first ExitRuns runs if ExitRuns > 0, later runs with 0: a crash loop that ends).
 // On SIGTERM it writes TermBytes over TermFor and exits with TermExit (143 if 0).
 type Workload struct {
 	Bytes          int64
@@ -306,6 +311,7 @@ type Workload struct {
 	NoFinalNewline bool
 	Hold           time.Duration
 	Exit           int
+	ExitRuns       int
 	TermBytes      int64
 	TermFor        time.Duration
 	TermExit       int
@@ -334,6 +340,9 @@ func (w Workload) args(name string) []string {
 	}
 	if w.NoFinalNewline {
 		a = append(a, "-no-final-newline")
+	}
+	if w.ExitRuns > 0 {
+		a = append(a, "-exit-runs="+strconv.Itoa(w.ExitRuns))
 	}
 	if w.TermExit != 0 {
 		a = append(a, "-term-exit="+strconv.Itoa(w.TermExit))

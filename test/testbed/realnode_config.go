@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // cniNetwork names the real node's pod network: its conflist, bridge and the CNI cache entries
@@ -118,8 +119,16 @@ nodeStatusUpdateFrequency: 2s
 fileCheckFrequency: 20s
 maxPods: 110
 resolvConf: /etc/resolv.conf
-`, n.port, n.healthzPort, n.socket, filepath.Join(n.dir, "pod-logs"), o.LogMaxSize, o.LogMaxFiles,
-		RealNodeLabel, RealNodeLabelValue)
+%s`, n.port, n.healthzPort, n.socket, filepath.Join(n.dir, "pod-logs"), o.LogMaxSize, o.LogMaxFiles,
+		RealNodeLabel, RealNodeLabelValue, crashLoopConfig(o.CrashLoopMaxBackoff))
+}
+
+// crashLoopConfig caps CrashLoopBackOff's delay at max, if set.
+func crashLoopConfig(max time.Duration) string {
+	if max == 0 {
+		return ""
+	}
+	return fmt.Sprintf("featureGates: {KubeletCrashLoopBackOffMax: true}\ncrashLoopBackOff: {maxContainerRestartPeriod: %s}\n", max)
 }
 
 // kubeletArgs are the kubelet's flags: what its configuration file cannot say (the container GC

@@ -6,7 +6,7 @@
 // lengths cycle through -lines (a line longer than 64 KiB is written in 64 KiB pieces, as a
 // program writing through a buffer does). Lines go to -stream: stdout, stderr, or both
 // (alternating). -no-final-newline drops the last line's newline. Then the run keeps running, idle,
-// for -hold, and exits with -exit. On SIGTERM it writes -term-bytes more over -term-for (the tail
+// for -hold, and exits with -exit (the first -exit-runs runs only, if set). On SIGTERM it writes -term-bytes more over -term-for (the tail
 // a shutdown handler writes) and exits with -term-exit.
 //
 // Every line says who wrote it: "<name> run=<n> <stream> <phase> <index> " then filler, so that an
@@ -41,6 +41,7 @@ type config struct {
 	hold                   time.Duration
 	noFinalNewline         bool
 	exit, termExit         int
+	exitRuns               int
 }
 
 func main() {
@@ -73,6 +74,7 @@ func parse(args []string) (config, error) {
 	fs.BoolVar(&c.noFinalNewline, "no-final-newline", false, "leave the run's last line without its newline")
 	fs.DurationVar(&c.hold, "hold", 0, "keep running this long after writing (until SIGTERM)")
 	fs.IntVar(&c.exit, "exit", 0, "exit code at the end of the run")
+	fs.IntVar(&c.exitRuns, "exit-runs", -1, "only the first this many runs exit with -exit, later ones with 0 (a crash loop that ends; -1: every run)")
 	fs.Int64Var(&c.termBytes, "term-bytes", 0, "bytes to write after SIGTERM")
 	fs.DurationVar(&c.termFor, "term-for", 0, "spread the SIGTERM output over this long")
 	fs.IntVar(&c.termExit, "term-exit", 143, "exit code after SIGTERM")
@@ -143,6 +145,9 @@ func (w *writer) run(term <-chan os.Signal) int {
 	case <-term:
 		return w.shutdown()
 	case <-time.After(w.cfg.hold):
+		if w.cfg.exitRuns >= 0 && w.runN >= w.cfg.exitRuns {
+			return 0
+		}
 		return w.cfg.exit
 	}
 }
