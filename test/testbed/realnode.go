@@ -148,6 +148,9 @@ func (e *Env) startRealNode(opts RealNodeOptions) (n *RealNode, err error) {
 	}
 	// From here on the machine is changed: whatever happens, the stop puts it back.
 	onStop(n.stop)
+	if err := addNodeIP(); err != nil {
+		return nil, err
+	}
 	if err := n.writeConfigs(); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,10 @@ const (
 	cniBridge  = "jvtb0"
 	cniSubnet  = "10.250.0.0/24"
 	cniBinDir  = "/usr/lib/cni" // Debian's containernetworking-plugins
+	// realNodeIP is the node's address, on the loopback interface: the kubelet refuses 127.0.0.1
+	// as its node IP, and the API server reaches kubelets at their InternalIP. Nothing outside
+	// the machine routes to it.
+	realNodeIP = "10.250.255.1"
 )
 
 // containerdConfig is containerd's configuration: everything under dir, the CRI's sandbox image
@@ -79,15 +83,16 @@ func (n *RealNode) cniConfig() string {
 
 // kubeletConfig is the kubelet's configuration. What this machine needs: failCgroupV1 false (it
 // mounts cgroup v1), the cgroupfs driver (no systemd), oomScoreAdj 0 (no CAP_SYS_RESOURCE to go
-// below), no iptables chains. The server listens on 127.0.0.1 only; the API server presents no
-// client certificate to kubelets in the testbed (envtest configures none), so the kubelet serves
-// anonymous requests, as KWOK does, and only to the machine itself. Eviction and image GC are
-// off: the machine's disk is shared and tests must not lose their pods or images to it.
+// below), no iptables chains. The server listens on realNodeIP only, an address of the loopback
+// interface; the API server presents no client certificate to kubelets in the testbed (envtest
+// configures none), so the kubelet serves anonymous requests, as KWOK does, and only to the
+// machine itself. Eviction and image GC are as
+// low as they go: the machine's disk is shared and tests must not lose their pods or images to it.
 func (n *RealNode) kubeletConfig() string {
 	o := n.Options
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: %s
 port: %d
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -119,7 +124,7 @@ nodeStatusUpdateFrequency: 2s
 fileCheckFrequency: 20s
 maxPods: 110
 resolvConf: /etc/resolv.conf
-%s`, n.port, n.healthzPort, n.socket, filepath.Join(n.dir, "pod-logs"), o.LogMaxSize, o.LogMaxFiles,
+%s`, realNodeIP, n.port, n.healthzPort, n.socket, filepath.Join(n.dir, "pod-logs"), o.LogMaxSize, o.LogMaxFiles,
 		RealNodeLabel, RealNodeLabelValue, crashLoopConfig(o.CrashLoopMaxBackoff))
 }
 
@@ -140,7 +145,7 @@ func (n *RealNode) kubeletArgs(kubeconfig string) []string {
 		"--kubeconfig=" + kubeconfig,
 		"--root-dir=" + filepath.Join(n.dir, "kubelet"),
 		"--hostname-override=" + n.Name,
-		"--node-ip=127.0.0.1",
+		"--node-ip=" + realNodeIP,
 		"--node-labels=" + RealNodeLabel + "=" + RealNodeLabelValue,
 		"--minimum-container-ttl-duration=" + o.MinContainerTTL.String(),
 		"--maximum-dead-containers-per-container=" + strconv.Itoa(o.MaxDeadPerContainer),

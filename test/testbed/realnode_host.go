@@ -106,9 +106,9 @@ func sysctlPath(key string) string {
 }
 
 // restore puts the machine back: it ends every container and shim of the node (the parts
-// themselves are stopped already), unmounts what they mounted, removes the bridge, the pods'
-// cgroups and the fixed paths that were absent, and writes the kernel settings back. It goes on
-// after a failure and returns every one.
+// themselves are stopped already), unmounts what they mounted, removes the bridge, the node's
+// address, the pods' cgroups and the fixed paths that were absent, and writes the kernel
+// settings back. It goes on after a failure and returns every one.
 func (h *hostState) restore() error {
 	var errs []error
 	errs = append(errs, killPodProcesses(), killShims(h.Socket))
@@ -118,7 +118,7 @@ func (h *hostState) restore() error {
 			errs = append(errs, fmt.Errorf("delete bridge %s: %w: %s", cniBridge, err, out))
 		}
 	}
-	errs = append(errs, removeCgroups())
+	errs = append(errs, removeCgroups(), delNodeIP())
 	for _, p := range h.Absent {
 		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, err)
@@ -133,6 +133,32 @@ func (h *hostState) restore() error {
 		return fmt.Errorf("restore the machine after the real node: %w", err)
 	}
 	return os.Remove(hostStateFile)
+}
+
+// addNodeIP puts realNodeIP on the loopback interface.
+func addNodeIP() error {
+	if hasNodeIP() {
+		return nil
+	}
+	if out, err := exec.Command("ip", "addr", "add", realNodeIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		return fmt.Errorf("add the real node's address %s to lo: %w: %s", realNodeIP, err, out)
+	}
+	return nil
+}
+
+func delNodeIP() error {
+	if !hasNodeIP() {
+		return nil
+	}
+	if out, err := exec.Command("ip", "addr", "del", realNodeIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		return fmt.Errorf("delete the real node's address %s from lo: %w: %s", realNodeIP, err, out)
+	}
+	return nil
+}
+
+func hasNodeIP() bool {
+	out, _ := exec.Command("ip", "-o", "addr", "show", "dev", "lo").Output()
+	return strings.Contains(string(out), " "+realNodeIP+"/")
 }
 
 // podCgroups are the kubelet's pod cgroups (cgroupfs driver, cgroup root "/") in every cgroup v1
