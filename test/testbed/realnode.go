@@ -300,6 +300,20 @@ func (n *RealNode) Runs(ns, podUID, container string) int {
 	return len(m)
 }
 
+// Collected reports whether the kubelet has removed every log file of pod ns/name (uid), as its
+// container GC does for a deleted pod's stopped containers, whatever its finalizers; true also if
+// the pod never had a log.
+func (n *RealNode) Collected(ns, pod, uid string) bool {
+	found := false
+	_ = filepath.WalkDir(filepath.Join(n.dir, "pod-logs", ns+"_"+pod+"_"+uid), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			found = true
+		}
+		return nil
+	})
+	return !found
+}
+
 // Workload is what a container of the workload image (test/workload) does: it writes Bytes over
 // For, a chunk every Every (100 ms if 0), in lines whose lengths cycle through Lines (100 bytes if
 // empty), to Stream ("stdout", "stderr" or "both", alternating lines; stdout if empty), the last

@@ -14,7 +14,9 @@ import (
 )
 
 // restartOnFailure makes the kubelet restart the task's failed containers in place.
-func restartOnFailure(p *corev1.PodTemplateSpec) { p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure }
+func restartOnFailure(p *corev1.PodTemplateSpec) {
+	p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+}
 
 // TestRealNodeCrashLoop: a container fails four times under CrashLoopBackOff, then succeeds. The
 // kubelet keeps only the last dead run's log. Every run is archived under its own instance
