@@ -3,10 +3,11 @@
 // wrote, so that tests compare an archive with what the container really wrote, byte for byte.
 //
 // A run writes -bytes bytes over -for (all at once if 0), one chunk every -every, in lines whose
-// lengths cycle through -lines (a line longer than 64 KiB is written in 64 KiB pieces, as a
-// program writing through a buffer does). Lines go to -stream: stdout, stderr, or both
-// (alternating). -no-final-newline drops the last line's newline. Then the run keeps running, idle,
-// for -hold, and exits with -exit (the first -exit-runs runs only, if set). On SIGTERM it writes -term-bytes more over -term-for (the tail
+// lengths cycle through -lines: a line longer than 64 KiB is written in 64 KiB pieces, as a
+// program writing through a buffer does, and a line longer than a chunk over several chunks.
+// Lines go to -stream: stdout, stderr, or both (alternating). -no-final-newline drops the last
+// line's newline. Then the run keeps running, idle, for -hold, and exits with -exit (only the
+// first -exit-runs runs, if set). On SIGTERM it writes -term-bytes more over -term-for (the tail
 // a shutdown handler writes) and exits with -term-exit.
 //
 // Every line says who wrote it: "<name> run=<n> <stream> <phase> <index> " then filler, so that an
@@ -158,7 +159,9 @@ func (w *writer) shutdown() int {
 }
 
 // phase writes total bytes over d in chunks every w.cfg.every, and reports whether SIGTERM came
-// (then it stops at once). finalNewline false leaves the phase's last line without a newline.
+// (then it stops at once, mid-line if need be). finalNewline false leaves the phase's last line
+// without a newline. A line longer than a chunk spreads over several: the rate holds for long
+// lines too.
 func (w *writer) phase(name string, total int64, d time.Duration, finalNewline bool, term <-chan os.Signal) bool {
 	chunks := int64(d / w.cfg.every)
 	if chunks < 1 {
@@ -166,6 +169,9 @@ func (w *writer) phase(name string, total int64, d time.Duration, finalNewline b
 	}
 	start := time.Now()
 	var written int64
+	var line []byte // the rest of the line being written
+	var dst io.Writer
+	var rec *os.File
 	for i := int64(1); written < total; i++ {
 		// Chunk i ends at byte total*i/chunks, due at start + (i-1)*every: the rate holds however
 		// long the writes take.
@@ -181,20 +187,23 @@ func (w *writer) phase(name string, total int64, d time.Duration, finalNewline b
 			upTo = total
 		}
 		for written < upTo {
-			n := int64(w.cfg.lines[w.line%len(w.cfg.lines)])
-			if n > total-written {
-				n = total - written
+			if len(line) == 0 {
+				n := min(int64(w.cfg.lines[w.line%len(w.cfg.lines)]), total-written)
+				last := written+n == total
+				line, dst, rec = w.nextLine(name, int(n), !last || finalNewline)
 			}
-			last := written+n == total
-			w.writeLine(name, int(n), !last || finalNewline)
-			written += n
+			p := line[:min(int64(len(line)), piece, upTo-written)]
+			line = line[len(p):]
+			w.write(dst, rec, p)
+			written += int64(len(p))
 		}
 	}
 	return false
 }
 
-// writeLine writes one line of n bytes (the newline included if newline) to its stream.
-func (w *writer) writeLine(phase string, n int, newline bool) {
+// nextLine makes the next line of n bytes (the newline included if newline) and says where it
+// goes: its stream and that stream's record.
+func (w *writer) nextLine(phase string, n int, newline bool) ([]byte, io.Writer, *os.File) {
 	stream, rec := "stdout", w.out
 	dst := io.Writer(os.Stdout)
 	if w.cfg.stream == "stderr" || (w.cfg.stream == "both" && w.line%2 == 1) {
@@ -202,19 +211,19 @@ func (w *writer) writeLine(phase string, n int, newline bool) {
 	}
 	line := content(fmt.Sprintf("%s run=%d %s %s %d ", w.cfg.name, w.runN, stream, phase, w.line), n, newline)
 	w.line++
-	for len(line) > 0 {
-		p := line[:min(len(line), piece)]
-		line = line[len(p):]
-		// Written first, then recorded: a record never claims what the stream did not get.
-		if _, err := dst.Write(p); err != nil {
-			fmt.Fprintln(os.Stderr, "workload: write:", err)
+	return line, dst, rec
+}
+
+// write writes p to dst, then records it: a record never claims what the stream did not get.
+func (w *writer) write(dst io.Writer, rec *os.File, p []byte) {
+	if _, err := dst.Write(p); err != nil {
+		fmt.Fprintln(os.Stderr, "workload: write:", err)
+		os.Exit(3)
+	}
+	for _, f := range []*os.File{w.all, rec} {
+		if _, err := f.Write(p); err != nil {
+			fmt.Fprintln(os.Stderr, "workload: record:", err)
 			os.Exit(3)
-		}
-		for _, f := range []*os.File{w.all, rec} {
-			if _, err := f.Write(p); err != nil {
-				fmt.Fprintln(os.Stderr, "workload: record:", err)
-				os.Exit(3)
-			}
 		}
 	}
 }
