@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -298,6 +299,18 @@ func (n *RealNode) WrittenStream(ns, podUID, container string, run int32, stream
 func (n *RealNode) Runs(ns, podUID, container string) int {
 	m, _ := filepath.Glob(filepath.Join(n.recordDir(), ns, podUID, container+"-*.all"))
 	return len(m)
+}
+
+// LogRequests is how many log requests (pods/log, through the API server or not) for the
+// container of pod ns/name the kubelet has finished serving, from its request log: a follow
+// stream counts once it ends.
+func (n *RealNode) LogRequests(t T, ns, pod, container string) int {
+	t.Helper()
+	b, err := os.ReadFile(n.Kubelet.LogPath)
+	if err != nil {
+		t.Fatalf("testbed: read the kubelet's log: %v", err)
+	}
+	return bytes.Count(b, []byte("/containerLogs/"+ns+"/"+pod+"/"+container+"?"))
 }
 
 // Collected reports whether the kubelet has removed every log file of pod ns/name (uid), as its

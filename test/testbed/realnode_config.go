@@ -151,6 +151,8 @@ func (n *RealNode) kubeletArgs(kubeconfig string) []string {
 		"--maximum-dead-containers-per-container=" + strconv.Itoa(o.MaxDeadPerContainer),
 		"--maximum-dead-containers=" + strconv.Itoa(o.MaxDeadContainers),
 		"--v=2",
+		// Every request the kubelet serves, logged with its URI when it ends (LogRequests).
+		"--vmodule=httplog=3",
 	}
 }
 

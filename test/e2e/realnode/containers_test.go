@@ -30,9 +30,17 @@ func TestRealNodeContainersNoReopenLoop(t *testing.T) {
 	requests := s.Env.LogRequests(t) - before
 	t.Logf("archived %s after the job's creation; pods/log asked %d times for 4 containers", time.Since(start).Round(time.Second), requests)
 
-	uid := podUID(t, s, string(j.UID), testbed.PodName(job.Name, "w", 0))
+	name := testbed.PodName(job.Name, "w", 0)
+	uid := podUID(t, s, string(j.UID), name)
 	rows := logRows(t, s, string(j.UID))
 	for _, c := range []string{"setup", "main", "helper", "early"} {
+		// A capture opens each container's stream once, plus a few reopens (a stream that ends,
+		// the final read): 10 is generous, a reopen loop is thousands.
+		n := rn.LogRequests(t, s.NS, name, c)
+		t.Logf("container %s: the kubelet served %d log requests", c, n)
+		if n > 10 {
+			t.Errorf("container %s: the kubelet served %d log requests: a reopen loop", c, n)
+		}
 		row, ok := rows[c+"/"+record.InstanceCurrent]
 		if !ok {
 			t.Errorf("no archived log of container %s (rows %v)", c, rows)
@@ -47,8 +55,6 @@ func TestRealNodeContainersNoReopenLoop(t *testing.T) {
 	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
 	}
-	// A capture opens each container's stream once, plus a few reopens (a stream that ends, the
-	// final read): 10 per container is generous, a reopen loop is thousands.
 	if requests > 40 {
 		t.Errorf("pods/log asked %d times for 4 containers in %s: a reopen loop", requests, time.Since(start).Round(time.Second))
 	}
