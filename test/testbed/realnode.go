@@ -35,6 +35,9 @@ type RealNodeOptions struct {
 	// in practice for quick tests), LogMaxFiles containerLogMaxFiles (5 if 0).
 	LogMaxSize  string
 	LogMaxFiles int32
+	// LogMonitorInterval is containerLogMonitorInterval, how often the kubelet checks log sizes
+	// and rotates (10 s if 0; at least 3 s): a file grows past LogMaxSize until the next check.
+	LogMonitorInterval time.Duration
 	// The container GC settings (flags only): --minimum-container-ttl-duration (0, the kubelet's
 	// default), --maximum-dead-containers-per-container (1 if 0) and --maximum-dead-containers
 	// (-1, no limit, if 0). The kubelet runs its container GC every minute, a fixed period.
@@ -53,6 +56,9 @@ func (o RealNodeOptions) withDefaults() RealNodeOptions {
 	}
 	if o.LogMaxFiles == 0 {
 		o.LogMaxFiles = 5
+	}
+	if o.LogMonitorInterval == 0 {
+		o.LogMonitorInterval = 10 * time.Second
 	}
 	if o.MaxDeadPerContainer == 0 {
 		o.MaxDeadPerContainer = 1

@@ -111,6 +111,7 @@ containerRuntimeEndpoint: unix://%s
 podLogsDir: %s
 containerLogMaxSize: %s
 containerLogMaxFiles: %d
+containerLogMonitorInterval: %s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {"memory.available": "1Mi", "nodefs.available": "1%%", "imagefs.available": "1%%", "nodefs.inodesFree": "1%%"}
@@ -124,7 +125,7 @@ nodeStatusUpdateFrequency: 2s
 fileCheckFrequency: 20s
 maxPods: 110
 resolvConf: /etc/resolv.conf
-%s`, realNodeIP, n.port, n.healthzPort, n.socket, filepath.Join(n.dir, "pod-logs"), o.LogMaxSize, o.LogMaxFiles,
+%s`, realNodeIP, n.port, n.healthzPort, n.socket, filepath.Join(n.dir, "pod-logs"), o.LogMaxSize, o.LogMaxFiles, o.LogMonitorInterval,
 		RealNodeLabel, RealNodeLabelValue, crashLoopConfig(o.CrashLoopMaxBackoff))
 }
 
