@@ -223,11 +223,9 @@ func (e *Env) nodeIdentity(node string) (string, error) {
 
 // ready: the kubelet's health check passes and its node is Ready with its label and taint.
 func (n *RealNode) ready() error {
-	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(n.healthzPort) + "/healthz")
-	if err != nil {
+	if err := getOK(&http.Client{Timeout: time.Second}, "http://127.0.0.1:"+strconv.Itoa(n.healthzPort)+"/healthz")(); err != nil {
 		return err
 	}
-	resp.Body.Close()
 	var node corev1.Node
 	if err := n.env.Client.Get(context.Background(), client.ObjectKey{Name: n.Name}, &node); err != nil {
 		return err
