@@ -21,9 +21,12 @@ func restartOnFailure(p *corev1.PodTemplateSpec) {
 // TestRealNodeCrashLoop: a container fails four times under CrashLoopBackOff, then succeeds. The
 // kubelet keeps only the last dead run's log. Every run is archived under its own instance
 // (previous-1 … previous-4, then current), byte-exact, or has a recorded gap; no instance holds
-// another run's bytes.
+// another run's bytes. When a run ends, the kubelet removes the dead container before it
+// (--maximum-dead-containers-per-container=1) and its log with it: a previous run's log not read
+// by then is gone, and pods/log says "previous terminated container … not found". The log
+// deadline is short so that such a run ends as a gap within the test, not after the default 24 h.
 func TestRealNodeCrashLoop(t *testing.T) {
-	s, rn := rig(t)
+	s, rn := rig(t, "--log-deadline=30s")
 	const failures = 4
 	job := testbed.Job(s.NS, "crashloop").Task("w", 1, []string{"main"}, restartOnFailure,
 		rn.Pods(map[string]testbed.Workload{"main": {Bytes: 40 << 10, For: time.Second, Exit: 1, ExitRuns: failures}})).Obj()
