@@ -13,8 +13,8 @@ import (
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
-// TestRealNodeGCWhileArchiverDown: the archiver is stopped while a job runs; the job is deleted,
-// its container writes a SIGTERM tail and ends, and the kubelet's container GC (every minute)
+// TestRealNodeGCWhileArchiverDown: the archiver is stopped while a job runs; the job and its pod
+// are deleted, its container writes a SIGTERM tail and ends, and the kubelet's container GC (every minute)
 // removes the deleted pod's containers and logs, finalizer or not. Restarted, the archiver
 // cannot read the tail: it records a gap with its reason, and the job is released, never
 // archived; what it had captured before is kept, a prefix of what was written.
@@ -37,7 +37,12 @@ func TestRealNodeGCWhileArchiverDown(t *testing.T) {
 	uid := string(p.UID)
 	// Whatever the follow stream carried before the stop is kept; the rest is the gap.
 	s.Proc.Stop()
+	// The job is deleted, and its pod with it: the archiver deletes a deleted job's pods (its
+	// finalizer holds the job from the garbage collector), but it is down, so the user does.
 	if err := s.Env.Client.Delete(t.Context(), stack.GetJob(t, s.Env, job)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Env.Client.Delete(t.Context(), &p); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
