@@ -17,9 +17,12 @@ import (
 
 // TestRealNodeDeleteTail: a user deletes a running job whose container handles SIGTERM by writing
 // for 3 s more (its grace period is 10 s). The kubelet keeps it running, writing, through that;
-// the archive holds the tail, and the pod is released only after its container ended.
+// the archive holds the tail, and the pod is released only after its container ended. The
+// kubelet removes a deleted pod's container, and its log, seconds after it ends: the capture has
+// that long to finish. The log deadline is short so that a capture that missed it ends within
+// the test, as an unavailable log, rather than after the default 24 h.
 func TestRealNodeDeleteTail(t *testing.T) {
-	s, rn := rig(t)
+	s, rn := rig(t, "--log-deadline=20s")
 	job := testbed.Job(s.NS, "deleted").Task("w", 1, []string{"main"}, testbed.GracePeriod(10),
 		rn.Pods(map[string]testbed.Workload{"main": {Bytes: 20 << 10, For: 2 * time.Second, Hold: time.Hour,
 			TermBytes: 30 << 10, TermFor: 3 * time.Second}})).Obj()
