@@ -2,6 +2,7 @@ package realnode
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 	"strconv"
 	"testing"
@@ -39,9 +40,12 @@ func TestRealNodeRotation(t *testing.T) {
 		}
 		return
 	}
-	missing := missingRanges(t, got, written)
-	t.Logf("archived %d of %d bytes: %d missing ranges of lines %v; gaps %+v", len(got), len(written), len(missing), missing, g)
-	if len(g) < len(missing) {
+	missing, err := missingRanges(got, written)
+	t.Logf("archived %d of %d bytes: missing ranges of lines %v (%v); gaps %+v", len(got), len(written), missing, err, g)
+	switch {
+	case err != nil && len(g) == 0:
+		t.Errorf("the archive is not what was written less whole lines (%v), and no gap is recorded", err)
+	case len(g) < len(missing):
 		t.Errorf("%d ranges missing from the archive, %d gaps recorded", len(missing), len(g))
 	}
 	jr, err := s.Records.Job(t.Context(), string(j.UID))
@@ -54,9 +58,9 @@ func TestRealNodeRotation(t *testing.T) {
 var lineIndex = regexp.MustCompile(`^\S+ run=\d+ std(?:out|err) \S+ (\d+) `)
 
 // missingRanges checks that the archive is what was written less whole lines, in order and
-// without duplicates, and returns the ranges of line numbers missing from it.
-func missingRanges(t *testing.T, got, written []byte) [][2]int {
-	t.Helper()
+// without duplicates, and returns the ranges of line numbers missing from it; an error says where
+// it is not (a line cut, doubled or out of order).
+func missingRanges(got, written []byte) ([][2]int, error) {
 	wrote := bytes.SplitAfter(written, []byte("\n"))
 	next := 0 // the next written line the archive may hold
 	var missing [][2]int
@@ -66,11 +70,11 @@ func missingRanges(t *testing.T, got, written []byte) [][2]int {
 		}
 		m := lineIndex.FindSubmatch(line)
 		if m == nil {
-			t.Fatalf("archived line %d is not a line the workload writes: %.80q", i, line)
+			return missing, fmt.Errorf("archived line %d (after the workload's line %d) is not a line the workload writes: %.80q", i, next-1, line)
 		}
 		n, _ := strconv.Atoi(string(m[1]))
 		if n < next || n >= len(wrote) || !bytes.Equal(line, wrote[n]) {
-			t.Fatalf("archived line %d (the workload's line %d) is out of order, doubled or altered: %.80q", i, n, line)
+			return missing, fmt.Errorf("archived line %d (the workload's line %d) is out of order, doubled or altered: %.80q", i, n, line)
 		}
 		if n > next {
 			missing = append(missing, [2]int{next, n - 1})
@@ -80,7 +84,7 @@ func missingRanges(t *testing.T, got, written []byte) [][2]int {
 	if next < len(wrote) && len(wrote[len(wrote)-1]) > 0 {
 		missing = append(missing, [2]int{next, len(wrote) - 1})
 	}
-	return missing
+	return missing, nil
 }
 
 // logLag logs the archiver's capture lag: how far behind its container each followed line came.
