@@ -192,7 +192,20 @@ func poll(ctx context.Context, f func() error) error {
 // apiserver_longrunning_requests gauge): the follow streams open through it, whoever the clients.
 func (e *Env) LogStreams(t T) int {
 	t.Helper()
-	const name = "apiserver_longrunning_requests"
+	return int(e.podLogMetric(t, "apiserver_longrunning_requests"))
+}
+
+// LogRequests is how many pods/log requests the API server has served since it started, whoever
+// the clients and whatever the answers (its apiserver_request_total counter): opened streams, not
+// open ones; a client that reopens a stream in a loop shows here.
+func (e *Env) LogRequests(t T) int {
+	t.Helper()
+	return int(e.podLogMetric(t, "apiserver_request_total"))
+}
+
+// podLogMetric sums the API server's series of the gauge or counter name for pods/log.
+func (e *Env) podLogMetric(t T, name string) float64 {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(e.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +217,7 @@ func (e *Env) LogStreams(t T) int {
 	// Parse only this family's lines: the whole exposition is megabytes.
 	var family strings.Builder
 	for line := range strings.Lines(string(raw)) {
-		if strings.Contains(line, name) {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, "# HELP "+name+" ") || strings.HasPrefix(line, "# TYPE "+name+" ") {
 			family.WriteString(line)
 		}
 	}
@@ -213,14 +226,14 @@ func (e *Env) LogStreams(t T) int {
 	if err != nil {
 		t.Fatalf("testbed: parse the API server's %s: %v", name, err)
 	}
-	n := 0
+	var n float64
 	for _, m := range families[name].GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
 		if labels["resource"] == "pods" && labels["subresource"] == "log" {
-			n += int(m.GetGauge().GetValue())
+			n += m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
 	return n

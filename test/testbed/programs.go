@@ -25,20 +25,29 @@ func ModuleRoot() string {
 // returns the path of the binary, so tests run the real program with its real flags.
 func GoBuild(t T, pkg string) string {
 	t.Helper()
+	out, err := goBuild(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// goBuild is GoBuild for the parts that report errors instead of failing a test.
+func goBuild(pkg string) (string, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if p, ok := built[pkg]; ok {
-		return p
+		return p, nil
 	}
 	out := filepath.Join(WorkDir(), "programs", filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = ModuleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("testbed: go build %s: %v\n%s", pkg, err, b)
+		return "", fmt.Errorf("testbed: go build %s: %w\n%s", pkg, err, b)
 	}
 	built[pkg] = out
-	return out
+	return out, nil
 }
 
 // Start runs a program as a testbed process (log in WorkDir()/name.log) that the test stops when

@@ -15,7 +15,7 @@ bin=$cache/bin
 mkdir -p "$bin"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
-known=(kube-apiserver kube-controller-manager etcd vc-controller-manager vc-scheduler vc-webhook-manager kwok fake-gcs-server minio)
+known=(kube-apiserver kube-controller-manager kubelet etcd vc-controller-manager vc-scheduler vc-webhook-manager kwok fake-gcs-server minio)
 only=("$@")
 for name in "${only[@]}"; do
 	[[ " ${known[*]} " == *" $name "* ]] || { echo "build.sh: unknown binary $name (known: ${known[*]})" >&2; exit 2; }
@@ -54,6 +54,8 @@ kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
 
 build kube-apiserver "$KUBE_VERSION" "$here/kube" k8s.io/kubernetes/cmd/kube-apiserver -ldflags "$kube_ldflags"
 build kube-controller-manager "$KUBE_VERSION" "$here/kube" k8s.io/kubernetes/cmd/kube-controller-manager -ldflags "$kube_ldflags"
+# The real node's kubelet (testbed.RealNode), of the cluster's version.
+build kubelet "$KUBE_VERSION" "$here/kube" k8s.io/kubernetes/cmd/kubelet -ldflags "$kube_ldflags"
 build etcd "$ETCD_VERSION" "$here/kube" go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 build vc-controller-manager "$VOLCANO_VERSION" "$here/volcano" volcano.sh/volcano/cmd/controller-manager -ldflags "-s -w"
 build vc-scheduler "$VOLCANO_VERSION" "$here/volcano" volcano.sh/volcano/cmd/scheduler -ldflags "-s -w"
