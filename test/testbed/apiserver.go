@@ -195,10 +195,10 @@ func (e *Env) LogStreams(t T) int {
 	return int(e.podLogMetric(t, "apiserver_longrunning_requests"))
 }
 
-// LogRequests is how many pods/log requests the API server has served since it started, whoever
+// PodLogRequests is how many pods/log requests the API server has served since it started, whoever
 // the clients and whatever the answers (its apiserver_request_total counter): opened streams, not
 // open ones; a client that reopens a stream in a loop shows here.
-func (e *Env) LogRequests(t T) int {
+func (e *Env) PodLogRequests(t T) int {
 	t.Helper()
 	return int(e.podLogMetric(t, "apiserver_request_total"))
 }

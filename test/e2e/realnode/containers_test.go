@@ -23,11 +23,11 @@ func TestRealNodeContainersNoReopenLoop(t *testing.T) {
 			"helper": {Bytes: 100 << 10, For: 12 * time.Second, Stream: "stderr", Lines: []int{80, 20 << 10}},
 			"early":  {Bytes: 10 << 10, NoFinalNewline: true},
 		})).Obj()
-	before := s.Env.LogRequests(t)
+	before := s.Env.PodLogRequests(t)
 	start := time.Now()
 	stack.CreateAs(t, s.Env, "erin", job)
 	j := s.WaitArchived(t, job, 3*time.Minute)
-	requests := s.Env.LogRequests(t) - before
+	requests := s.Env.PodLogRequests(t) - before
 	t.Logf("archived %s after the job's creation; pods/log asked %d times for 4 containers", time.Since(start).Round(time.Second), requests)
 
 	name := testbed.PodName(job.Name, "w", 0)
