@@ -114,13 +114,7 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 // appends the job to the chain, recording retain as the job's retain-until date (the date its
 // final objects are locked until).
 func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record, out Sealed, jobObject archive.ObjectEntry, retain time.Time) (record.ChainEntry, error) {
-	row := rec.Job
-	if row.ArchiveState == record.ArchivePending {
-		row.ArchiveState, row.ArchiveLocation, row.ArchivedAt, row.ReleaseReason = record.ArchiveArchived, out.Location, &out.At, out.Reason
-		if out.Reason != "" {
-			row.ArchiveState = record.ArchiveReleased
-		}
-	}
+	row := finalizedRow(rec.Job, out)
 	rec.Job = row
 	objects, err := s.hashLogs(ctx, rec.Logs)
 	if err != nil {
@@ -130,8 +124,18 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 	digest, rows := audit.RecordDigest(rec)
 	m := archive.BuildManifest(ref, row, rec.Pods, rec.Logs, rec.Gaps, s.Layout.JobObject(ref), out.At)
 	m.Cluster, m.Objects, m.RecordDigest, m.Rows = s.Cluster, objects, digest, rows
+	// The rows were read, and the objects hashed, before the finalizing transaction: it checks,
+	// with the rows locked, that they are still the ones digested, so that the chain seals exactly
+	// what it finalizes.
+	check := func(now record.JobRows) error {
+		now.Job = finalizedRow(now.Job, out)
+		if d, _ := audit.RecordDigest(audit.Record(now)); d != digest {
+			return errRowsChanged
+		}
+		return nil
+	}
 	fin, err := s.Records.FinalizeJob(ctx, record.Finalization{Cluster: s.Cluster, JobUID: ref.UID, Location: out.Location, ArchivedAt: out.At,
-		ReleaseReason: out.Reason, ManifestKey: s.Layout.Manifest(ref), RecordDigest: digest, RetainUntil: retain}, m.Seal)
+		ReleaseReason: out.Reason, ManifestKey: s.Layout.Manifest(ref), RecordDigest: digest, RetainUntil: retain, Check: check}, m.Seal)
 	if err != nil {
 		return record.ChainEntry{}, err
 	}
@@ -139,6 +143,21 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 		chainLockSeconds.Observe(fin.LockHeld.Seconds())
 	}
 	return fin.Entry, nil
+}
+
+// errRowsChanged fails a finalization whose job's rows changed after the Sealer read them; the
+// next pass reads them again.
+var errRowsChanged = errors.New("the job's rows changed while it was being sealed")
+
+// finalizedRow is the job's row as the finalization out leaves it.
+func finalizedRow(row record.Job, out Sealed) record.Job {
+	if row.ArchiveState == record.ArchivePending {
+		row.ArchiveState, row.ArchiveLocation, row.ArchivedAt, row.ReleaseReason = record.ArchiveArchived, out.Location, &out.At, out.Reason
+		if out.Reason != "" {
+			row.ArchiveState = record.ArchiveReleased
+		}
+	}
+	return row
 }
 
 // hashReaders bounds the stored logs of one job read back at once.

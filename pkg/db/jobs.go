@@ -208,7 +208,11 @@ func scanJob(row interface{ Scan(...any) error }) (record.Job, error) {
 func (d *DB) Job(ctx context.Context, uid string) (record.Job, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	j, err := scanJob(d.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE uid = $1`, uid))
+	return getJob(ctx, d.db, uid)
+}
+
+func getJob(ctx context.Context, q querier, uid string) (record.Job, error) {
+	j, err := scanJob(q.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE uid = $1`, uid))
 	if err != nil {
 		return record.Job{}, fmt.Errorf("get job %s: %w", uid, translate(err))
 	}

@@ -1,10 +1,17 @@
 package db
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"time"
 )
+
+// querier runs queries on the pool (*sql.DB) or in a transaction (*sql.Tx).
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
 
 // Helpers between Go's "zero means unknown" and SQL NULL.
 
