@@ -50,6 +50,9 @@ type Sealer struct {
 	// RetainUntil, when not nil, gives the retain-until date of the final objects of a job
 	// finalized at a time (Options.retainUntil); a zero date leaves them unlocked.
 	RetainUntil func(finalizedAt time.Time) time.Time
+	// Refused says why the database refused part of the job's record ("" if it did not): the job
+	// is then released with it (JobReconciler.record).
+	Refused string
 }
 
 // Sealed is the outcome of Seal.
@@ -90,6 +93,7 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	// Anything missing (an operator's release, a pod not archived, a log unreadable or with a gap)
 	// makes the job released, never archived.
 	out.Reason, out.Cause = incompleteReason(operatorReason, rec.Pods, rec.Logs, rec.Gaps)
+	out.Reason, out.Cause = withReason(out.Reason, out.Cause, s.Refused, "refused")
 	if chained || rec.Job.ArchiveState != record.ArchivePending {
 		// Finalized before (before the chain existed, or by a run that crashed after its commit):
 		// the record says how.

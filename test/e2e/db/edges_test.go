@@ -1,11 +1,13 @@
 package db
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/test/stack"
@@ -68,5 +70,40 @@ func TestDBGapsAtTheSameTime(t *testing.T) {
 	}
 	if want := string(first.Reason) + "," + string(second.Reason); strings.Join(reasons, ",") != want {
 		t.Errorf("gaps recorded: %q, want %q", strings.Join(reasons, ","), want)
+	}
+}
+
+// Issue 23, item 7: a job whose annotation value, spec and status hold U+0000 (which jsonb refuses)
+// is recorded, and reads back exactly; a repeated upsert changes nothing. A value the database
+// cannot hold at all (U+0000 in a text column: the queue) fails with ErrInvalid, permanently.
+func TestDBJobWithNUL(t *testing.T) {
+	ctx := t.Context()
+	records, _ := stack.OpenRecords(t)
+	j := newJob("nul").build()
+	j.Annotations = map[string]string{"note": "before\x00after", "plain": "\\u0000 is six characters"}
+	j.Spec = []byte(`{"tasks": [{"template": {"spec": {"containers": [{"args": ["--sep=\u0000", "\\u0000"]}]}}}]}`)
+	j.Status = []byte(`{"state": {"message": "a\u0000b", "phase": "Pending"}}`)
+	mustUpsertJob(t, records, j)
+	mustUpsertJob(t, records, j)
+	got := mustJob(t, records, "nul")
+	if diff := cmp.Diff(j.Annotations, got.Annotations); diff != "" {
+		t.Errorf("annotations (-want +got):\n%s", diff)
+	}
+	for name, pair := range map[string][2][]byte{"spec": {j.Spec, got.Spec}, "status": {j.Status, got.Status}} {
+		var want, have any
+		if err := json.Unmarshal(pair[0], &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(pair[1], &have); err != nil {
+			t.Fatalf("%s reads back as %q: %v", name, pair[1], err)
+		}
+		if diff := cmp.Diff(want, have); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+	bad := newJob("nul-queue").build()
+	bad.Queue = "de\x00fault"
+	if err := records.UpsertJob(ctx, bad); !errors.Is(err, db.ErrInvalid) {
+		t.Errorf("UpsertJob with U+0000 in the queue: %v, want ErrInvalid", err)
 	}
 }
