@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -53,6 +54,11 @@ type Sealer struct {
 	// Refused says why the database refused part of the job's record ("" if it did not): the job
 	// is then released with it (JobReconciler.record).
 	Refused string
+	// GiveUp: a stored log that cannot be read back for a reason that may heal (the store
+	// failing) is recorded as unreadable, and the job released, instead of the seal failing to be
+	// tried again (its deadline passed, or an operator released it). A log gone from the store, or
+	// not holding what its record says, is unreadable at once: that does not heal.
+	GiveUp bool
 }
 
 // Sealed is the outcome of Seal.
@@ -90,9 +96,16 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	if err != nil {
 		return Sealed{}, err
 	}
-	// Anything missing (an operator's release, a pod not archived, a log unreadable or with a gap)
-	// makes the job released, never archived.
+	var hashed hashedLogs
+	if !chained {
+		if hashed, err = s.hashLogs(ctx, rec.Logs); err != nil {
+			return Sealed{}, err
+		}
+	}
+	// Anything missing (an operator's release, a pod not archived, a log unreadable or with a gap,
+	// a stored log unreadable now, a record refused) makes the job released, never archived.
 	out.Reason, out.Cause = incompleteReason(operatorReason, rec.Pods, rec.Logs, rec.Gaps)
+	out.Reason, out.Cause = withReason(out.Reason, out.Cause, hashed.unreadableReason(), "unreadable")
 	out.Reason, out.Cause = withReason(out.Reason, out.Cause, s.Refused, "refused")
 	if chained || rec.Job.ArchiveState != record.ArchivePending {
 		// Finalized before (before the chain existed, or by a run that crashed after its commit):
@@ -103,7 +116,7 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 		}
 	}
 	if !chained {
-		if entry, err = s.append(ctx, ref, rec, out, jobObjectEntry, retain); err != nil {
+		if entry, err = s.append(ctx, ref, rec, out, append([]archive.ObjectEntry{jobObjectEntry}, hashed.objects...), retain); err != nil {
 			return Sealed{}, err
 		}
 	}
@@ -114,17 +127,12 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	return out, nil
 }
 
-// append hashes the archive's objects, digests the rows as they will be once finalized, and
-// appends the job to the chain, recording retain as the job's retain-until date (the date its
-// final objects are locked until).
-func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record, out Sealed, jobObject archive.ObjectEntry, retain time.Time) (record.ChainEntry, error) {
+// append digests the rows as they will be once finalized and appends the job to the chain with the
+// archive's objects as hashed, recording retain as the job's retain-until date (the date its final
+// objects are locked until).
+func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record, out Sealed, objects []archive.ObjectEntry, retain time.Time) (record.ChainEntry, error) {
 	row := finalizedRow(rec.Job, out)
 	rec.Job = row
-	objects, err := s.hashLogs(ctx, rec.Logs)
-	if err != nil {
-		return record.ChainEntry{}, err
-	}
-	objects = append([]archive.ObjectEntry{jobObject}, objects...)
 	digest, rows := audit.RecordDigest(rec)
 	m := archive.BuildManifest(ref, row, rec.Pods, rec.Logs, rec.Gaps, s.Layout.JobObject(ref), out.At)
 	m.Cluster, m.Objects, m.RecordDigest, m.Rows = s.Cluster, objects, digest, rows
@@ -167,30 +175,77 @@ func finalizedRow(row record.Job, out Sealed) record.Job {
 // hashReaders bounds the stored logs of one job read back at once.
 const hashReaders = 8
 
-// hashLogs reads back every stored log of the job and hashes what the store holds, hashReaders at
-// a time, in the order of logs: one after the other, a job of 1,000 pods waited for 1,000 reads
-// before its release.
-func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) ([]archive.ObjectEntry, error) {
+// hashedLogs are a job's stored logs as read back at its seal: the objects found, with the size and
+// sha256 of their stored bytes, and why each of the others is unreadable.
+type hashedLogs struct {
+	objects    []archive.ObjectEntry
+	unreadable []string
+}
+
+// unreadableReason says which stored logs could not be read back ("" if none), naming a few.
+func (h hashedLogs) unreadableReason() string {
+	if len(h.unreadable) == 0 {
+		return ""
+	}
+	const named = 3
+	reason := fmt.Sprintf("%d stored log(s) unreadable when sealed: %s", len(h.unreadable), strings.Join(h.unreadable[:min(named, len(h.unreadable))], "; "))
+	if len(h.unreadable) > named {
+		reason += fmt.Sprintf("; and %d more", len(h.unreadable)-named)
+	}
+	return reason
+}
+
+// hashLogs reads back every stored log of the job, hashReaders at a time, in the order of logs
+// (one after the other, a job of 1,000 pods waited for 1,000 reads before its release), hashes
+// what the store holds, and checks that it decompresses to what the log's record says. A log gone
+// or not what its record says is unreadable (one that is there is listed, as it is); a failure to
+// read is returned, to be tried again, unless s.GiveUp.
+func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLogs, error) {
 	var stored []record.LogObject
 	for _, l := range logs {
 		if l.State == record.LogStored {
 			stored = append(stored, l)
 		}
 	}
-	objects := make([]archive.ObjectEntry, len(stored))
-	g, ctx := errgroup.WithContext(ctx)
+	objects := make([]*archive.ObjectEntry, len(stored))
+	unreadable := make([]string, len(stored))
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(hashReaders)
 	for i, l := range stored {
 		g.Go(func() error {
-			h, err := audit.HashObject(ctx, s.Store, l.ObjectKey, false)
-			if err != nil {
+			h, err := audit.HashObject(gctx, s.Store, l.ObjectKey, true)
+			switch {
+			case errors.Is(err, objstore.ErrNotFound):
+				unreadable[i] = l.ObjectKey + ": not in the store"
+				return nil
+			case err != nil && s.GiveUp:
+				unreadable[i] = fmt.Sprintf("%s: %v", l.ObjectKey, err)
+				return nil
+			case err != nil:
 				return fmt.Errorf("read back log %s: %w", l.ObjectKey, err)
+			case h.ContentErr != nil:
+				unreadable[i] = fmt.Sprintf("%s: does not decompress: %v", l.ObjectKey, h.ContentErr)
+			case h.ContentBytes != l.Bytes || h.ContentSHA256 != l.SHA256:
+				unreadable[i] = fmt.Sprintf("%s: holds %d bytes with sha256 %s, its record says %d bytes with %s", l.ObjectKey,
+					h.ContentBytes, h.ContentSHA256, l.Bytes, l.SHA256)
 			}
-			objects[i] = h.ObjectEntry
+			objects[i] = &h.ObjectEntry
 			return nil
 		})
 	}
-	return objects, g.Wait()
+	if err := g.Wait(); err != nil {
+		return hashedLogs{}, err
+	}
+	var out hashedLogs
+	for i := range stored {
+		if objects[i] != nil {
+			out.objects = append(out.objects, *objects[i])
+		}
+		if unreadable[i] != "" {
+			out.unreadable = append(out.unreadable, unreadable[i])
+		}
+	}
+	return out, nil
 }
 
 // read returns the job's rows.

@@ -264,6 +264,19 @@ func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job)
 	return pending, nil
 }
 
+// finalizableSince is when the job became finalizable: its terminal phase's start, or its
+// deletion, whichever came first (zero if neither).
+func finalizableSince(job *batchv1alpha1.Job) time.Time {
+	var since time.Time
+	if tracking.IsTerminal(job.Status.State.Phase) {
+		since = job.Status.State.LastTransitionTime.Time
+	}
+	if d := job.DeletionTimestamp; d != nil && (since.IsZero() || d.Time.Before(since)) {
+		since = d.Time
+	}
+	return since
+}
+
 // orphaning reports whether the job is being deleted with its pods kept (`kubectl delete
 // --cascade=orphan`): the garbage collector then strips their owner references instead of deleting
 // them, and so must the archiver not delete them. Their logs are archived as they end (see
@@ -282,7 +295,11 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 
 	obj := r.recordable(job)
 	obj.APIVersion, obj.Kind = jobAPIVersion, "Job"
-	sealed, err := Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job),
+	// A stored log that cannot be read back is retried until the deadline (or an operator's
+	// release), counted from when the job became finalizable, as an unreadable container log is.
+	since := finalizableSince(job)
+	giveUp := reason != "" || (!since.IsZero() && r.Clock.Since(since) >= r.LogDeadline)
+	sealed, err := Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
 		RetainUntil: func(at time.Time) time.Time { return r.retainUntilIn(ctx, r.Client, ref.Namespace, at) }}.Seal(ctx, ref, obj, reason, now)
 	if err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
