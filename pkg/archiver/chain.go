@@ -8,12 +8,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
+	"regexp"
 	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/prometheus/client_golang/prometheus"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/jobvault/jobvault/pkg/archive"
@@ -30,8 +33,15 @@ var chainLockSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12),
 })
 
+// segmentsSweptTotal counts the segment objects deleted at finalizations: stored, but never
+// recorded or never forgotten (the database failed, or the archiver died, between the two steps).
+var segmentsSweptTotal = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "jobvault_archiver_segments_swept_total",
+	Help: "Segment objects of finished pods left in the store (stored but never recorded, or never deleted) and deleted when their job was finalized.",
+})
+
 func init() {
-	metrics.Registry.MustRegister(chainLockSeconds)
+	metrics.Registry.MustRegister(chainLockSeconds, segmentsSweptTotal)
 }
 
 // Sealer finalizes a job's record and archive: it stores job.json, reads the job's rows back,
@@ -98,6 +108,9 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	}
 	var hashed hashedLogs
 	if !chained {
+		if err := s.sweepSegments(ctx, ref, rec.Pods); err != nil && !s.GiveUp {
+			return Sealed{}, err
+		}
 		if hashed, err = s.hashLogs(ctx, rec.Logs); err != nil {
 			return Sealed{}, err
 		}
@@ -246,6 +259,41 @@ func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLo
 		}
 	}
 	return out, nil
+}
+
+// segmentObject matches the name of a segment object (archive.Layout.Segment).
+var segmentObject = regexp.MustCompile(`^[^/]+\.run-[0-9]+\.seg-[0-9]{6,}\.gz$`)
+
+// sweepSegments deletes the segment objects left in the job's directory by its finished pods
+// (archived or released: every log of theirs is recorded, and no capture of theirs writes any
+// more), before the seal: a segment stored and then not recorded (the database down, the archiver
+// killed between the two steps, or the run written whole after all) or recorded but not deleted
+// is no part of the archive, and `audit verify` would call it tampering. Segments of pods still
+// captured are theirs, and left alone.
+func (s Sealer) sweepSegments(ctx context.Context, ref archive.JobRef, pods []record.Pod) error {
+	done := map[string]bool{}
+	for _, p := range pods {
+		done[p.UID] = p.ArchiveState == record.ArchiveArchived || p.ArchiveState == record.ArchiveReleased
+	}
+	var left []string
+	if err := s.Store.List(ctx, s.Layout.JobDir(ref)+"/pods/", func(o objstore.ObjectInfo) error {
+		if segmentObject.MatchString(path.Base(o.Key)) && done[path.Base(path.Dir(o.Key))] {
+			left = append(left, o.Key)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("list the segments left of job %s: %w", ref.UID, err)
+	}
+	for _, key := range left {
+		if err := s.Store.Delete(ctx, key); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("delete segment %s left by a finished pod: %w", key, err)
+		}
+		segmentsSweptTotal.Inc()
+	}
+	if len(left) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Deleted segments left in the store by finished pods", "jobUID", ref.UID, "segments", len(left))
+	}
+	return nil
 }
 
 // read returns the job's rows.
