@@ -8,11 +8,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
+	"regexp"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/prometheus/client_golang/prometheus"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/jobvault/jobvault/pkg/archive"
@@ -29,8 +33,15 @@ var chainLockSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 	Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12),
 })
 
+// segmentsSweptTotal counts the segment objects deleted at finalizations: stored, but never
+// recorded or never forgotten (the database failed, or the archiver died, between the two steps).
+var segmentsSweptTotal = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "jobvault_archiver_segments_swept_total",
+	Help: "Segment objects of finished pods left in the store (stored but never recorded, or never deleted) and deleted when their job was finalized.",
+})
+
 func init() {
-	metrics.Registry.MustRegister(chainLockSeconds)
+	metrics.Registry.MustRegister(chainLockSeconds, segmentsSweptTotal)
 }
 
 // Sealer finalizes a job's record and archive: it stores job.json, reads the job's rows back,
@@ -50,6 +61,14 @@ type Sealer struct {
 	// RetainUntil, when not nil, gives the retain-until date of the final objects of a job
 	// finalized at a time (Options.retainUntil); a zero date leaves them unlocked.
 	RetainUntil func(finalizedAt time.Time) time.Time
+	// Refused says why the database refused part of the job's record ("" if it did not): the job
+	// is then released with it (JobReconciler.record).
+	Refused string
+	// GiveUp: a stored log that cannot be read back for a reason that may heal (the store
+	// failing) is recorded as unreadable, and the job released, instead of the seal failing to be
+	// tried again (its deadline passed, or an operator released it). A log gone from the store, or
+	// not holding what its record says, is unreadable at once: that does not heal.
+	GiveUp bool
 }
 
 // Sealed is the outcome of Seal.
@@ -87,9 +106,20 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	if err != nil {
 		return Sealed{}, err
 	}
-	// Anything missing (an operator's release, a pod not archived, a log unreadable or with a gap)
-	// makes the job released, never archived.
+	var hashed hashedLogs
+	if !chained {
+		if err := s.sweepSegments(ctx, ref, rec.Pods); err != nil && !s.GiveUp {
+			return Sealed{}, err
+		}
+		if hashed, err = s.hashLogs(ctx, rec.Logs); err != nil {
+			return Sealed{}, err
+		}
+	}
+	// Anything missing (an operator's release, a pod not archived, a log unreadable or with a gap,
+	// a stored log unreadable now, a record refused) makes the job released, never archived.
 	out.Reason, out.Cause = incompleteReason(operatorReason, rec.Pods, rec.Logs, rec.Gaps)
+	out.Reason, out.Cause = withReason(out.Reason, out.Cause, hashed.unreadableReason(), "unreadable")
+	out.Reason, out.Cause = withReason(out.Reason, out.Cause, s.Refused, "refused")
 	if chained || rec.Job.ArchiveState != record.ArchivePending {
 		// Finalized before (before the chain existed, or by a run that crashed after its commit):
 		// the record says how.
@@ -99,7 +129,7 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 		}
 	}
 	if !chained {
-		if entry, err = s.append(ctx, ref, rec, out, jobObjectEntry, retain); err != nil {
+		if entry, err = s.append(ctx, ref, rec, out, append([]archive.ObjectEntry{jobObjectEntry}, hashed.objects...), retain); err != nil {
 			return Sealed{}, err
 		}
 	}
@@ -110,28 +140,27 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	return out, nil
 }
 
-// append hashes the archive's objects, digests the rows as they will be once finalized, and
-// appends the job to the chain, recording retain as the job's retain-until date (the date its
-// final objects are locked until).
-func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record, out Sealed, jobObject archive.ObjectEntry, retain time.Time) (record.ChainEntry, error) {
-	row := rec.Job
-	if row.ArchiveState == record.ArchivePending {
-		row.ArchiveState, row.ArchiveLocation, row.ArchivedAt, row.ReleaseReason = record.ArchiveArchived, out.Location, &out.At, out.Reason
-		if out.Reason != "" {
-			row.ArchiveState = record.ArchiveReleased
-		}
-	}
+// append digests the rows as they will be once finalized and appends the job to the chain with the
+// archive's objects as hashed, recording retain as the job's retain-until date (the date its final
+// objects are locked until).
+func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record, out Sealed, objects []archive.ObjectEntry, retain time.Time) (record.ChainEntry, error) {
+	row := finalizedRow(rec.Job, out)
 	rec.Job = row
-	objects, err := s.hashLogs(ctx, rec.Logs)
-	if err != nil {
-		return record.ChainEntry{}, err
-	}
-	objects = append([]archive.ObjectEntry{jobObject}, objects...)
 	digest, rows := audit.RecordDigest(rec)
 	m := archive.BuildManifest(ref, row, rec.Pods, rec.Logs, rec.Gaps, s.Layout.JobObject(ref), out.At)
 	m.Cluster, m.Objects, m.RecordDigest, m.Rows = s.Cluster, objects, digest, rows
+	// The rows were read, and the objects hashed, before the finalizing transaction: it checks,
+	// with the rows locked, that they are still the ones digested, so that the chain seals exactly
+	// what it finalizes.
+	check := func(now record.JobRows) error {
+		now.Job = finalizedRow(now.Job, out)
+		if d, _ := audit.RecordDigest(audit.Record(now)); d != digest {
+			return errRowsChanged
+		}
+		return nil
+	}
 	fin, err := s.Records.FinalizeJob(ctx, record.Finalization{Cluster: s.Cluster, JobUID: ref.UID, Location: out.Location, ArchivedAt: out.At,
-		ReleaseReason: out.Reason, ManifestKey: s.Layout.Manifest(ref), RecordDigest: digest, RetainUntil: retain}, m.Seal)
+		ReleaseReason: out.Reason, ManifestKey: s.Layout.Manifest(ref), RecordDigest: digest, RetainUntil: retain, Check: check}, m.Seal)
 	if err != nil {
 		return record.ChainEntry{}, err
 	}
@@ -141,33 +170,130 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 	return fin.Entry, nil
 }
 
+// errRowsChanged fails a finalization whose job's rows changed after the Sealer read them; the
+// next pass reads them again.
+var errRowsChanged = errors.New("the job's rows changed while it was being sealed")
+
+// finalizedRow is the job's row as the finalization out leaves it.
+func finalizedRow(row record.Job, out Sealed) record.Job {
+	if row.ArchiveState == record.ArchivePending {
+		row.ArchiveState, row.ArchiveLocation, row.ArchivedAt, row.ReleaseReason = record.ArchiveArchived, out.Location, &out.At, out.Reason
+		if out.Reason != "" {
+			row.ArchiveState = record.ArchiveReleased
+		}
+	}
+	return row
+}
+
 // hashReaders bounds the stored logs of one job read back at once.
 const hashReaders = 8
 
-// hashLogs reads back every stored log of the job and hashes what the store holds, hashReaders at
-// a time, in the order of logs: one after the other, a job of 1,000 pods waited for 1,000 reads
-// before its release.
-func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) ([]archive.ObjectEntry, error) {
+// hashedLogs are a job's stored logs as read back at its seal: the objects found, with the size and
+// sha256 of their stored bytes, and why each of the others is unreadable.
+type hashedLogs struct {
+	objects    []archive.ObjectEntry
+	unreadable []string
+}
+
+// unreadableReason says which stored logs could not be read back ("" if none), naming a few.
+func (h hashedLogs) unreadableReason() string {
+	if len(h.unreadable) == 0 {
+		return ""
+	}
+	const named = 3
+	reason := fmt.Sprintf("%d stored log(s) unreadable when sealed: %s", len(h.unreadable), strings.Join(h.unreadable[:min(named, len(h.unreadable))], "; "))
+	if len(h.unreadable) > named {
+		reason += fmt.Sprintf("; and %d more", len(h.unreadable)-named)
+	}
+	return reason
+}
+
+// hashLogs reads back every stored log of the job, hashReaders at a time, in the order of logs
+// (one after the other, a job of 1,000 pods waited for 1,000 reads before its release), hashes
+// what the store holds, and checks that it decompresses to what the log's record says. A log gone
+// or not what its record says is unreadable (one that is there is listed, as it is); a failure to
+// read is returned, to be tried again, unless s.GiveUp.
+func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLogs, error) {
 	var stored []record.LogObject
 	for _, l := range logs {
 		if l.State == record.LogStored {
 			stored = append(stored, l)
 		}
 	}
-	objects := make([]archive.ObjectEntry, len(stored))
-	g, ctx := errgroup.WithContext(ctx)
+	objects := make([]*archive.ObjectEntry, len(stored))
+	unreadable := make([]string, len(stored))
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(hashReaders)
 	for i, l := range stored {
 		g.Go(func() error {
-			h, err := audit.HashObject(ctx, s.Store, l.ObjectKey, false)
-			if err != nil {
+			h, err := audit.HashObject(gctx, s.Store, l.ObjectKey, true)
+			switch {
+			case errors.Is(err, objstore.ErrNotFound):
+				unreadable[i] = l.ObjectKey + ": not in the store"
+				return nil
+			case err != nil && s.GiveUp:
+				unreadable[i] = fmt.Sprintf("%s: %v", l.ObjectKey, err)
+				return nil
+			case err != nil:
 				return fmt.Errorf("read back log %s: %w", l.ObjectKey, err)
+			case h.ContentErr != nil:
+				unreadable[i] = fmt.Sprintf("%s: does not decompress: %v", l.ObjectKey, h.ContentErr)
+			case h.ContentBytes != l.Bytes || h.ContentSHA256 != l.SHA256:
+				unreadable[i] = fmt.Sprintf("%s: holds %d bytes with sha256 %s, its record says %d bytes with %s", l.ObjectKey,
+					h.ContentBytes, h.ContentSHA256, l.Bytes, l.SHA256)
 			}
-			objects[i] = h.ObjectEntry
+			objects[i] = &h.ObjectEntry
 			return nil
 		})
 	}
-	return objects, g.Wait()
+	if err := g.Wait(); err != nil {
+		return hashedLogs{}, err
+	}
+	var out hashedLogs
+	for i := range stored {
+		if objects[i] != nil {
+			out.objects = append(out.objects, *objects[i])
+		}
+		if unreadable[i] != "" {
+			out.unreadable = append(out.unreadable, unreadable[i])
+		}
+	}
+	return out, nil
+}
+
+// segmentObject matches the name of a segment object (archive.Layout.Segment).
+var segmentObject = regexp.MustCompile(`^[^/]+\.run-[0-9]+\.seg-[0-9]{6,}\.gz$`)
+
+// sweepSegments deletes the segment objects left in the job's directory by its finished pods
+// (archived or released: every log of theirs is recorded, and no capture of theirs writes any
+// more), before the seal: a segment stored and then not recorded (the database down, the archiver
+// killed between the two steps, or the run written whole after all) or recorded but not deleted
+// is no part of the archive, and `audit verify` would call it tampering. Segments of pods still
+// captured are theirs, and left alone.
+func (s Sealer) sweepSegments(ctx context.Context, ref archive.JobRef, pods []record.Pod) error {
+	done := map[string]bool{}
+	for _, p := range pods {
+		done[p.UID] = p.ArchiveState == record.ArchiveArchived || p.ArchiveState == record.ArchiveReleased
+	}
+	var left []string
+	if err := s.Store.List(ctx, s.Layout.JobDir(ref)+"/pods/", func(o objstore.ObjectInfo) error {
+		if segmentObject.MatchString(path.Base(o.Key)) && done[path.Base(path.Dir(o.Key))] {
+			left = append(left, o.Key)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("list the segments left of job %s: %w", ref.UID, err)
+	}
+	for _, key := range left {
+		if err := s.Store.Delete(ctx, key); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("delete segment %s left by a finished pod: %w", key, err)
+		}
+		segmentsSweptTotal.Inc()
+	}
+	if len(left) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Deleted segments left in the store by finished pods", "jobUID", ref.UID, "segments", len(left))
+	}
+	return nil
 }
 
 // read returns the job's rows.

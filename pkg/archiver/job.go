@@ -3,12 +3,16 @@ package archiver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +20,7 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
@@ -37,6 +42,15 @@ type JobReconciler struct {
 
 	// recorded skips the job's upsert when the job did not change since it was last recorded.
 	recorded recordedState
+	// refused holds, by job name, a refusal: why the database refused part of the job's record for
+	// good, which makes the job released when it is finalized.
+	refused sync.Map
+}
+
+// refusal says why the database refused part of the record of the job with that UID.
+type refusal struct {
+	uid    types.UID
+	reason string
 }
 
 // Reconcile records the job and finalizes it when due.
@@ -45,6 +59,7 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.recorded.forget(req.NamespacedName)
+			r.refused.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -109,6 +124,11 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 // record upserts the job row and every phase transition: Volcano appends a condition per phase
 // change, so transitions that happened while the archiver was down are recovered from them.
 // The same object (UID and resourceVersion) is recorded once: nothing recorded can have changed.
+//
+// What the database refuses for good (db.ErrInvalid: a value it cannot hold, which a tenant may
+// write into its job) must not hold the job for ever: the row is written without the free-form
+// content (refusedRow), the transitions without their texts, and the job is released with the
+// reason when it is finalized (refusedReason).
 func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) error {
 	key, version := client.ObjectKeyFromObject(job), string(job.UID)+"/"+job.ResourceVersion
 	if r.recorded.same(key, version) {
@@ -118,16 +138,52 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 	if err != nil {
 		return err
 	}
-	if err := r.Records.UpsertJob(ctx, row); err != nil {
+	var refused []string
+	err = r.Records.UpsertJob(ctx, row)
+	if errors.Is(err, db.ErrInvalid) {
+		refused = append(refused, fmt.Sprintf("the database refused the job's record (%v): recorded without its labels, annotations, spec, status, queue and submitter", err))
+		err = r.Records.UpsertJob(ctx, refusedRow(row))
+	}
+	if err != nil {
 		return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
 	}
-	n, err := r.Records.RecordTransitions(ctx, string(job.UID), transitions(job, r.Clock.Now()))
+	ts := transitions(job, r.Clock.Now())
+	n, err := r.Records.RecordTransitions(ctx, string(job.UID), ts)
+	if errors.Is(err, db.ErrInvalid) {
+		refused = append(refused, fmt.Sprintf("the database refused the job's phase transitions (%v): recorded without their reasons and messages", err))
+		for i := range ts {
+			ts[i].Reason, ts[i].Message = "", ""
+		}
+		n, err = r.Records.RecordTransitions(ctx, string(job.UID), ts)
+	}
 	if err != nil {
 		return fmt.Errorf("record transitions of job %s: %w", klog.KObj(job), err)
 	}
 	transitionsRecordedTotal.Add(float64(n))
+	if len(refused) > 0 {
+		r.refused.Store(key, refusal{uid: job.UID, reason: strings.Join(refused, "; ")})
+		r.Recorder.Event(job, corev1.EventTypeWarning, "RecordRefused", refused[0])
+		ctrl.LoggerFrom(ctx).Info("The database refused part of the job's record; it will be released", "Job", klog.KObj(job), "reason", strings.Join(refused, "; "))
+	} else {
+		r.refused.Delete(key)
+	}
 	r.recorded.set(key, version)
 	return nil
+}
+
+// refusedRow is what is recorded of a job whose row the database refused: what the API server
+// validated (identity, times, phase, counts), without the content a tenant writes freely.
+func refusedRow(row record.Job) record.Job {
+	return record.Job{UID: row.UID, Cluster: row.Cluster, Namespace: row.Namespace, Name: row.Name, CreatedAt: row.CreatedAt,
+		FinishedAt: row.FinishedAt, Phase: row.Phase, RetryCount: row.RetryCount}
+}
+
+// refusedReason is why the database refused part of the job's record, "" if it did not.
+func (r *JobReconciler) refusedReason(job *batchv1alpha1.Job) string {
+	if v, ok := r.refused.Load(client.ObjectKeyFromObject(job)); ok && v.(refusal).uid == job.UID {
+		return v.(refusal).reason
+	}
+	return ""
 }
 
 func jobRow(job *batchv1alpha1.Job, cluster string) (record.Job, error) {
@@ -210,6 +266,19 @@ func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job)
 	return pending, nil
 }
 
+// finalizableSince is when the job became finalizable: its terminal phase's start, or its
+// deletion, whichever came first (zero if neither).
+func finalizableSince(job *batchv1alpha1.Job) time.Time {
+	var since time.Time
+	if tracking.IsTerminal(job.Status.State.Phase) {
+		since = job.Status.State.LastTransitionTime.Time
+	}
+	if d := job.DeletionTimestamp; d != nil && (since.IsZero() || d.Time.Before(since)) {
+		since = d.Time
+	}
+	return since
+}
+
 // orphaning reports whether the job is being deleted with its pods kept (`kubectl delete
 // --cascade=orphan`): the garbage collector then strips their owner references instead of deleting
 // them, and so must the archiver not delete them. Their logs are archived as they end (see
@@ -228,7 +297,11 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 
 	obj := r.recordable(job)
 	obj.APIVersion, obj.Kind = jobAPIVersion, "Job"
-	sealed, err := Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster,
+	// A stored log that cannot be read back is retried until the deadline (or an operator's
+	// release), counted from when the job became finalizable, as an unreadable container log is.
+	since := finalizableSince(job)
+	giveUp := reason != "" || (!since.IsZero() && r.Clock.Since(since) >= r.LogDeadline)
+	sealed, err := Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
 		RetainUntil: func(at time.Time) time.Time { return r.retainUntilIn(ctx, r.Client, ref.Namespace, at) }}.Seal(ctx, ref, obj, reason, now)
 	if err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)

@@ -68,3 +68,15 @@ func countReasons(reasons []string) string {
 	}
 	return strings.Join(order, ", ")
 }
+
+// withReason adds another reason why an archive is incomplete, of metric label cause, to reason
+// (whose label is causeWas); the first reason's label stays.
+func withReason(reason, causeWas, more, cause string) (string, string) {
+	if more == "" {
+		return reason, causeWas
+	}
+	if reason == "" {
+		return more, cause
+	}
+	return reason + "; " + more, causeWas
+}

@@ -88,9 +88,17 @@ func RecordDigest(r Record) (string, []archive.RowDigest) {
 			SHA256, State, Reason                                 string
 		}{l.PodUID, l.Container, string(l.ContainerType), l.Instance, l.ObjectKey, l.Bytes, l.StoredBytes, l.SHA256, string(l.State), l.Reason})
 	}
+	gapNames := map[string]bool{}
 	for _, g := range r.Gaps {
-		// Gap times keep their nanoseconds: the database stores them exactly.
-		add(fmt.Sprintf("gap %s run %d after %s of %s", g.Container, g.Run, nanos(g.After), pod(g.PodUID)), struct {
+		// Gap times keep their nanoseconds: the database stores them exactly. Several gaps of a
+		// run may start at the same time (migration 0010): the later ones are told apart by their
+		// reason and end, in the order the database lists them.
+		name := fmt.Sprintf("gap %s run %d after %s of %s", g.Container, g.Run, nanos(g.After), pod(g.PodUID))
+		if gapNames[name] {
+			name += fmt.Sprintf(" (%s, before %s)", g.Reason, nanos(g.Before))
+		}
+		gapNames[name] = true
+		add(name, struct {
 			PodUID, Container string
 			Run               int32
 			After, Before     string

@@ -65,6 +65,11 @@ func (d *DB) appendChain(ctx context.Context, f record.Finalization, seal record
 			_ = tx.Rollback()
 		}
 	}()
+	if f.Check != nil {
+		if err = checkRows(ctx, tx, f); err != nil {
+			return record.Finalized{}, err
+		}
+	}
 	// Mark the job, and make sure the cluster has a head row to lock, in one round trip.
 	var exists bool
 	err = tx.QueryRowContext(ctx, `
@@ -111,6 +116,55 @@ RETURNING at`, e.Cluster, e.Seq, e.JobUID, e.ManifestKey, e.ManifestSHA256, e.Pr
 	}
 	e.At = e.At.UTC()
 	return record.Finalized{Entry: e, Appended: true, LockHeld: time.Since(locked)}, nil
+}
+
+// checkRows locks the job's row and its pods' rows until the transaction ends, then reads the
+// job's rows and gives them to f.Check. The locks keep what f.Check is given what the transaction
+// commits: a transition (its foreign key takes a share lock on the job row), a change to a pod's
+// row, or a log or gap of a pod (a share lock on the pod row) waits for the commit, and each read
+// (at READ COMMITTED) sees everything committed before the locks were granted.
+func checkRows(ctx context.Context, tx *sql.Tx, f record.Finalization) error {
+	var (
+		found bool
+		pods  int
+	)
+	// Counting the pods fetches, and so locks, every one of them.
+	if err := tx.QueryRowContext(ctx, `
+WITH job AS (SELECT 1 FROM jobs WHERE uid = $1 FOR UPDATE),
+     pods AS (SELECT 1 FROM pods WHERE job_uid = $1 FOR UPDATE)
+SELECT EXISTS (SELECT 1 FROM job), (SELECT count(*) FROM pods)`, f.JobUID).Scan(&found, &pods); err != nil {
+		return translate(err)
+	}
+	if !found {
+		return ErrNotFound
+	}
+	rows, err := jobRows(ctx, tx, f.JobUID)
+	if err != nil {
+		return err
+	}
+	return f.Check(rows)
+}
+
+// jobRows reads every row of a job's record with q.
+func jobRows(ctx context.Context, q querier, uid string) (record.JobRows, error) {
+	var (
+		rows record.JobRows
+		err  error
+	)
+	if rows.Job, err = getJob(ctx, q, uid); err != nil {
+		return rows, err
+	}
+	if rows.Transitions, err = getTransitions(ctx, q, uid); err != nil {
+		return rows, err
+	}
+	if rows.Pods, err = getPods(ctx, q, uid); err != nil {
+		return rows, err
+	}
+	if rows.Logs, err = getLogObjects(ctx, q, uid); err != nil {
+		return rows, err
+	}
+	rows.Gaps, err = getGaps(ctx, q, uid)
+	return rows, err
 }
 
 // ChainEntry returns the chain entry of a job, and false if it has none.

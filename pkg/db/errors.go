@@ -19,6 +19,12 @@ var (
 	ErrInvalid = errors.New("invalid")
 	// ErrConflict: a uniqueness rule was broken in a way an upsert does not absorb.
 	ErrConflict = errors.New("conflict")
+	// ErrSegmentConflict (an ErrConflict): PutSegment found another segment recorded under the same
+	// (pod, container, run, seq). The recorded row is the durable one and was left as it is: the
+	// caller's idea of the durable position is wrong (a flush whose commit succeeded but whose
+	// reply was lost, then retried with more lines), so it must re-read the run's segments and
+	// resume from them, writing that number's object again from the recorded position.
+	ErrSegmentConflict = fmt.Errorf("%w: another segment is recorded under this number", ErrConflict)
 	// ErrAppendOnly: the write would change or delete a row that never changes once written (a
 	// job's phase transition, a stored log, a log gap). Only the retention pruner deletes them.
 	ErrAppendOnly = errors.New("append-only")

@@ -7,7 +7,9 @@ import (
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-// PutGap records a missing part of a container run's log, once per (pod, container, run, After).
+// PutGap records a missing part of a container run's log, once per (pod, container, run, After,
+// Reason, Before): the same gap again changes nothing (its Detail is not compared), another gap
+// starting at the same time is recorded beside it.
 func (d *DB) PutGap(ctx context.Context, g record.Gap) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
@@ -21,7 +23,7 @@ func (d *DB) PutGap(ctx context.Context, g record.Gap) error {
 	_, err := d.db.ExecContext(ctx, `
 INSERT INTO log_gaps (pod_uid, container, run, after_ns, before_ns, reason, detail)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (pod_uid, container, run, after_ns) DO NOTHING`,
+ON CONFLICT (pod_uid, container, run, after_ns, reason, (coalesce(before_ns, -1))) DO NOTHING`,
 		g.PodUID, g.Container, g.Run, unixNano(g.After), before, string(g.Reason), g.Detail)
 	if err != nil {
 		return fmt.Errorf("put gap of %s/%s/%d: %w", g.PodUID, g.Container, g.Run, translate(err))
@@ -33,10 +35,15 @@ ON CONFLICT (pod_uid, container, run, after_ns) DO NOTHING`,
 func (d *DB) Gaps(ctx context.Context, jobUID string) ([]record.Gap, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	rows, err := d.db.QueryContext(ctx, `
+	return getGaps(ctx, d.db, jobUID)
+}
+
+func getGaps(ctx context.Context, q querier, jobUID string) ([]record.Gap, error) {
+	rows, err := q.QueryContext(ctx, `
 SELECT g.pod_uid, g.container, g.run, g.after_ns, g.before_ns, g.reason, g.detail
 FROM log_gaps g JOIN pods p ON p.uid = g.pod_uid
-WHERE p.job_uid = $1 ORDER BY p.created_at, g.pod_uid, g.container, g.run, g.after_ns`, jobUID)
+WHERE p.job_uid = $1
+ORDER BY p.created_at, g.pod_uid, g.container, g.run, g.after_ns, g.recorded_at, g.reason, coalesce(g.before_ns, -1)`, jobUID)
 	if err != nil {
 		return nil, fmt.Errorf("get gaps of job %s: %w", jobUID, translate(err))
 	}

@@ -23,8 +23,8 @@ const (
 const upsertJobSQL = `
 INSERT INTO jobs (uid, cluster, namespace, name, queue, submitter, submitter_groups, admitted_at,
                   created_at, finished_at, phase, retry_count, labels, annotations, spec, status,
-                  archive_state, archive_location, archived_at, release_reason)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+                  archive_state, archive_location, archived_at, release_reason, annotations_raw, spec_raw, status_raw)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
 ON CONFLICT (uid) DO UPDATE SET
     cluster          = COALESCE(NULLIF(EXCLUDED.cluster, ''), jobs.cluster),
     namespace        = EXCLUDED.namespace,
@@ -43,13 +43,20 @@ ON CONFLICT (uid) DO UPDATE SET
     status = CASE
         WHEN jobvault_job_phase_is_terminal(jobs.phase) AND NOT jobvault_job_phase_is_terminal(EXCLUDED.phase) THEN jobs.status
         ELSE COALESCE(EXCLUDED.status, jobs.status) END,
+    -- Each raw column goes with its jsonb column (migration 0011).
+    status_raw = CASE
+        WHEN jobvault_job_phase_is_terminal(jobs.phase) AND NOT jobvault_job_phase_is_terminal(EXCLUDED.phase) THEN jobs.status_raw
+        WHEN EXCLUDED.status IS NULL THEN jobs.status_raw
+        ELSE EXCLUDED.status_raw END,
     finished_at = CASE
         WHEN jobvault_job_phase_is_terminal(jobs.phase) AND NOT jobvault_job_phase_is_terminal(EXCLUDED.phase) THEN jobs.finished_at
         ELSE COALESCE(EXCLUDED.finished_at, jobs.finished_at) END,
     retry_count      = GREATEST(jobs.retry_count, EXCLUDED.retry_count),
     labels           = EXCLUDED.labels,
     annotations      = EXCLUDED.annotations,
+    annotations_raw  = EXCLUDED.annotations_raw,
     spec             = COALESCE(EXCLUDED.spec, jobs.spec),
+    spec_raw         = CASE WHEN EXCLUDED.spec IS NULL THEN jobs.spec_raw ELSE EXCLUDED.spec_raw END,
     -- The archive fields move once, from pending to archived or released.
     archive_state    = CASE WHEN jobs.archive_state = 'pending' THEN EXCLUDED.archive_state    ELSE jobs.archive_state END,
     archive_location = CASE WHEN jobs.archive_state = 'pending' THEN COALESCE(EXCLUDED.archive_location, jobs.archive_location) ELSE jobs.archive_location END,
@@ -72,13 +79,16 @@ func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
 	if err != nil {
 		return fmt.Errorf("upsert job %s: annotations: %w", j.UID, err)
 	}
+	annotationsJSONB, annotationsRaw := jsonbSafe(annotations)
+	spec, specRaw := jsonbSafe(rawJSON(j.Spec))
+	status, statusRaw := jsonbSafe(rawJSON(j.Status))
 	_, err = d.db.ExecContext(ctx, upsertJobSQL,
 		j.UID, j.Cluster, j.Namespace, j.Name, j.Queue,
 		nullString(j.Submitter), pq.StringArray(j.SubmitterGroups), nullTime(j.AdmittedAt),
 		j.CreatedAt.UTC(), nullTime(j.FinishedAt), j.Phase, j.RetryCount,
-		labels, annotations, rawJSON(j.Spec), rawJSON(j.Status),
+		labels, annotationsJSONB, spec, status,
 		string(cmp.Or(j.ArchiveState, record.ArchivePending)), nullString(j.ArchiveLocation), nullTime(j.ArchivedAt),
-		nullString(j.ReleaseReason))
+		nullString(j.ReleaseReason), annotationsRaw, specRaw, statusRaw)
 	if err != nil {
 		return fmt.Errorf("upsert job %s: %w", j.UID, translate(err))
 	}
@@ -165,23 +175,27 @@ func (d *DB) MarkJobArchived(ctx context.Context, jobUID, location string, at ti
 
 const jobColumns = `uid, cluster, namespace, name, queue, submitter, submitter_groups, admitted_at,
     created_at, finished_at, phase, retry_count, labels, annotations, spec, status,
-    archive_state, archive_location, archived_at, release_reason, recorded_at, updated_at`
+    archive_state, archive_location, archived_at, release_reason, recorded_at, updated_at,
+    annotations_raw, spec_raw, status_raw`
 
 func scanJob(row interface{ Scan(...any) error }) (record.Job, error) {
 	var (
-		j                                 record.Job
-		submitter, location, reason       sql.NullString
-		groups                            pq.StringArray
-		admitted, finished, archived      sql.NullTime
-		labels, annotations, spec, status []byte
-		archiveState                      string
+		j                                  record.Job
+		submitter, location, reason        sql.NullString
+		groups                             pq.StringArray
+		admitted, finished, archived       sql.NullTime
+		labels, annotations, spec, status  []byte
+		archiveState                       string
+		rawAnnotations, rawSpec, rawStatus sql.NullString
 	)
 	err := row.Scan(&j.UID, &j.Cluster, &j.Namespace, &j.Name, &j.Queue, &submitter, &groups, &admitted,
 		&j.CreatedAt, &finished, &j.Phase, &j.RetryCount, &labels, &annotations, &spec, &status,
-		&archiveState, &location, &archived, &reason, &j.RecordedAt, &j.UpdatedAt)
+		&archiveState, &location, &archived, &reason, &j.RecordedAt, &j.UpdatedAt, &rawAnnotations, &rawSpec, &rawStatus)
 	if err != nil {
 		return record.Job{}, err
 	}
+	// The exact JSON, where jsonb could not hold it (migration 0011).
+	annotations, spec, status = rawOr(rawAnnotations, annotations), rawOr(rawSpec, spec), rawOr(rawStatus, status)
 	j.Submitter, j.ArchiveLocation, j.ReleaseReason = submitter.String, location.String, reason.String
 	if groups != nil {
 		j.SubmitterGroups = []string(groups)
@@ -208,7 +222,11 @@ func scanJob(row interface{ Scan(...any) error }) (record.Job, error) {
 func (d *DB) Job(ctx context.Context, uid string) (record.Job, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	j, err := scanJob(d.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE uid = $1`, uid))
+	return getJob(ctx, d.db, uid)
+}
+
+func getJob(ctx context.Context, q querier, uid string) (record.Job, error) {
+	j, err := scanJob(q.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE uid = $1`, uid))
 	if err != nil {
 		return record.Job{}, fmt.Errorf("get job %s: %w", uid, translate(err))
 	}

@@ -99,7 +99,13 @@ const logObjectOrder = `CASE lo.container_type WHEN 'init' THEN 0 WHEN 'regular'
 
 // LogObjects returns the log objects of every recorded pod of a job, by pod creation time.
 func (d *DB) LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error) {
-	ls, err := d.queryLogObjects(ctx, `SELECT `+logObjectColumns+`
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	return getLogObjects(ctx, d.db, jobUID)
+}
+
+func getLogObjects(ctx context.Context, q querier, jobUID string) ([]record.LogObject, error) {
+	ls, err := queryLogObjects(ctx, q, `SELECT `+logObjectColumns+`
 FROM log_objects lo JOIN pods p ON p.uid = lo.pod_uid
 WHERE p.job_uid = $1
 ORDER BY p.created_at, p.uid, `+logObjectOrder, jobUID)
@@ -111,7 +117,9 @@ ORDER BY p.created_at, p.uid, `+logObjectOrder, jobUID)
 
 // PodLogObjects returns the log objects of one pod.
 func (d *DB) PodLogObjects(ctx context.Context, podUID string) ([]record.LogObject, error) {
-	ls, err := d.queryLogObjects(ctx, `SELECT `+logObjectColumns+`
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	ls, err := queryLogObjects(ctx, d.db, `SELECT `+logObjectColumns+`
 FROM log_objects lo WHERE lo.pod_uid = $1
 ORDER BY `+logObjectOrder, podUID)
 	if err != nil {
@@ -120,10 +128,8 @@ ORDER BY `+logObjectOrder, podUID)
 	return ls, nil
 }
 
-func (d *DB) queryLogObjects(ctx context.Context, query string, arg string) ([]record.LogObject, error) {
-	ctx, cancel := d.bound(ctx)
-	defer cancel()
-	rows, err := d.db.QueryContext(ctx, query, arg)
+func queryLogObjects(ctx context.Context, q querier, query string, arg string) ([]record.LogObject, error) {
+	rows, err := q.QueryContext(ctx, query, arg)
 	if err != nil {
 		return nil, translate(err)
 	}

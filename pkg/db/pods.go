@@ -202,7 +202,9 @@ func (d *DB) Pod(ctx context.Context, uid string) (record.Pod, error) {
 // PodsByUID returns the recorded pods among uids, in no particular order; a UID never recorded is
 // left out. The archiver reads the rows of every cached pod this way when it starts.
 func (d *DB) PodsByUID(ctx context.Context, uids []string) ([]record.Pod, error) {
-	pods, err := d.queryPods(ctx, `SELECT `+podColumns+` FROM pods WHERE uid = ANY($1)`, pq.StringArray(uids))
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	pods, err := queryPods(ctx, d.db, `SELECT `+podColumns+` FROM pods WHERE uid = ANY($1)`, pq.StringArray(uids))
 	if err != nil {
 		return nil, fmt.Errorf("get %d pods: %w", len(uids), err)
 	}
@@ -212,7 +214,13 @@ func (d *DB) PodsByUID(ctx context.Context, uids []string) ([]record.Pod, error)
 // Pods returns the recorded pods of a job, oldest first (empty for an unknown job). The archiver
 // finalizes a job only when every one of them is archived or released.
 func (d *DB) Pods(ctx context.Context, jobUID string) ([]record.Pod, error) {
-	pods, err := d.queryPods(ctx, `SELECT `+podColumns+` FROM pods WHERE job_uid = $1 ORDER BY created_at, uid`, jobUID)
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	return getPods(ctx, d.db, jobUID)
+}
+
+func getPods(ctx context.Context, q querier, jobUID string) ([]record.Pod, error) {
+	pods, err := queryPods(ctx, q, `SELECT `+podColumns+` FROM pods WHERE job_uid = $1 ORDER BY created_at, uid`, jobUID)
 	if err != nil {
 		return nil, fmt.Errorf("get pods of job %s: %w", jobUID, err)
 	}
@@ -220,10 +228,8 @@ func (d *DB) Pods(ctx context.Context, jobUID string) ([]record.Pod, error) {
 }
 
 // queryPods runs a query of podColumns and scans its rows.
-func (d *DB) queryPods(ctx context.Context, query string, arg any) ([]record.Pod, error) {
-	ctx, cancel := d.bound(ctx)
-	defer cancel()
-	rows, err := d.db.QueryContext(ctx, query, arg)
+func queryPods(ctx context.Context, q querier, query string, arg any) ([]record.Pod, error) {
+	rows, err := q.QueryContext(ctx, query, arg)
 	if err != nil {
 		return nil, translate(err)
 	}

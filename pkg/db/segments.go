@@ -8,8 +8,10 @@ import (
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-// PutSegment records a captured segment, once: a segment already recorded under the same (pod,
-// container, run, seq) is left as it is, and the call succeeds. The pod row must exist.
+// PutSegment records a captured segment, once: the same segment recorded again (a flush retried
+// after its commit's reply was lost) succeeds and changes nothing; another segment under the same
+// (pod, container, run, seq) fails with ErrSegmentConflict and changes nothing. The pod row must
+// exist.
 func (d *DB) PutSegment(ctx context.Context, s record.Segment) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
@@ -17,17 +19,41 @@ func (d *DB) PutSegment(ctx context.Context, s record.Segment) error {
 		return fmt.Errorf("put segment %s/%s/%d/%d: %w segment: pod UID, container, key and hash state are required, run and seq not negative",
 			s.PodUID, s.Container, s.Run, s.Seq, ErrInvalid)
 	}
-	_, err := d.db.ExecContext(ctx, `
-INSERT INTO log_segments (pod_uid, container, run, seq, object_key, stored_bytes, bytes, total_bytes,
-                          last_time_ns, last_time_lines, hash_state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (pod_uid, container, run, seq) DO NOTHING`,
+	var inserted bool
+	err := d.db.QueryRowContext(ctx, `
+WITH ins AS (
+    INSERT INTO log_segments (pod_uid, container, run, seq, object_key, stored_bytes, bytes, total_bytes,
+                              last_time_ns, last_time_lines, hash_state)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    ON CONFLICT (pod_uid, container, run, seq) DO NOTHING
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM ins)`,
 		s.PodUID, s.Container, s.Run, s.Seq, s.ObjectKey, s.StoredBytes, s.Bytes, s.TotalBytes,
-		unixNano(s.LastTime), s.LastTimeLines, s.HashState)
+		unixNano(s.LastTime), s.LastTimeLines, s.HashState).Scan(&inserted)
+	if err == nil && !inserted {
+		// Rare (a retried flush): a second round trip compares the row already there.
+		var same bool
+		if same, err = d.sameSegment(ctx, s); err == nil && !same {
+			err = ErrSegmentConflict
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("put segment %s/%s/%d/%d: %w", s.PodUID, s.Container, s.Run, s.Seq, translate(err))
 	}
 	return nil
+}
+
+// sameSegment reports whether s is the segment recorded under its number.
+func (d *DB) sameSegment(ctx context.Context, s record.Segment) (bool, error) {
+	var same bool
+	err := d.db.QueryRowContext(ctx, `
+SELECT (object_key, stored_bytes, bytes, total_bytes, last_time_ns, last_time_lines, hash_state)
+     = ($5, $6, $7, $8, $9, $10, $11)
+FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3 AND seq = $4`,
+		s.PodUID, s.Container, s.Run, s.Seq, s.ObjectKey, s.StoredBytes, s.Bytes, s.TotalBytes,
+		unixNano(s.LastTime), s.LastTimeLines, s.HashState).Scan(&same)
+	return same, err
 }
 
 // Segments returns the recorded segments of a container run, in order.

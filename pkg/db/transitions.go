@@ -78,7 +78,11 @@ ON CONFLICT (job_uid, phase, transition_time) DO NOTHING`,
 func (d *DB) Transitions(ctx context.Context, jobUID string) ([]record.Transition, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	rows, err := d.db.QueryContext(ctx, `
+	return getTransitions(ctx, d.db, jobUID)
+}
+
+func getTransitions(ctx context.Context, q querier, jobUID string) ([]record.Transition, error) {
+	rows, err := q.QueryContext(ctx, `
 SELECT id, phase, transition_time, reason, message, resource_version, observed_at, source
 FROM job_transitions WHERE job_uid = $1 ORDER BY transition_time, id`, jobUID)
 	if err != nil {

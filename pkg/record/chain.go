@@ -16,6 +16,20 @@ type Finalization struct {
 	// RetainUntil is the job's retain-until date (zero: none), recorded in jobs.retain_until: the
 	// date its final objects are locked until, after which the pruner may delete it.
 	RetainUntil time.Time
+	// Check, when not nil, is given the job's rows as the finalizing transaction reads them,
+	// locked against change until it commits: an error (they are not the rows RecordDigest
+	// digests, some changed since they were read) rolls the finalization back.
+	Check func(JobRows) error
+}
+
+// JobRows are a job's rows, as one read gives them: its record, phase transitions, pods, and their
+// logs and gaps.
+type JobRows struct {
+	Job         Job
+	Transitions []Transition
+	Pods        []Pod
+	Logs        []LogObject
+	Gaps        []Gap
 }
 
 // PruneCandidate is a finalized job whose retain-until date has passed and that no legal hold

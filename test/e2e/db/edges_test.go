@@ -1,0 +1,109 @@
+package db
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/test/stack"
+)
+
+// Issue 23, item 11: a segment recorded again with the same contents (a flush retried after its
+// commit's reply was lost) succeeds; one recorded again under the same number with other contents
+// (a retry that took more lines) fails with db.ErrSegmentConflict, which is an ErrConflict, and
+// changes nothing: the recorded row is what the capture must resume from.
+func TestDBPutSegmentIdempotentOrConflict(t *testing.T) {
+	ctx := t.Context()
+	records, _ := stack.OpenRecords(t)
+	mustUpsertJob(t, records, newJob("j1").build())
+	if err := records.UpsertPod(ctx, newPod("p1", "j1")); err != nil {
+		t.Fatal(err)
+	}
+	seg := record.Segment{PodUID: "p1", Container: "main", Run: 0, Seq: 0, ObjectKey: "seg/0", StoredBytes: 10, Bytes: 100,
+		TotalBytes: 100, LastTime: at(time.Second), LastTimeLines: 1, HashState: []byte{1, 2, 3}}
+	if err := records.PutSegment(ctx, seg); err != nil {
+		t.Fatalf("PutSegment: %v", err)
+	}
+	if err := records.PutSegment(ctx, seg); err != nil {
+		t.Errorf("PutSegment of the same segment again: %v, want success", err)
+	}
+	bigger := seg
+	bigger.StoredBytes, bigger.Bytes, bigger.TotalBytes, bigger.LastTime, bigger.HashState = 20, 200, 200, at(2*time.Second), []byte{4, 5, 6}
+	err := records.PutSegment(ctx, bigger)
+	if !errors.Is(err, db.ErrSegmentConflict) || !errors.Is(err, db.ErrConflict) {
+		t.Errorf("PutSegment of another segment under the same number: %v, want ErrSegmentConflict (an ErrConflict)", err)
+	}
+	segs, err := records.Segments(ctx, "p1", "main", 0)
+	if err != nil || len(segs) != 1 || segs[0].Bytes != 100 || string(segs[0].HashState) != string(seg.HashState) {
+		t.Errorf("segments %+v (%v), want the first one unchanged", segs, err)
+	}
+}
+
+// Issue 23, item 11: two gaps of one run starting at the same time (a rotation seen, then the
+// deadline passing on the rest) are both recorded; the same gap written twice is recorded once.
+func TestDBGapsAtTheSameTime(t *testing.T) {
+	ctx := t.Context()
+	records, _ := stack.OpenRecords(t)
+	mustUpsertJob(t, records, newJob("j1").build())
+	if err := records.UpsertPod(ctx, newPod("p1", "j1")); err != nil {
+		t.Fatal(err)
+	}
+	first := record.Gap{PodUID: "p1", Container: "main", Run: 0, After: at(time.Second), Before: at(2 * time.Second), Reason: record.GapRotated}
+	second := record.Gap{PodUID: "p1", Container: "main", Run: 0, After: at(time.Second), Reason: record.GapUnreadable, Detail: "deadline of 1s passed"}
+	for _, g := range []record.Gap{first, second, first, second} {
+		if err := records.PutGap(ctx, g); err != nil {
+			t.Fatalf("PutGap(%+v): %v", g, err)
+		}
+	}
+	gaps, err := records.Gaps(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, g := range gaps {
+		reasons = append(reasons, string(g.Reason))
+	}
+	if want := string(first.Reason) + "," + string(second.Reason); strings.Join(reasons, ",") != want {
+		t.Errorf("gaps recorded: %q, want %q", strings.Join(reasons, ","), want)
+	}
+}
+
+// Issue 23, item 7: a job whose annotation value, spec and status hold U+0000 (which jsonb refuses)
+// is recorded, and reads back exactly; a repeated upsert changes nothing. A value the database
+// cannot hold at all (U+0000 in a text column: the queue) fails with ErrInvalid, permanently.
+func TestDBJobWithNUL(t *testing.T) {
+	ctx := t.Context()
+	records, _ := stack.OpenRecords(t)
+	j := newJob("nul").build()
+	j.Annotations = map[string]string{"note": "before\x00after", "plain": "\\u0000 is six characters"}
+	j.Spec = []byte(`{"tasks": [{"template": {"spec": {"containers": [{"args": ["--sep=\u0000", "\\u0000"]}]}}}]}`)
+	j.Status = []byte(`{"state": {"message": "a\u0000b", "phase": "Pending"}}`)
+	mustUpsertJob(t, records, j)
+	mustUpsertJob(t, records, j)
+	got := mustJob(t, records, "nul")
+	if diff := cmp.Diff(j.Annotations, got.Annotations); diff != "" {
+		t.Errorf("annotations (-want +got):\n%s", diff)
+	}
+	for name, pair := range map[string][2][]byte{"spec": {j.Spec, got.Spec}, "status": {j.Status, got.Status}} {
+		var want, have any
+		if err := json.Unmarshal(pair[0], &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(pair[1], &have); err != nil {
+			t.Fatalf("%s reads back as %q: %v", name, pair[1], err)
+		}
+		if diff := cmp.Diff(want, have); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+	bad := newJob("nul-queue").build()
+	bad.Queue = "de\x00fault"
+	if err := records.UpsertJob(ctx, bad); !errors.Is(err, db.ErrInvalid) {
+		t.Errorf("UpsertJob with U+0000 in the queue: %v, want ErrInvalid", err)
+	}
+}
