@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
@@ -300,6 +301,11 @@ func waitInForce(t *testing.T, env *testbed.Env) {
 			patch := client.MergeFrom(target.DeepCopy())
 			p.Spec.Containers[0].Image = "evil"
 			return as(t, archiver).Patch(ctx, p, patch, client.DryRunAll)
+		}},
+		{"jobvault-pod-owner", func(ctx context.Context) error {
+			p := pod(nil)
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch.volcano.sh/v1alpha1", Kind: "Job", Name: "../probe", UID: "1", Controller: ptr.To(true)}}
+			return admin.Create(ctx, p, client.DryRunAll)
 		}},
 		{"jobvault-release-operators-kept", func(ctx context.Context) error {
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: deployNamespace, Name: operatorsConfigMap}}
