@@ -86,7 +86,7 @@ func TestForgedOwnerNeverFiledUnderAnotherTenantsJob(t *testing.T) {
 	attacker.NS = attackNS
 	for _, p := range forged {
 		waitFinalizerGone(t, &attacker, p.Name, time.Minute)
-		expectPodEvent(t, env, p, "Released", "no such VcJob")
+		expectPodEvent(t, env, p, "Released", "names no VcJob of namespace "+attackNS)
 	}
 	live = rig.WaitArchived(t, live, 3*time.Minute)
 
@@ -133,7 +133,7 @@ func TestJobNotArchivedWhileOwnedPodOutOfView(t *testing.T) {
 
 	job := testbed.Job(ns, "hidden").Task("worker", 2, []string{"main"}, testbed.RunsFor("20s")).Obj()
 	stack.PodLogs(t, env, ns, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
-	stack.CreateAs(t, env, "mallory", job)
+	stack.CreateAs(t, env, "owen", job) // the job's submitter; mallory, the tenant, holds edit only
 	stack.WaitPodsRunning(t, env, 2, time.Minute, client.InNamespace(ns))
 	hidden := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: testbed.PodName(job.Name, "worker", 0)}}
 	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(hidden), hidden); err != nil {
