@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -93,10 +94,15 @@ func (d Deps) markReleased(ctx context.Context, pod client.Object, reason string
 	return nil
 }
 
+// outOfView is the kind of reason a log is recorded unavailable for when its pod left the
+// archiver's view before the log was archived.
+const outOfView = "out of the archiver's view"
+
 // recordReleased records a pod of job that left the archiver's view before it was archived: a row
-// under the job if it had none, released for reason. The job's seal then finds it, and the job is
-// released with the reason, never archived without it.
-func (d Deps) recordReleased(ctx context.Context, pod client.Object, job archive.JobRef, reason string) error {
+// under the job if it had none, each of its container runs not stored recorded unavailable for
+// why, and the pod released. The job's seal then finds them, and the job is released with the
+// reason, never archived without them.
+func (d Deps) recordReleased(ctx context.Context, pod client.Object, job archive.JobRef, why string) error {
 	if _, err := d.Records.Pod(ctx, string(pod.GetUID())); errors.Is(err, db.ErrNotFound) {
 		row := record.Pod{UID: string(pod.GetUID()), JobUID: job.UID, Namespace: pod.GetNamespace(), Name: pod.GetName(),
 			CreatedAt: pod.GetCreationTimestamp().Time, DeletedBeforeTerminal: pod.GetDeletionTimestamp() != nil}
@@ -106,5 +112,22 @@ func (d Deps) recordReleased(ctx context.Context, pod client.Object, job archive
 	} else if err != nil {
 		return fmt.Errorf("read record of pod %s: %w", klog.KObj(pod), err)
 	}
-	return d.markReleased(ctx, pod, reason)
+	// The whole pod, for its containers (the caller has its metadata only).
+	var full corev1.Pod
+	if err := d.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), &full); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("read pod %s: %w", klog.KObj(pod), err)
+	}
+	for _, cr := range podRuns(&full) {
+		reason := outOfView + ": " + why
+		if cr.never {
+			reason = neverStarted
+		}
+		// A stored log stays stored: PutLogObject ignores an unavailable write for it.
+		l := record.LogObject{PodUID: string(pod.GetUID()), Container: cr.container, ContainerType: cr.ctype, Instance: cr.instance,
+			State: record.LogUnavailable, Reason: reason}
+		if err := d.Records.PutLogObject(ctx, l); err != nil {
+			return fmt.Errorf("record log %s of pod %s unavailable: %w", cr.container, klog.KObj(pod), err)
+		}
+	}
+	return d.markReleased(ctx, pod, "released without archiving: "+why)
 }

@@ -122,7 +122,7 @@ func (d Deps) releaseOutOfView(ctx context.Context, p client.Object, why string)
 		}
 		return d.markReleased(ctx, p, reason)
 	}
-	return d.recordReleased(ctx, p, job, reason)
+	return d.recordReleased(ctx, p, job, why)
 }
 
 // podsOutOfView finds, from the API server, the pods job controls that the archiver's pod cache
@@ -151,7 +151,7 @@ func (d Deps) podsOutOfView(ctx context.Context, job *batchv1alpha1.Job) (int, e
 			found++
 			p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
 			why := fmt.Sprintf("its %s label was removed, which took it out of the archiver's view before its logs were archived", tracking.JobPodLabel)
-			if err := d.recordReleased(ctx, p, archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID)}, "released without archiving: "+why); err != nil {
+			if err := d.recordReleased(ctx, p, archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID)}, why); err != nil {
 				return found, err
 			}
 			if controllerutil.ContainsFinalizer(p, tracking.PodFinalizer) {
