@@ -24,16 +24,7 @@ var aggregationOnce sync.Once
 // cluster (the testbed's own runs only the garbage collector and the namespace controller).
 func TenantClient(t testing.TB, env *testbed.Env, ns, user string) client.Client {
 	t.Helper()
-	aggregationOnce.Do(func() {
-		bin, err := testbed.Binary("kube-controller-manager", "KUBE_VERSION")
-		if err != nil {
-			t.Fatal(err)
-		}
-		testbed.StartShared(t, "kube-controller-manager-aggregation", exec.Command(bin, "--kubeconfig", env.KubeconfigPath,
-			"--authentication-kubeconfig", env.KubeconfigPath, "--authorization-kubeconfig", env.KubeconfigPath,
-			"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(testbed.FreePort(t)),
-			"--controllers=clusterrole-aggregation", "-v=1"))
-	})
+	aggregationOnce.Do(func() { StartControllers(t, env, "kube-controller-manager-aggregation", "clusterrole-aggregation") })
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user + "-edit"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
@@ -64,4 +55,19 @@ func TenantClient(t testing.TB, env *testbed.Env, ns, user string) client.Client
 		t.Fatalf("tenant %s may list pods outside %s (%v): not a tenant", user, ns, err)
 	}
 	return c
+}
+
+// StartControllers runs kube-controller-manager with only the given controllers (comma-separated),
+// for the rest of the test process: those a cluster runs and the testbed's own
+// kube-controller-manager does not.
+func StartControllers(t testing.TB, env *testbed.Env, name, controllers string) {
+	t.Helper()
+	bin, err := testbed.Binary("kube-controller-manager", "KUBE_VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbed.StartShared(t, name, exec.Command(bin, "--kubeconfig", env.KubeconfigPath,
+		"--authentication-kubeconfig", env.KubeconfigPath, "--authorization-kubeconfig", env.KubeconfigPath,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(testbed.FreePort(t)),
+		"--controllers="+controllers, "-v=1"))
 }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -149,14 +148,7 @@ func policies(t *testing.T) *testbed.Env {
 // result to status.typeChecking, as in a cluster.
 func startPolicyStatusController(t *testing.T, env *testbed.Env) {
 	t.Helper()
-	bin, err := testbed.Binary("kube-controller-manager", "KUBE_VERSION")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testbed.StartShared(t, "kube-controller-manager-vap-status", exec.Command(bin, "--kubeconfig", env.KubeconfigPath,
-		"--authentication-kubeconfig", env.KubeconfigPath, "--authorization-kubeconfig", env.KubeconfigPath,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(testbed.FreePort(t)),
-		"--controllers=validatingadmissionpolicy-status-controller", "-v=1"))
+	stack.StartControllers(t, env, "kube-controller-manager-vap-status", "validatingadmissionpolicy-status-controller")
 }
 
 // render runs `kubectl kustomize config/policy`.
