@@ -12,6 +12,8 @@ GOLANGCI_LINT := $(JOBVAULT_CACHE)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)/go
 CONTROLLER_GEN := $(JOBVAULT_CACHE)/bin/controller-gen-$(shell sed -n 's/^CONTROLLER_GEN_VERSION=//p' test/testbed/versions.env)/controller-gen
 # Test timeout: a cold first run compiles large test binaries on 2 cores.
 TEST_TIMEOUT ?= 60m
+# How long each fuzz target runs in make test (beyond its seed corpus, which go test always runs).
+FUZZ_TIME ?= 10s
 
 .PHONY: help
 help: ## Show this help
@@ -29,6 +31,7 @@ testbed: ## Build and cache every testbed binary (kube-apiserver, etcd, Volcano 
 .PHONY: test
 test: testbed ## Run every test against the real testbed (the README's test command)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzLayout$$' -fuzztime $(FUZZ_TIME) ./pkg/archive
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime 30s -fuzzminimizetime 0 ./pkg/archiver
 
 .PHONY: test-scale

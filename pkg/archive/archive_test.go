@@ -17,11 +17,12 @@ func TestLayout(t *testing.T) {
 	l := Layout{Prefix: "/prod/"}
 	j := JobRef{Namespace: "ns", Name: "train", UID: "u1"}
 	for got, want := range map[string]string{
-		l.JobObject(j): "prod/ns/train/u1/job.json",
-		l.Manifest(j):  "prod/ns/train/u1/manifest.json",
-		l.PodLog(j, "train-w-0", "p1", "main", record.InstanceCurrent):        "prod/ns/train/u1/pods/train-w-0/p1/main.log.gz",
-		l.PodLog(j, "train-w-0", "p1", "main", record.PreviousInstance(2)):    "prod/ns/train/u1/pods/train-w-0/p1/main.previous-2.log.gz",
-		Layout{}.PodLog(j, "train-w-0", "p2", "main", record.InstanceCurrent): "ns/train/u1/pods/train-w-0/p2/main.log.gz",
+		must(l.JobObject(j)): "prod/ns/train/u1/job.json",
+		must(l.Manifest(j)):  "prod/ns/train/u1/manifest.json",
+		must(l.PodLog(j, "train-w-0", "p1", "main", record.InstanceCurrent)):        "prod/ns/train/u1/pods/train-w-0/p1/main.log.gz",
+		must(l.PodLog(j, "train-w-0", "p1", "main", record.PreviousInstance(2))):    "prod/ns/train/u1/pods/train-w-0/p1/main.previous-2.log.gz",
+		must(Layout{}.PodLog(j, "train-w-0", "p2", "main", record.InstanceCurrent)): "ns/train/u1/pods/train-w-0/p2/main.log.gz",
+		must(l.Segment(j, "train-w-0", "p1", "main", 1, 7)):                         "prod/ns/train/u1/pods/train-w-0/p1/main.run-1.seg-000007.gz",
 	} {
 		if got != want {
 			t.Errorf("key %q, want %q", got, want)
@@ -29,11 +30,19 @@ func TestLayout(t *testing.T) {
 	}
 }
 
+// must returns the key of a test's valid components.
+func must(key string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return key
+}
+
 func TestLayoutOf(t *testing.T) {
 	j := JobRef{Namespace: "ns", Name: "train", UID: "u1"}
 	for _, prefix := range []string{"", "prod", "prod/eu-1", "a/ns/train/u1"} {
 		l := Layout{Prefix: prefix}
-		for _, dir := range []string{l.JobDir(j), JobDirOfLog(l.PodLog(j, "train-w-0", "p1", "main", record.PreviousInstance(1)))} {
+		for _, dir := range []string{must(l.JobDir(j)), JobDirOfLog(must(l.PodLog(j, "train-w-0", "p1", "main", record.PreviousInstance(1))))} {
 			got, ok := LayoutOf(j, dir)
 			if !ok || got != l {
 				t.Errorf("LayoutOf(%q) = %+v, %v; want %+v", dir, got, ok, l)

@@ -4,6 +4,7 @@
 package archive
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"path"
@@ -53,31 +54,110 @@ type JobRef struct {
 	UID       string `json:"uid"`
 }
 
-// JobDir is the key prefix of everything archived for the job, without a trailing slash.
-func (l Layout) JobDir(j JobRef) string {
-	return path.Join(strings.Trim(l.Prefix, "/"), j.Namespace, j.Name, j.UID)
+// ErrInvalidComponent is returned (wrapped) for a key component that is not exactly one path
+// segment. It is permanent: the same input is refused every time.
+var ErrInvalidComponent = errors.New("invalid key component")
+
+// maxComponentLen bounds one component: the longest name Kubernetes gives an object (a DNS
+// subdomain, 253 bytes) so that the whole key stays within objstore's limit.
+const maxComponentLen = 253
+
+// segment checks that s, the component named what, is exactly one path segment: non-empty, at most
+// maxComponentLen bytes of UTF-8 without control characters or '/', and neither "." nor "..". It
+// refuses rather than cleans: a component a tenant chose (an owner reference's name or UID) must
+// never be turned into another job's directory, as path.Join would turn "../victim-ns/victim".
+func segment(what, s string) error {
+	var reason string
+	switch {
+	case s == "":
+		reason = "empty"
+	case s == "." || s == "..":
+		reason = "a relative path element"
+	case len(s) > maxComponentLen:
+		reason = fmt.Sprintf("longer than %d bytes", maxComponentLen)
+	case strings.Contains(s, "/"):
+		reason = "contains /"
+	case objstore.ValidateKey(s) != nil:
+		reason = "not valid UTF-8, or contains a control character"
+	}
+	if reason != "" {
+		return fmt.Errorf("%w: %s %q: %s", ErrInvalidComponent, what, s, reason)
+	}
+	return nil
+}
+
+// Validate checks that each of the job's namespace, name and UID is exactly one path segment.
+func (j JobRef) Validate() error {
+	return errors.Join(segment("namespace", j.Namespace), segment("job name", j.Name), segment("job UID", j.UID))
+}
+
+// podDir validates a pod's components and returns the key prefix of its objects.
+func (l Layout) podDir(j JobRef, pod, podUID, container string) (string, error) {
+	dir, err := l.JobDir(j)
+	if err != nil {
+		return "", err
+	}
+	if err := errors.Join(segment("pod name", pod), segment("pod UID", podUID), segment("container name", container)); err != nil {
+		return "", err
+	}
+	// The file name is <container>[.<instance>].log.gz: a dot in the container's name could make one
+	// container's log the name of another's instance. Kubernetes' container names have none.
+	if strings.Contains(container, ".") {
+		return "", fmt.Errorf("%w: container name %q: contains a dot", ErrInvalidComponent, container)
+	}
+	return dir + "/pods/" + pod + "/" + podUID, nil
+}
+
+// JobDir is the key prefix of everything archived for the job, without a trailing slash; an error
+// (ErrInvalidComponent) if a component is not exactly one path segment.
+func (l Layout) JobDir(j JobRef) (string, error) {
+	if err := j.Validate(); err != nil {
+		return "", fmt.Errorf("key of job %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	dir := j.Namespace + "/" + j.Name + "/" + j.UID
+	if p := strings.Trim(l.Prefix, "/"); p != "" {
+		dir = p + "/" + dir
+	}
+	return dir, nil
 }
 
 // JobObject is the key of the job's final object.
-func (l Layout) JobObject(j JobRef) string { return l.JobDir(j) + "/job.json" }
+func (l Layout) JobObject(j JobRef) (string, error) { return l.inJobDir(j, "job.json") }
 
 // Manifest is the key of the job's manifest.
-func (l Layout) Manifest(j JobRef) string { return l.JobDir(j) + "/manifest.json" }
+func (l Layout) Manifest(j JobRef) (string, error) { return l.inJobDir(j, "manifest.json") }
 
-// PodLog is the key of one container log instance (record.InstanceCurrent or record.PreviousInstance(n)).
-func (l Layout) PodLog(j JobRef, pod, podUID, container, instance string) string {
-	name := container + ".log.gz"
-	if instance != record.InstanceCurrent {
-		name = container + "." + instance + ".log.gz"
+func (l Layout) inJobDir(j JobRef, name string) (string, error) {
+	dir, err := l.JobDir(j)
+	if err != nil {
+		return "", err
 	}
-	return path.Join(l.JobDir(j), "pods", pod, podUID, name)
+	return dir + "/" + name, nil
+}
+
+// PodLog is the key of one container log instance (record.InstanceCurrent or
+// record.PreviousInstance(n)); an error (ErrInvalidComponent) if a component is not one path
+// segment.
+func (l Layout) PodLog(j JobRef, pod, podUID, container, instance string) (string, error) {
+	dir, err := l.podDir(j, pod, podUID, container)
+	if err != nil {
+		return "", fmt.Errorf("key of the log of %s/%s: %w", j.Namespace, pod, err)
+	}
+	if instance == record.InstanceCurrent {
+		return dir + "/" + container + ".log.gz", nil
+	}
+	if n, ok := strings.CutPrefix(instance, "previous-"); !ok || n == "" || strings.Trim(n, "0123456789") != "" {
+		return "", fmt.Errorf("key of the log of %s/%s: %w: instance %q: neither %s nor previous-<n>",
+			j.Namespace, pod, ErrInvalidComponent, instance, record.InstanceCurrent)
+	}
+	return dir + "/" + container + "." + instance + ".log.gz", nil
 }
 
 // LayoutOf returns the layout in which dir (a key prefix, without trailing slash) is the job's
 // directory, and false if dir is not the job's directory in any layout. Readers use it to find an
 // archive from the location its records hold, whatever prefix it was written under.
 func LayoutOf(j JobRef, dir string) (Layout, bool) {
-	rel := path.Join(j.Namespace, j.Name, j.UID)
+	rel := j.Namespace + "/" + j.Name + "/" + j.UID
 	if dir == rel {
 		return Layout{}, true
 	}
@@ -93,6 +173,10 @@ func JobDirOfLog(key string) string {
 
 // Segment is the key of one segment of a container run's log (run: its restart count) while the
 // run is captured; segments are deleted once assembled into the run's PodLog object.
-func (l Layout) Segment(j JobRef, pod, podUID, container string, run, seq int32) string {
-	return path.Join(l.JobDir(j), "pods", pod, podUID, fmt.Sprintf("%s.run-%d.seg-%06d.gz", container, run, seq))
+func (l Layout) Segment(j JobRef, pod, podUID, container string, run, seq int32) (string, error) {
+	dir, err := l.podDir(j, pod, podUID, container)
+	if err != nil {
+		return "", fmt.Errorf("key of a log segment of %s/%s: %w", j.Namespace, pod, err)
+	}
+	return dir + "/" + fmt.Sprintf("%s.run-%d.seg-%06d.gz", container, run, seq), nil
 }

@@ -152,7 +152,7 @@ func (o Options) podTransform(in any) (any, error) {
 }
 
 // ownsPod reports whether this archiver archives the pod: outside the excluded namespaces, and the
-// pod's job (its controlling VcJob) is this shard's. A pod with the finalizer but no VcJob owner
+// pod's job (its controlling VcJob, as claimed: PodReconciler confirms it) is this shard's. A pod with the finalizer but no VcJob owner
 // (orphaned) is decided in PodReconciler.Reconcile, from its record: it is kept whole.
 func (o Options) ownsPod(pod *corev1.Pod) bool {
 	if o.excluded(pod.Namespace) {

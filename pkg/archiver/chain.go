@@ -87,7 +87,11 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	// At the database's precision, so that the digest of the job row computed here is the one the
 	// database will give back.
 	now = now.UTC().Truncate(time.Microsecond)
-	out := Sealed{Location: s.Store.URL(s.Layout.JobDir(ref) + "/"), At: now}
+	keys, err := s.keys(ref)
+	if err != nil {
+		return Sealed{}, err
+	}
+	out := Sealed{Location: s.Store.URL(keys.dir + "/"), At: now}
 	entry, chained, err := s.Records.ChainEntry(ctx, ref.UID)
 	if err != nil {
 		return Sealed{}, err
@@ -98,7 +102,7 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	}
 	var jobObjectEntry archive.ObjectEntry
 	if !chained {
-		if jobObjectEntry, err = s.putJSON(ctx, s.Layout.JobObject(ref), jobObject, retain); err != nil {
+		if jobObjectEntry, err = s.putJSON(ctx, keys.object, jobObject, retain); err != nil {
 			return Sealed{}, fmt.Errorf("store final object: %w", err)
 		}
 	}
@@ -140,6 +144,22 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	return out, nil
 }
 
+// jobKeys are the keys of a job's directory, final object and manifest.
+type jobKeys struct{ dir, object, manifest string }
+
+// keys names the job's objects. A job's identity comes from the API server, which validates it,
+// so the layout refusing it is not expected; it would refuse it again at every try.
+func (s Sealer) keys(ref archive.JobRef) (jobKeys, error) {
+	dir, err := s.Layout.JobDir(ref)
+	if err != nil {
+		return jobKeys{}, err
+	}
+	// The same components as dir's: valid.
+	object, _ := s.Layout.JobObject(ref)
+	manifest, _ := s.Layout.Manifest(ref)
+	return jobKeys{dir: dir, object: object, manifest: manifest}, nil
+}
+
 // append digests the rows as they will be once finalized and appends the job to the chain with the
 // archive's objects as hashed, recording retain as the job's retain-until date (the date its final
 // objects are locked until).
@@ -147,7 +167,11 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 	row := finalizedRow(rec.Job, out)
 	rec.Job = row
 	digest, rows := audit.RecordDigest(rec)
-	m := archive.BuildManifest(ref, row, rec.Pods, rec.Logs, rec.Gaps, s.Layout.JobObject(ref), out.At)
+	keys, err := s.keys(ref)
+	if err != nil {
+		return record.ChainEntry{}, err
+	}
+	m := archive.BuildManifest(ref, row, rec.Pods, rec.Logs, rec.Gaps, keys.object, out.At)
 	m.Cluster, m.Objects, m.RecordDigest, m.Rows = s.Cluster, objects, digest, rows
 	// The rows were read, and the objects hashed, before the finalizing transaction: it checks,
 	// with the rows locked, that they are still the ones digested, so that the chain seals exactly
@@ -160,7 +184,7 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 		return nil
 	}
 	fin, err := s.Records.FinalizeJob(ctx, record.Finalization{Cluster: s.Cluster, JobUID: ref.UID, Location: out.Location, ArchivedAt: out.At,
-		ReleaseReason: out.Reason, ManifestKey: s.Layout.Manifest(ref), RecordDigest: digest, RetainUntil: retain, Check: check}, m.Seal)
+		ReleaseReason: out.Reason, ManifestKey: keys.manifest, RecordDigest: digest, RetainUntil: retain, Check: check}, m.Seal)
 	if err != nil {
 		return record.ChainEntry{}, err
 	}
@@ -275,8 +299,12 @@ func (s Sealer) sweepSegments(ctx context.Context, ref archive.JobRef, pods []re
 	for _, p := range pods {
 		done[p.UID] = p.ArchiveState == record.ArchiveArchived || p.ArchiveState == record.ArchiveReleased
 	}
+	keys, err := s.keys(ref)
+	if err != nil {
+		return err
+	}
 	var left []string
-	if err := s.Store.List(ctx, s.Layout.JobDir(ref)+"/pods/", func(o objstore.ObjectInfo) error {
+	if err := s.Store.List(ctx, keys.dir+"/pods/", func(o objstore.ObjectInfo) error {
 		if segmentObject.MatchString(path.Base(o.Key)) && done[path.Base(path.Dir(o.Key))] {
 			left = append(left, o.Key)
 		}

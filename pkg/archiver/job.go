@@ -263,6 +263,13 @@ func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job)
 			}
 		}
 	}
+	if pending == 0 {
+		// The cache holds only pods labelled volcano.sh/job-name: a pod whose label was removed
+		// is still the job's, and must be in its record before the job is sealed.
+		if _, err := r.podsOutOfView(ctx, job); err != nil {
+			return 0, err
+		}
+	}
 	return pending, nil
 }
 

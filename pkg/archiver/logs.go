@@ -177,9 +177,19 @@ func captureKey(ref capture.Ref) string { return ref.String() + "/" + ref.PodUID
 func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref capture.Ref, ctype record.ContainerType) {
 	log := ctrl.Log.WithName("capture").WithValues("Pod", klog.KRef(ref.Namespace, ref.Pod), "container", ref.Container, "run", ref.Run)
 	ctx = ctrl.LoggerInto(ctx, log) // for Capture's own messages (streams reopened)
-	segKey := func(seq int32) string { return r.Layout.Segment(job, ref.Pod, ref.PodUID, ref.Container, ref.Run, seq) }
+	if _, err := r.Layout.Segment(job, ref.Pod, ref.PodUID, ref.Container, ref.Run, 0); err != nil {
+		// PodReconciler.Reconcile lets such a pod go (podKeys) before any capture starts.
+		log.Error(err, "Not capturing a run that has no valid key")
+		return
+	}
+	// The components are valid (above), so neither key can be refused.
+	segKey := func(seq int32) string {
+		key, _ := r.Layout.Segment(job, ref.Pod, ref.PodUID, ref.Container, ref.Run, seq)
+		return key
+	}
 	final := func(previous bool) (string, time.Time) {
-		return r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, runInstance(ref, previous)), r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now())
+		key, _ := r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, runInstance(ref, previous))
+		return key, r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now())
 	}
 	retry := time.Second
 	for {
@@ -324,12 +334,16 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 	}
 	instance := runInstance(ref, end.Previous || end.Lost == record.GapRestarted)
 	row := record.LogObject{PodUID: ref.PodUID, Container: ref.Container, ContainerType: ctype, Instance: instance}
+	key, err := r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance)
+	if err != nil {
+		return err
+	}
 	var segs []record.Segment
 	if whole == nil {
 		if segs, err = r.Records.Segments(ctx, ref.PodUID, ref.Container, ref.Run); err != nil {
 			return err
 		}
-	} else if key := r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance); whole.Key != key {
+	} else if whole.Key != key {
 		// The container restarted since its log was read as its current one: read it again.
 		return fmt.Errorf("the log of %s was written as %s, but the run is now %s", ref, whole.Key, instance)
 	}
@@ -351,7 +365,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 				return err
 			}
 		}
-		a, err := capture.Assemble(ctx, r.Store, ref, r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, instance), segs,
+		a, err := capture.Assemble(ctx, r.Store, ref, key, segs,
 			r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now()))
 		if err != nil {
 			return err

@@ -66,7 +66,8 @@ func (r *PodReconciler) recordCached(ctx context.Context) {
 	var pods []cached
 	for i := range list.Items {
 		p := &list.Items[i]
-		if job, ok := ownerJob(p); ok && !r.excluded(p.Namespace) && r.Shard.Owns(types.UID(job.UID)) {
+		// Only pods of a VcJob the cache confirms; the others' reconciles decide.
+		if job, ok := ownerJob(p); ok && !r.excluded(p.Namespace) && r.Shard.Owns(types.UID(job.UID)) && r.jobInCache(ctx, job) {
 			row := podRow(p, job)
 			pods = append(pods, cached{client.ObjectKeyFromObject(p), row, podFingerprint(row)})
 		}
@@ -123,7 +124,15 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl
 	if ok && !r.Shard.Owns(types.UID(job.UID)) {
 		return ctrl.Result{}, nil // another shard's
 	}
-	if !ok {
+	if ok {
+		// The reference is the pod's claim, not a fact: it must name a VcJob of its namespace.
+		if why, err := r.notJobOf(ctx, pod.Namespace, job); err != nil || why != "" {
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			return ctrl.Result{}, r.refuse(ctx, pod, why)
+		}
+	} else {
 		if !controllerutil.ContainsFinalizer(pod, tracking.PodFinalizer) {
 			return ctrl.Result{}, nil // not a VcJob's pod
 		}
@@ -135,7 +144,15 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl
 			return ctrl.Result{}, err
 		}
 	}
+	if why := r.invalidKeys(pod, job); why != "" {
+		return ctrl.Result{}, r.refuse(ctx, pod, why)
+	}
 	if err := r.recordPod(ctx, pod, job); err != nil {
+		if errors.Is(err, db.ErrConflict) {
+			// Its row is another job's (its reference changed) or a job of another namespace's:
+			// the database refuses to move it, and so does the archiver.
+			return ctrl.Result{}, r.refuse(ctx, pod, fmt.Sprintf("it is recorded under another job than its controlling VcJob %s (%v)", job.Name, err))
+		}
 		return ctrl.Result{}, err
 	}
 	if !controllerutil.ContainsFinalizer(pod, tracking.PodFinalizer) {
@@ -216,18 +233,30 @@ func (r *PodReconciler) orphaned(ctx context.Context, pod *corev1.Pod) (job arch
 	return archive.JobRef{Namespace: pod.Namespace, Name: pod.Labels[tracking.JobPodLabel], UID: row.JobUID}, false, nil
 }
 
+// invalidKeys says why the pod's logs have no valid key (archive.Layout refuses a component),
+// "" if they have: such a pod is let go before anything is captured. The API server validates
+// every name and UID that makes a key, so this holds only if it did not.
+func (r *PodReconciler) invalidKeys(pod *corev1.Pod, job archive.JobRef) string {
+	for _, c := range statuses(pod) {
+		if _, err := r.Layout.PodLog(job, pod.Name, string(pod.UID), c.Name, record.InstanceCurrent); err != nil {
+			return fmt.Sprintf("its logs cannot be given a key: %v", err)
+		}
+	}
+	return ""
+}
+
 // letGo removes the pod finalizer from a pod jobvault cannot archive, with an Event saying why.
-func (r *PodReconciler) letGo(ctx context.Context, pod client.Object, why string) error {
+func (d Deps) letGo(ctx context.Context, pod client.Object, why string) error {
 	patch := client.MergeFromWithOptions(pod.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(pod, tracking.PodFinalizer)
-	if err := r.Client.Patch(ctx, pod, patch); err != nil {
+	if err := d.Client.Patch(ctx, pod, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("let go of pod %s: %w", klog.KObj(pod), err)
 	}
 	releasesIncompleteTotal.WithLabelValues("pod", "untracked").Inc()
-	r.Recorder.Event(pod, corev1.EventTypeWarning, "Released", "Released without archiving: "+why)
+	d.Recorder.Event(pod, corev1.EventTypeWarning, "Released", "Released without archiving: "+why)
 	ctrl.LoggerFrom(ctx).Info("Let go of a pod jobvault cannot archive", "Pod", klog.KObj(pod), "why", why)
 	return nil
 }

@@ -1,6 +1,7 @@
 package archiver
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kuberecord "k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -19,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 )
 
 func TestPodRuns(t *testing.T) {
@@ -87,7 +90,7 @@ func TestPodRuns(t *testing.T) {
 // namespaces: it records them and backstops their finalizer; any other pod it leaves alone.
 func TestPodReconcilerTakesVcJobPodsOnly(t *testing.T) {
 	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), batchv1alpha1.AddToScheme(scheme)); err != nil {
 		t.Fatal(err)
 	}
 	now := metav1.NewTime(time.Unix(1_700_000_000, 0))
@@ -109,7 +112,7 @@ func TestPodReconcilerTakesVcJobPodsOnly(t *testing.T) {
 		"only our label":                           {pod: pod("ml", map[string]string{tracking.TrackedLabel: tracking.TrackedValue}, vcjob)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.pod).Build()
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.pod, trainJob(tc.pod.Namespace, "train", "job-uid")).Build()
 			records := &memRecords{jobs: map[string]record.Job{}, pods: map[string]record.Pod{}}
 			r := &PodReconciler{Deps: Deps{Client: c, Records: records, Recorder: kuberecord.NewFakeRecorder(10),
 				Clock: clocktesting.NewFakePassiveClock(now.Time)}, Options: DefaultOptions()}
@@ -134,7 +137,7 @@ func TestPodReconcilerTakesVcJobPodsOnly(t *testing.T) {
 // second).
 func TestPodReconcilerShardAndPending(t *testing.T) {
 	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), batchv1alpha1.AddToScheme(scheme)); err != nil {
 		t.Fatal(err)
 	}
 	now := metav1.NewTime(time.Unix(1_700_000_000, 0))
@@ -163,7 +166,7 @@ func TestPodReconcilerShardAndPending(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := pod(tc.deleting)
-			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p).Build()
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(p, trainJob("ml", "train", jobUID)).Build()
 			records := &memRecords{jobs: map[string]record.Job{}, pods: map[string]record.Pod{}}
 			o := DefaultOptions()
 			o.Shard = shard.Shard{Index: tc.shard, Total: 3}
@@ -178,4 +181,9 @@ func TestPodReconcilerShardAndPending(t *testing.T) {
 			}
 		})
 	}
+}
+
+// trainJob is the VcJob the test's pods name as their controller, which the reconciler confirms.
+func trainJob(ns, name, uid string) *batchv1alpha1.Job {
+	return &batchv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}}
 }

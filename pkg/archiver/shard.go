@@ -28,7 +28,9 @@ func LeaderElectionID(s shard.Shard) string {
 
 // shardFilter lets through only the events of this shard's objects: a VcJob by its UID, a pod by
 // its VcJob's (tracking.JobOf). A pod no VcJob controls passes: which shard lets it go depends on
-// its record (see PodReconciler.ownsLoose).
+// its record (see PodReconciler.ownsLoose). A pod is routed by the UID it claims; the shard that
+// gets it confirms the claim (notJobOf) before anything is recorded, so a forged UID only picks
+// which shard refuses it.
 func (o Options) shardFilter() predicate.Predicate {
 	return predicate.NewPredicateFuncs(o.mine)
 }

@@ -122,6 +122,9 @@ func TestVanishedMidReconcile(t *testing.T) {
 			if name == "pod of a released job" {
 				objs = append(objs, pod(true, corev1.PodRunning))
 			}
+			if tc.pod {
+				objs = append(objs, job(true, batchv1alpha1.Running)) // the pod's job, which the reconciler confirms
+			}
 			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 				WithIndex(&corev1.Pod{}, podOwnerIndex, func(o client.Object) []string {
 					if ref, ok := ownerJob(o.(*corev1.Pod)); ok {

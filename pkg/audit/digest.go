@@ -91,7 +91,7 @@ func RecordDigest(r Record) (string, []archive.RowDigest) {
 	gapNames := map[string]bool{}
 	for _, g := range r.Gaps {
 		// Gap times keep their nanoseconds: the database stores them exactly. Several gaps of a
-		// run may start at the same time (migration 0010): the later ones are told apart by their
+		// run may start at the same time (migration 0011): the later ones are told apart by their
 		// reason and end, in the order the database lists them.
 		name := fmt.Sprintf("gap %s run %d after %s of %s", g.Container, g.Run, nanos(g.After), pod(g.PodUID))
 		if gapNames[name] {

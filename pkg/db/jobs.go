@@ -43,7 +43,7 @@ ON CONFLICT (uid) DO UPDATE SET
     status = CASE
         WHEN jobvault_job_phase_is_terminal(jobs.phase) AND NOT jobvault_job_phase_is_terminal(EXCLUDED.phase) THEN jobs.status
         ELSE COALESCE(EXCLUDED.status, jobs.status) END,
-    -- Each raw column goes with its jsonb column (migration 0011).
+    -- Each raw column goes with its jsonb column (migration 0012).
     status_raw = CASE
         WHEN jobvault_job_phase_is_terminal(jobs.phase) AND NOT jobvault_job_phase_is_terminal(EXCLUDED.phase) THEN jobs.status_raw
         WHEN EXCLUDED.status IS NULL THEN jobs.status_raw
@@ -194,7 +194,7 @@ func scanJob(row interface{ Scan(...any) error }) (record.Job, error) {
 	if err != nil {
 		return record.Job{}, err
 	}
-	// The exact JSON, where jsonb could not hold it (migration 0011).
+	// The exact JSON, where jsonb could not hold it (migration 0012).
 	annotations, spec, status = rawOr(rawAnnotations, annotations), rawOr(rawSpec, spec), rawOr(rawStatus, status)
 	j.Submitter, j.ArchiveLocation, j.ReleaseReason = submitter.String, location.String, reason.String
 	if groups != nil {

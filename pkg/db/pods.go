@@ -29,6 +29,7 @@ FROM jsonb_to_recordset($1::jsonb) AS r(uid text, job_uid text, namespace text, 
 
 const onConflictPodSQL = `
 ON CONFLICT (uid) DO UPDATE SET
+    -- Set, not kept: a different value is refused (the pods_job_fixed trigger), not ignored.
     job_uid     = EXCLUDED.job_uid,
     namespace   = EXCLUDED.namespace,
     name        = EXCLUDED.name,
@@ -48,7 +49,9 @@ ON CONFLICT (uid) DO UPDATE SET
 
 // UpsertPod records a pod, creating or updating the row keyed by p.UID. The job row need not exist:
 // pods has no foreign key to jobs, because a pod can be archived (and deleted by Volcano) before the
-// job reconciler writes its job. Idempotent; see Pod for which fields an update keeps.
+// job reconciler writes its job. Idempotent; see Pod for which fields an update keeps. A row never
+// moves to another job or namespace, and its job, once recorded, is of its namespace: ErrConflict
+// otherwise (migration 0010), and nothing is written.
 func (d *DB) UpsertPod(ctx context.Context, p record.Pod) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()

@@ -75,7 +75,7 @@ func decodeMap(b []byte) (map[string]string, error) {
 }
 
 // jsonbSafe splits JSON text (a string, or nil for NULL) into what its jsonb column takes and what
-// its raw text column takes (migration 0011). jsonb refuses the escape \u0000 (U+0000): JSON text
+// its raw text column takes (migration 0012). jsonb refuses the escape \u0000 (U+0000): JSON text
 // holding one goes whole into the raw column, and into the jsonb column with \ufffd in its place;
 // any other goes into the jsonb column alone (raw NULL).
 func jsonbSafe(v any) (jsonb, raw any) {

@@ -187,6 +187,10 @@ func Verify(ctx context.Context, records Records, store objstore.Store, jobUID s
 			Detail: "the database has pods of the job but no row for the job itself; only the logs are checked"})
 	} else {
 		rep.Job = archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: job.UID}
+		if err := rep.Job.Validate(); err != nil {
+			// The layout names no directory for it (nothing jobvault wrote can be there).
+			return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+		}
 		rep.ArchiveState = cmp.Or(job.ArchiveState, record.ArchivePending)
 	}
 	layout, err := locate(store, rep.Job, job.ArchiveLocation, logs, opts)
@@ -198,7 +202,8 @@ func Verify(ctx context.Context, records Records, store objstore.Store, jobUID s
 		v.podNames[p.UID] = p.Name
 	}
 	if jobErr == nil {
-		rep.Location = store.URL(layout.JobDir(rep.Job) + "/")
+		dir, _ := layout.JobDir(rep.Job) // validated above
+		rep.Location = store.URL(dir + "/")
 	}
 
 	logProblems, err := v.checkLogs(ctx, logs)
@@ -414,7 +419,7 @@ func (v *verifier) getJSON(ctx context.Context, subject, key string, into any) *
 
 // checkJobObject checks that job.json exists and is the final object of this job.
 func (v *verifier) checkJobObject(ctx context.Context, ref archive.JobRef) []Problem {
-	key := v.layout.JobObject(ref)
+	key, _ := v.layout.JobObject(ref) // validated by Verify
 	var obj struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
@@ -441,7 +446,7 @@ func (v *verifier) checkJobObject(ctx context.Context, ref archive.JobRef) []Pro
 // task and release reason, and every log entry in full. Not the phases, nodes or times: pod rows
 // are still updated while the pods terminate, and a job an operator released keeps running.
 func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job record.Job, pods []record.Pod, logs []record.LogObject, gaps []record.Gap) []Problem {
-	key := v.layout.Manifest(ref)
+	key, _ := v.layout.Manifest(ref) // validated by Verify
 	var got archive.Manifest
 	if p := v.getJSON(ctx, "manifest.json", key, &got); p != nil {
 		return []Problem{*p}
@@ -450,7 +455,8 @@ func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job re
 	add := func(format string, args ...any) {
 		problems = append(problems, Problem{Kind: ProblemManifest, Subject: "manifest.json", Key: key, Detail: fmt.Sprintf(format, args...)})
 	}
-	want := archive.BuildManifest(ref, job, pods, logs, gaps, v.layout.JobObject(ref), got.ArchivedAt)
+	object, _ := v.layout.JobObject(ref) // validated by Verify
+	want := archive.BuildManifest(ref, job, pods, logs, gaps, object, got.ArchivedAt)
 	if gotGaps, _ := json.Marshal(got.Gaps); len(got.Gaps)+len(want.Gaps) > 0 && !bytes.Equal(gotGaps, must(json.Marshal(want.Gaps))) {
 		add("lists %d gap(s), the database %d, or they differ", len(got.Gaps), len(want.Gaps))
 	}
@@ -533,15 +539,18 @@ func diffLogEntry(got, want archive.LogEntry) string {
 
 // unreferenced lists the objects under the job's directory that no record names.
 func (v *verifier) unreferenced(ctx context.Context, ref archive.JobRef, logs []record.LogObject) ([]string, *Problem) {
-	known := map[string]bool{v.layout.JobObject(ref): true, v.layout.Manifest(ref): true}
+	// ref was validated by Verify.
+	object, _ := v.layout.JobObject(ref)
+	manifest, _ := v.layout.Manifest(ref)
+	dir, _ := v.layout.JobDir(ref)
+	known := map[string]bool{object: true, manifest: true}
 	for _, l := range logs {
 		if l.ObjectKey != "" {
 			known[l.ObjectKey] = true
 		}
 	}
 	var keys []string
-	dir := v.layout.JobDir(ref) + "/"
-	err := v.store.List(ctx, dir, func(o objstore.ObjectInfo) error {
+	err := v.store.List(ctx, dir+"/", func(o objstore.ObjectInfo) error {
 		if !known[o.Key] {
 			keys = append(keys, o.Key)
 		}

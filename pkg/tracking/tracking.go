@@ -85,8 +85,13 @@ func JobPodSelector() *metav1.LabelSelector {
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: JobPodLabel, Operator: metav1.LabelSelectorOpExists}}}
 }
 
-// JobOf returns the VcJob a pod belongs to, as its controlling ownerReference, if it is a pod of a
-// VcJob: it carries JobPodLabel and a VcJob (any version of batch.volcano.sh Job) controls it.
+// JobOf returns the VcJob a pod claims to belong to, as its controlling ownerReference, if it is a
+// pod of a VcJob: it carries JobPodLabel and a VcJob (any version of batch.volcano.sh Job) controls
+// it. It is a claim, not a fact: the API server checks only that the reference's name and UID are
+// not empty, so anyone who may write a pod can name any job, of any namespace, by any string. It
+// is good for selecting and routing; before a pod is recorded or archived under the job, the
+// archiver confirms that a VcJob of the pod's namespace has exactly that name and UID, and the
+// archive layout refuses any name that is not one path segment.
 // Every VcJob is tracked, so every such pod is too, outside the excluded namespaces. Never decide
 // this by a label of ours: a job admitted while the webhook was down has none on its pod
 // templates, and Volcano's webhook refuses to let one be added to a job's spec afterwards.
@@ -99,7 +104,7 @@ func JobOf(pod metav1.Object) (metav1.OwnerReference, bool) {
 
 // ControllingJob returns the object's controlling ownerReference if it is a VcJob (any version of
 // batch.volcano.sh Job), whatever its labels: for pods outside JobOf's view (their JobPodLabel
-// removed) that still need a home, such as the shard that lets them go.
+// removed) that still need a home, such as the shard that lets them go. A claim, as JobOf's.
 func ControllingJob(obj metav1.Object) (metav1.OwnerReference, bool) {
 	ref := metav1.GetControllerOfNoCopy(obj)
 	if ref == nil || ref.Kind != "Job" {

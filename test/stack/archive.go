@@ -103,7 +103,7 @@ func NewJobArchive(t testing.TB, records *db.DB, archived bool) (*JobArchive, ob
 			for i := range s.lines {
 				fmt.Fprintf(&b, "%s %s/%s line %d: loss=%.4f\n", created.Add(time.Duration(i)*time.Second).Format(time.RFC3339), p.Name, s.container, i, 1/float64(i+1))
 			}
-			key := AuditLayout.PodLog(a.Ref, p.Name, p.UID, s.container, s.instance)
+			key := Must(AuditLayout.PodLog(a.Ref, p.Name, p.UID, s.container, s.instance))
 			st, err := archive.Upload(ctx, store, key, bytes.NewReader(b.Bytes()))
 			if err != nil {
 				t.Fatal(err)
@@ -129,7 +129,7 @@ func NewJobArchive(t testing.TB, records *db.DB, archived bool) (*JobArchive, ob
 	obj := map[string]any{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
 		"metadata": map[string]any{"namespace": a.Ref.Namespace, "name": a.Ref.Name, "uid": uid},
 		"status":   map[string]any{"state": map[string]any{"phase": "Completed"}}}
-	PutJSON(t, store, AuditLayout.JobObject(a.Ref), obj)
+	PutJSON(t, store, Must(AuditLayout.JobObject(a.Ref)), obj)
 	row, err := records.Job(ctx, uid)
 	if err != nil {
 		t.Fatal(err)
@@ -142,8 +142,8 @@ func NewJobArchive(t testing.TB, records *db.DB, archived bool) (*JobArchive, ob
 	if err != nil {
 		t.Fatal(err)
 	}
-	PutJSON(t, store, AuditLayout.Manifest(a.Ref), archive.BuildManifest(a.Ref, row, dbPods, logs, nil, AuditLayout.JobObject(a.Ref), now))
-	if err := records.MarkJobArchived(ctx, uid, store.URL(AuditLayout.JobDir(a.Ref)+"/"), now, ""); err != nil {
+	PutJSON(t, store, Must(AuditLayout.Manifest(a.Ref)), archive.BuildManifest(a.Ref, row, dbPods, logs, nil, Must(AuditLayout.JobObject(a.Ref)), now))
+	if err := records.MarkJobArchived(ctx, uid, store.URL(Must(AuditLayout.JobDir(a.Ref))+"/"), now, ""); err != nil {
 		t.Fatal(err)
 	}
 	return a, store
@@ -181,4 +181,12 @@ func Put(t testing.TB, store objstore.Store, key string, b []byte) {
 	if err := store.Put(t.Context(), key, bytes.NewReader(b), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Must returns v, and panics on err: for keys the tests build from valid components.
+func Must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -108,7 +108,7 @@ func TestCommand(t *testing.T) {
 		if out, errOut, code := run(t, append([]string{"verify", "--job-uid", a.Ref.UID, "--store-prefix=" + stack.AuditLayout.Prefix}, storeFlags...)...); code == ExitUsage {
 			t.Errorf("verify with the recorded prefix: usage error\n%s%s", out, errOut)
 		}
-		location := store.URL(stack.AuditLayout.JobDir(a.Ref) + "/")
+		location := store.URL(stack.Must(stack.AuditLayout.JobDir(a.Ref)) + "/")
 		for _, tc := range []struct {
 			flags []string
 			says  string

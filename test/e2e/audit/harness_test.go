@@ -144,7 +144,7 @@ func (r *chainRig) job(ctx context.Context, i int) (archive.JobRef, error) {
 		if err := r.Records.UpsertPod(ctx, pod); err != nil {
 			return ref, err
 		}
-		key := r.Sealer.Layout.PodLog(ref, pod.Name, pod.UID, "main", record.InstanceCurrent)
+		key := stack.Must(r.Sealer.Layout.PodLog(ref, pod.Name, pod.UID, "main", record.InstanceCurrent))
 		content := strings.Repeat(fmt.Sprintf("%s line of pod %d of job %d\n", created.Format(time.RFC3339), p, i), 20+i%50)
 		st, err := archive.Upload(ctx, r.Store, key, strings.NewReader(content))
 		if err != nil {

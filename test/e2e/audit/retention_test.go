@@ -15,6 +15,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/test/stack"
 )
 
 // retention is the --retention of TestAuditRetentionPrune.
@@ -61,7 +62,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 		if err := c.QueryRow(`SELECT retain_until, legal_hold FROM jobs WHERE uid = $1`, ref.UID).Scan(&until, &hold); err != nil {
 			t.Fatalf("job %s: retain_until: %v", ref.UID, err)
 		}
-		fi, err := os.Stat(filepath.Join(root, r.Sealer.Layout.Manifest(ref)))
+		fi, err := os.Stat(filepath.Join(root, stack.Must(r.Sealer.Layout.Manifest(ref))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +79,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 	if n, err := pruner.PruneOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("prune before the retain-until dates: %d jobs, %v; want 0", n, err)
 	}
-	if err := fsStore.DeleteExpired(ctx, r.Sealer.Layout.Manifest(r.Refs[0]), r.Clock.Now()); !errors.Is(err, objstore.ErrLocked) {
+	if err := fsStore.DeleteExpired(ctx, stack.Must(r.Sealer.Layout.Manifest(r.Refs[0])), r.Clock.Now()); !errors.Is(err, objstore.ErrLocked) {
 		t.Errorf("DeleteExpired before the retain-until date: %v, want ErrLocked", err)
 	}
 	if rep := r.verify(t); !rep.OK() || len(rep.Pruned) != 0 {
@@ -99,8 +100,8 @@ func TestAuditRetentionPrune(t *testing.T) {
 		if perr != nil {
 			t.Fatal(perr)
 		}
-		_, serr := fsStore.Stat(ctx, r.Sealer.Layout.Manifest(ref))
-		logKey := r.Sealer.Layout.PodLog(ref, ref.Name+"-worker-0", ref.UID+"-pod0", "main", record.InstanceCurrent)
+		_, serr := fsStore.Stat(ctx, stack.Must(r.Sealer.Layout.Manifest(ref)))
+		logKey := stack.Must(r.Sealer.Layout.PodLog(ref, ref.Name+"-worker-0", ref.UID+"-pod0", "main", record.InstanceCurrent))
 		_, lerr := fsStore.Stat(ctx, logKey)
 		switch {
 		case keep && (err != nil || len(pods) != 2 || serr != nil || lerr != nil):
@@ -138,7 +139,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 
 	// Tampering after the prune: a held job's log changed, and a prune record deleted (its
 	// deletion then has no record).
-	logKey := filepath.Join(root, r.Sealer.Layout.PodLog(held, held.Name+"-worker-0", held.UID+"-pod0", "main", record.InstanceCurrent))
+	logKey := filepath.Join(root, stack.Must(r.Sealer.Layout.PodLog(held, held.Name+"-worker-0", held.UID+"-pod0", "main", record.InstanceCurrent)))
 	if err := os.Chmod(logKey, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -195,43 +195,43 @@ func TestInspectVerify(t *testing.T) {
 	}, {
 		name: "job.json and manifest.json deleted",
 		damage: func(t *testing.T, a *stack.JobArchive, store objstore.Store) {
-			for _, k := range []string{stack.AuditLayout.JobObject(a.Ref), stack.AuditLayout.Manifest(a.Ref)} {
+			for _, k := range []string{stack.Must(stack.AuditLayout.JobObject(a.Ref)), stack.Must(stack.AuditLayout.Manifest(a.Ref))} {
 				if err := store.Delete(t.Context(), k); err != nil {
 					t.Fatal(err)
 				}
 			}
 		},
 		want: func(a *stack.JobArchive) []problem {
-			return []problem{{inspect.ProblemMissing, stack.AuditLayout.JobObject(a.Ref)}, {inspect.ProblemMissing, stack.AuditLayout.Manifest(a.Ref)}}
+			return []problem{{inspect.ProblemMissing, stack.Must(stack.AuditLayout.JobObject(a.Ref))}, {inspect.ProblemMissing, stack.Must(stack.AuditLayout.Manifest(a.Ref))}}
 		},
 	}, {
 		name: "job.json of another job",
 		damage: func(t *testing.T, a *stack.JobArchive, store objstore.Store) {
-			stack.PutJSON(t, store, stack.AuditLayout.JobObject(a.Ref), map[string]any{"kind": "Job",
+			stack.PutJSON(t, store, stack.Must(stack.AuditLayout.JobObject(a.Ref)), map[string]any{"kind": "Job",
 				"metadata": map[string]any{"namespace": a.Ref.Namespace, "name": a.Ref.Name, "uid": "another-uid"}})
 		},
 		want: func(a *stack.JobArchive) []problem {
-			return []problem{{inspect.ProblemMismatch, stack.AuditLayout.JobObject(a.Ref)}}
+			return []problem{{inspect.ProblemMismatch, stack.Must(stack.AuditLayout.JobObject(a.Ref))}}
 		},
 	}, {
 		name: "manifest disagrees with the database",
 		damage: func(t *testing.T, a *stack.JobArchive, store objstore.Store) {
 			var m archive.Manifest
-			getJSON(t, store, stack.AuditLayout.Manifest(a.Ref), &m)
+			getJSON(t, store, stack.Must(stack.AuditLayout.Manifest(a.Ref)), &m)
 			m.Pods[0].Logs[2].SHA256 = strings.Repeat("0", 64) // a log's checksum
 			m.Pods = m.Pods[:2]                                // drops the replacement worker
-			stack.PutJSON(t, store, stack.AuditLayout.Manifest(a.Ref), m)
+			stack.PutJSON(t, store, stack.Must(stack.AuditLayout.Manifest(a.Ref)), m)
 		},
 		want: func(a *stack.JobArchive) []problem {
-			return []problem{{inspect.ProblemManifest, stack.AuditLayout.Manifest(a.Ref)}, {inspect.ProblemManifest, stack.AuditLayout.Manifest(a.Ref)}}
+			return []problem{{inspect.ProblemManifest, stack.Must(stack.AuditLayout.Manifest(a.Ref))}, {inspect.ProblemManifest, stack.Must(stack.AuditLayout.Manifest(a.Ref))}}
 		},
 	}, {
 		name: "manifest not JSON",
 		damage: func(t *testing.T, a *stack.JobArchive, store objstore.Store) {
-			stack.Put(t, store, stack.AuditLayout.Manifest(a.Ref), []byte("{\"version\": 1, \"pods\": ["))
+			stack.Put(t, store, stack.Must(stack.AuditLayout.Manifest(a.Ref)), []byte("{\"version\": 1, \"pods\": ["))
 		},
 		want: func(a *stack.JobArchive) []problem {
-			return []problem{{inspect.ProblemCorrupt, stack.AuditLayout.Manifest(a.Ref)}}
+			return []problem{{inspect.ProblemCorrupt, stack.Must(stack.AuditLayout.Manifest(a.Ref))}}
 		},
 	}, {
 		name:   "the prefix it was archived under, given",
@@ -284,7 +284,7 @@ func TestInspectVerify(t *testing.T) {
 
 	t.Run("unreferenced object is noted, not a failure", func(t *testing.T) {
 		a, store := stack.NewJobArchive(t, records, true)
-		extra := stack.AuditLayout.JobDir(a.Ref) + "/pods/stray/uid/x.log.gz"
+		extra := stack.Must(stack.AuditLayout.JobDir(a.Ref)) + "/pods/stray/uid/x.log.gz"
 		stack.Put(t, store, extra, stack.GzipBytes(t, []byte("x")))
 		rep, err := inspect.Verify(t.Context(), records, store, a.Ref.UID, inspect.VerifyOptions{})
 		if err != nil {
@@ -326,7 +326,7 @@ func TestInspectVerify(t *testing.T) {
 		if !errors.As(err, &located) || len(rep.Problems) != 0 {
 			t.Fatalf("Verify = %+v, %v; want a *LocationError and no report", rep, err)
 		}
-		for _, want := range []string{store.URL(stack.AuditLayout.JobDir(a.Ref) + "/"), `--store-prefix is "jobvault"`} {
+		for _, want := range []string{store.URL(stack.Must(stack.AuditLayout.JobDir(a.Ref)) + "/"), `--store-prefix is "jobvault"`} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not say %q", err, want)
 			}

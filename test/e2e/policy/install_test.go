@@ -23,7 +23,7 @@ func TestPoliciesInForce(t *testing.T) {
 		bound = append(bound, o.GetName())
 	}
 	slices.Sort(bound)
-	want := []string{"jobvault-archiver-markers", "jobvault-archiver-scope", "jobvault-legal-hold", "jobvault-release",
+	want := []string{"jobvault-archiver-markers", "jobvault-archiver-scope", "jobvault-legal-hold", "jobvault-pod-owner", "jobvault-release",
 		"jobvault-release-operators-kept", "jobvault-release-templates", "jobvault-submitter"}
 	if !slices.Equal(bound, want) {
 		t.Errorf("bindings %q, want %q", bound, want)

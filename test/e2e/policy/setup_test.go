@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
@@ -148,14 +148,7 @@ func policies(t *testing.T) *testbed.Env {
 // result to status.typeChecking, as in a cluster.
 func startPolicyStatusController(t *testing.T, env *testbed.Env) {
 	t.Helper()
-	bin, err := testbed.Binary("kube-controller-manager", "KUBE_VERSION")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testbed.StartShared(t, "kube-controller-manager-vap-status", exec.Command(bin, "--kubeconfig", env.KubeconfigPath,
-		"--authentication-kubeconfig", env.KubeconfigPath, "--authorization-kubeconfig", env.KubeconfigPath,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(testbed.FreePort(t)),
-		"--controllers=validatingadmissionpolicy-status-controller", "-v=1"))
+	stack.StartControllers(t, env, "kube-controller-manager-vap-status", "validatingadmissionpolicy-status-controller")
 }
 
 // render runs `kubectl kustomize config/policy`.
@@ -300,6 +293,11 @@ func waitInForce(t *testing.T, env *testbed.Env) {
 			patch := client.MergeFrom(target.DeepCopy())
 			p.Spec.Containers[0].Image = "evil"
 			return as(t, archiver).Patch(ctx, p, patch, client.DryRunAll)
+		}},
+		{"jobvault-pod-owner", func(ctx context.Context) error {
+			p := pod(nil)
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch.volcano.sh/v1alpha1", Kind: "Job", Name: "../probe", UID: "1", Controller: ptr.To(true)}}
+			return admin.Create(ctx, p, client.DryRunAll)
 		}},
 		{"jobvault-release-operators-kept", func(ctx context.Context) error {
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: deployNamespace, Name: operatorsConfigMap}}

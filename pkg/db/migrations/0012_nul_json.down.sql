@@ -1,4 +1,4 @@
--- Reverts 0011_nul_json.up.sql: the raw JSON columns go (a job with U+0000 keeps only its jsonb
+-- Reverts 0012_nul_json.up.sql: the raw JSON columns go (a job with U+0000 keeps only its jsonb
 -- columns, with U+FFFD in its place), and jobvault_freeze_finalized is as 0009 made it.
 CREATE OR REPLACE FUNCTION jobvault_freeze_finalized() RETURNS trigger
     LANGUAGE plpgsql AS $$

@@ -1,4 +1,4 @@
--- Reverts 0010_gap_key.up.sql: gaps keyed by their start again. Where several gaps of a run share
+-- Reverts 0011_gap_key.up.sql: gaps keyed by their start again. Where several gaps of a run share
 -- a start, the first recorded is kept and the others are deleted (in a transaction allowed to, as
 -- the pruner's is): the old key cannot hold them.
 SET LOCAL jobvault.prune = 'on';
