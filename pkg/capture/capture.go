@@ -5,11 +5,19 @@
 // byte, and records a gap, never a silently shorter log, when output was lost before it was read.
 //
 // Positions are the per-line timestamps pods/log adds with timestamps=true: each line starts with
-// the timestamp of its first record, and the kubelet's reader filters by them (sinceTime, whole
-// seconds). A resumed stream starts at the second of the last durable line; the lines up to and
-// with that line are skipped (several lines may share a timestamp: they are counted). If the
-// resumed stream no longer holds that line, the file was rotated in between and whatever was
-// written in between may be lost: a gap.
+// the timestamp of its first record, and the kubelet's reader filters each record by them
+// (sinceTime, whole seconds). Lines need not come in timestamp order. A resumed stream starts a
+// second before the greatest timestamp captured; what it delivers again before the last line
+// captured is recognised by fingerprint (timestamp and first bytes, for the last lines captured)
+// or, for lines captured before the capture started, by timestamp and count (see position), and
+// skipped. Lines of a live stream are never dropped for their timestamps: only a run of lines
+// that is the stream delivering captured lines again (the node's reader replaying its file) is.
+// If the resumed stream no longer holds the last line captured, the file was rotated in between
+// and whatever was written in between may be lost: a gap.
+//
+// A line is read and stored in pieces of at most pieceSize bytes, so a line of any length costs
+// bounded memory; a segment may end inside a line, and a resumed capture skips the part of that
+// line it holds.
 package capture
 
 import (
@@ -191,11 +199,10 @@ type capture struct {
 	final Final
 
 	// Durable position.
-	seq       int32
-	total     int64
-	last      time.Time
-	lastLines int32
-	hash      hash.Hash
+	seq   int32
+	total int64
+	pos   position
+	hash  hash.Hash
 
 	// The segment being filled: whole lines, gzip-compressed, with its own position. Lines wait
 	// in raw until a block is full, then go into buf as one gzip member (see compress).
@@ -203,12 +210,24 @@ type capture struct {
 	raw        bytes.Buffer
 	segBytes   int64
 	segStart   time.Time
-	segLast    time.Time
-	segLines   int32
+	segPos     position
 	segHash    hash.Hash
 	segPending bool
-	// segSkip counts the lines at segLast the current stream has delivered again.
-	segSkip int32
+
+	// seen holds the fingerprints of the last lines captured, durable or not.
+	seen ring
+	// The stream being read. resuming: it was opened from a position and has not yet passed the
+	// last line captured; cursor is where in seen it is; fbCount and fbPastMax track it by
+	// timestamps where seen cannot (lines captured before the capture started). replayAt, when
+	// not -1, is where in seen a replay by the node's reader is. keep says whether the current
+	// line is stored, skip how many of its bytes are held already.
+	resuming  bool
+	cursor    int
+	fbCount   int32
+	fbPastMax bool
+	replayAt  int
+	keep      bool
+	skip      int64
 
 	// unfollowed: the run is read only after its end, from nothing durable; its first segment is
 	// held back until it is known whether its start may have been rotated away (maybeRotated), so
@@ -226,13 +245,14 @@ func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store,
 	if err != nil {
 		return nil, fmt.Errorf("resume capture of %s: %w", ref, err)
 	}
-	c := &capture{cfg: cfg, recs: recs, store: store, segKey: segKey, ref: ref, hash: sha256.New()}
+	c := &capture{cfg: cfg, recs: recs, store: store, segKey: segKey, ref: ref, hash: sha256.New(), replayAt: -1}
 	if n := len(segs); n > 0 {
 		s := segs[n-1]
-		if err := c.hash.(encoding.BinaryUnmarshaler).UnmarshalBinary(s.HashState); err != nil {
-			return nil, fmt.Errorf("resume capture of %s: hash state of segment %d: %w", ref, s.Seq, err)
+		c.seq, c.total, c.pos.max, c.pos.maxLines = s.Seq+1, s.TotalBytes, s.LastTime, s.LastTimeLines
+		if err := decodeState(s.HashState, c.hash, &c.pos); err != nil {
+			return nil, fmt.Errorf("resume capture of %s: segment %d: %w", ref, s.Seq, err)
 		}
-		c.seq, c.total, c.last, c.lastLines = s.Seq+1, s.TotalBytes, s.LastTime, s.LastTimeLines
+		c.seen.evictedMax = c.pos.max
 	}
 	c.reset()
 	return c, nil
@@ -242,8 +262,20 @@ func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store,
 func (c *capture) reset() {
 	c.buf.Reset()
 	c.raw.Reset()
-	c.segBytes, c.segStart, c.segLast, c.segLines, c.segPending = 0, time.Time{}, c.last, c.lastLines, false
+	c.segBytes, c.segStart, c.segPos, c.segPending = 0, time.Time{}, c.pos, false
 	c.segHash = cloneHash(c.hash)
+}
+
+// open opens a stream from the last line captured, durable or not (what the segment holds stays
+// in memory), and readies the capture to skip what the stream delivers again. The stream starts
+// a second before the greatest timestamp captured: lines stamped a little earlier than it may
+// follow it in the file.
+func (c *capture) open(ctx context.Context, src Source, opts OpenOptions) (io.ReadCloser, error) {
+	c.resuming, c.cursor, c.fbCount, c.fbPastMax, c.replayAt, c.keep, c.skip = !c.segPos.max.IsZero(), 0, 0, false, -1, false, 0
+	if c.resuming {
+		opts.Since = c.segPos.max.Add(-time.Second)
+	}
+	return src.Open(ctx, c.ref, opts)
 }
 
 func cloneHash(h hash.Hash) hash.Hash {
@@ -253,17 +285,23 @@ func cloneHash(h hash.Hash) hash.Hash {
 	return n
 }
 
-// line is one line of the stream: its timestamp and content (with its newline, if it had one).
+// line is one piece of a line of the stream: the line's timestamp and up to pieceSize bytes of
+// its content (the last piece with its newline, if it had one).
 type line struct {
 	ts   time.Time
 	data []byte
-	// partial: the stream ended before the line's newline.
+	// start: the piece starts its line; end: it ends it.
+	start, end bool
+	// partial: the stream ended before the line's newline (end is set too).
 	partial bool
-	// fileBytes is the line's size in the node's CRI log file: "<timestamp> stdout|stderr F "
-	// (stdout and stderr have the same length) before the content. Lines the runtime split into
-	// partial records count one prefix only.
+	// fileBytes is the piece's size in the node's CRI log file: "<timestamp> stdout|stderr F "
+	// (stdout and stderr have the same length) before the content of a line's first piece. Lines
+	// the runtime split into partial records count one prefix only.
 	fileBytes int
 }
+
+// pieceSize bounds what a capture holds of one line: a longer line is read and stored in pieces.
+const pieceSize = 64 << 10
 
 // errOver ends a follow stream because the run is over.
 var errOver = errors.New("run over")
@@ -304,31 +342,25 @@ func (c *capture) reopening(ctx context.Context, err error) {
 func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// From the last line captured, durable or not: what the segment holds stays in memory.
-	c.segSkip = 0
 	c.watch = skipWatch{maxSize: c.cfg.NodeLogMaxSize}
 	defer func() { c.watch = skipWatch{} }()
-	rc, err := src.Open(ctx, c.ref, OpenOptions{Follow: true, Since: c.segLast})
+	rc, err := c.open(ctx, src, OpenOptions{Follow: true})
 	if err != nil {
 		return streamFailed("open", err)
 	}
 	defer rc.Close()
 	lines := make(chan line)
 	readErr := make(chan error, 1)
-	go func() { readErr <- readLines(ctx, rc, lines) }()
+	go func() { readErr <- readLines(ctx, rc, lines, c.resuming) }()
 	tick := time.NewTicker(c.cfg.Poll)
 	defer tick.Stop()
-	first := true
 	for {
 		select {
 		case l := <-lines:
-			if l.partial {
-				continue // the stream broke mid-line: the whole line comes again when it is reopened
-			}
-			if c.cfg.ObserveLag != nil {
+			if c.cfg.ObserveLag != nil && l.start {
 				c.cfg.ObserveLag(time.Since(l.ts))
 			}
-			if err := c.add(ctx, l, &first); err != nil {
+			if err := c.add(ctx, l); err != nil {
 				return streamFailed("store", err)
 			}
 		case err := <-readErr:
@@ -359,20 +391,18 @@ func (c *capture) flushAged(ctx context.Context) error {
 // finish reads the rest of an ended run without follow and writes the last segment, or the whole
 // log when nothing of it was stored yet (see Capture).
 func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, error) {
-	c.segSkip = 0
-	rc, err := src.Open(ctx, c.ref, OpenOptions{Previous: end.Previous, Since: c.segLast})
+	rc, err := c.open(ctx, src, OpenOptions{Previous: end.Previous})
 	if err != nil {
 		return nil, &ReadError{Ref: c.ref, Err: err}
 	}
 	defer rc.Close()
 	lines := make(chan line)
 	readErr := make(chan error, 1)
-	go func() { readErr <- readLines(ctx, rc, lines) }()
-	first := true
+	go func() { readErr <- readLines(ctx, rc, lines, c.resuming) }()
 	for {
 		select {
 		case l := <-lines:
-			if err := c.add(ctx, l, &first); err != nil {
+			if err := c.add(ctx, l); err != nil {
 				return nil, err
 			}
 		case err := <-readErr:
@@ -422,26 +452,27 @@ func (e *LostError) Error() string {
 	return fmt.Sprintf("the rest of the log of %s is lost: %s", e.Ref, e.Reason)
 }
 
-// add takes one line of a stream: it skips what is durable already, records a gap when the
-// stream no longer holds the last durable line, and appends the rest to the segment.
-func (c *capture) add(ctx context.Context, l line, first *bool) error {
-	wasFirst := *first
-	*first = false
-	switch {
-	case c.segLast.IsZero():
-	case l.ts.Before(c.segLast):
-		// Already captured. The kubelet's reader replays the current file from its start when it
-		// takes a stale event for a rotation: the lines at segLast come again after these.
-		c.segSkip = 0
-		return nil
-	case l.ts.Equal(c.segLast) && c.segSkip < c.segLines:
-		c.segSkip++
-		return nil
-	case wasFirst && l.ts.After(c.segLast):
-		// The stream starts after the last line captured: it was rotated away in between.
-		if err := c.gap(ctx, l.ts, record.GapRotated, "the log file was rotated before the rest of it was read"); err != nil {
+// add takes one piece of a line of a stream: it skips what is captured already, records a gap
+// when the stream no longer holds the last line captured, and appends the rest to the segment.
+func (c *capture) add(ctx context.Context, l line) error {
+	if l.start {
+		c.skip = 0
+		keep, err := c.classify(ctx, l)
+		if err != nil {
 			return err
 		}
+		c.keep = keep
+		if keep && c.skip == 0 {
+			c.took(l)
+		}
+	}
+	if !c.keep {
+		return nil
+	}
+	data := l.data
+	if c.skip > 0 {
+		n := int(min(c.skip, int64(len(data))))
+		data, c.skip = data[n:], c.skip-int64(n)
 	}
 	if why := c.watch.take(l, time.Now()); why != "" {
 		if err := c.gap(ctx, l.ts, record.GapMaybeRotated, why); err != nil {
@@ -451,20 +482,19 @@ func (c *capture) add(ctx context.Context, l line, first *bool) error {
 	if !c.segPending {
 		c.segPending, c.segStart = true, time.Now()
 	}
-	c.raw.Write(l.data)
+	c.raw.Write(data)
 	if c.raw.Len() >= rawBlock {
 		if err := c.compress(false); err != nil {
 			return err
 		}
 	}
-	c.segHash.Write(l.data)
-	c.segBytes += int64(len(l.data))
-	if l.ts.Equal(c.segLast) {
-		c.segLines++
+	c.segHash.Write(data)
+	c.segBytes += int64(len(data))
+	if l.end && !l.partial {
+		c.segPos.partial = 0
 	} else {
-		c.segLast, c.segLines = l.ts, 1
+		c.segPos.partial += int64(len(data))
 	}
-	c.segSkip = c.segLines
 	if c.unfollowed {
 		if c.firstTime.IsZero() {
 			c.firstTime = l.ts
@@ -478,6 +508,104 @@ func (c *capture) add(ctx context.Context, l line, first *bool) error {
 		return c.flush(ctx)
 	}
 	return nil
+}
+
+// took records a new line in the position and among the lines seen.
+func (c *capture) took(l line) {
+	c.seen.add(fingerprintOf(l.ts, l.data))
+	p := &c.segPos
+	switch {
+	case l.ts.After(p.max):
+		p.max, p.maxLines = l.ts, 1
+	case l.ts.Equal(p.max):
+		p.maxLines++
+	}
+	p.last, p.partial = l.ts, 0
+}
+
+// classify decides, at a line's first piece, whether the line is stored: not if the stream
+// delivers it again (a reopened stream before the last line captured, or a replay of the node's
+// reader). When the line is the last one captured and only part of it is held, it is stored from
+// where it was cut (skip).
+func (c *capture) classify(ctx context.Context, l line) (bool, error) {
+	if c.resuming {
+		return c.resume(ctx, l)
+	}
+	if c.replayAt >= 0 {
+		// A replay goes on while it delivers the lines captured, in order.
+		if c.replayAt < c.seen.len() && c.seen.at(c.replayAt).matches(l) {
+			return c.again(c.replayAt), nil
+		}
+		c.replayAt = -1
+	}
+	if !l.ts.After(c.segPos.max) {
+		// The node's reader replays the current file from its start when it takes a stale event
+		// for a rotation: a line captured already, by its fingerprint, starts a replay. A line
+		// merely stamped earlier is new.
+		if j := c.seen.find(l, 0); j >= 0 {
+			return c.again(j), nil
+		}
+	}
+	return true, nil
+}
+
+// again takes line j of seen delivered again: the stream goes on from j+1. When j is the last line
+// captured, the stream has caught up; that line is stored from where it was cut if it is only
+// partly held.
+func (c *capture) again(j int) bool {
+	c.replayAt = j + 1
+	if j < c.seen.len()-1 {
+		return false
+	}
+	return c.caughtUp()
+}
+
+// caughtUp ends the replay at the last line captured, which the stream delivered again.
+func (c *capture) caughtUp() bool {
+	c.resuming, c.replayAt = false, -1
+	c.skip = c.segPos.partial
+	return c.skip > 0
+}
+
+// resume classifies a line of a stream opened from the position, before it passed the last line
+// captured.
+func (c *capture) resume(ctx context.Context, l line) (bool, error) {
+	if j := c.seen.find(l, c.cursor); j >= 0 {
+		c.cursor = j + 1
+		return c.again(j), nil
+	}
+	p := c.segPos
+	switch {
+	case c.seen.len() > 0 && !l.ts.After(c.seen.evictedMax):
+		return false, nil // captured before the lines held, as old as one of those no longer held
+	case c.seen.len() == 0 && !l.ts.After(p.max):
+		// Only the position tells (the capture restarted): the lines before the last line at max
+		// are counted, then those to the last line captured skipped.
+		if !c.fbPastMax {
+			if l.ts.Equal(p.max) {
+				if c.fbCount++; c.fbCount >= p.maxLines {
+					c.fbPastMax = true
+					if p.last.Equal(p.max) {
+						return c.caughtUp(), nil
+					}
+				}
+			}
+			return false, nil
+		}
+		if l.ts.Equal(p.last) {
+			return c.caughtUp(), nil
+		}
+		if !l.ts.Equal(p.max) {
+			return false, nil
+		}
+	}
+	// The stream went past the last line captured without it: the node's file no longer holds it.
+	c.resuming, c.replayAt = false, -1
+	detail := "the log file was rotated before the rest of it was read"
+	if p.partial > 0 {
+		detail = "the log file was rotated before the rest of it was read (the last line captured was cut)"
+	}
+	return true, c.gap(ctx, l.ts, record.GapRotated, detail)
 }
 
 // maybeRotated records, for a run never followed, a gap before its first line once the file read
@@ -535,7 +663,7 @@ func (c *capture) compress(empty bool) error {
 // gap records that output after the durable position and before `before` (zero: up to the end)
 // is missing.
 func (c *capture) gap(ctx context.Context, before time.Time, reason record.GapReason, detail string) error {
-	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, After: c.segLast, Before: before, Reason: reason, Detail: detail}
+	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, After: c.segPos.max, Before: before, Reason: reason, Detail: detail}
 	if err := c.recs.PutGap(ctx, g); err != nil {
 		return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
 	}
@@ -555,56 +683,100 @@ func (c *capture) flush(ctx context.Context) error {
 	if err := c.store.Put(ctx, key, bytes.NewReader(c.buf.Bytes()), objstore.PutOptions{ContentType: "application/gzip"}); err != nil {
 		return fmt.Errorf("store segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
-	state, err := c.segHash.(encoding.BinaryMarshaler).MarshalBinary()
+	state, err := encodeState(c.segHash, c.segPos)
 	if err != nil {
 		return err
 	}
 	s := record.Segment{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Seq: c.seq, ObjectKey: key,
-		StoredBytes: stored, Bytes: c.segBytes, TotalBytes: c.total + c.segBytes, LastTime: c.segLast, LastTimeLines: c.segLines, HashState: state}
+		StoredBytes: stored, Bytes: c.segBytes, TotalBytes: c.total + c.segBytes, LastTime: c.segPos.max, LastTimeLines: c.segPos.maxLines, HashState: state}
 	if err := c.recs.PutSegment(ctx, s); err != nil {
 		return fmt.Errorf("record segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
-	c.seq, c.total, c.last, c.lastLines, c.hash = c.seq+1, s.TotalBytes, c.segLast, c.segLines, c.segHash
+	c.seq, c.total, c.pos, c.hash = c.seq+1, s.TotalBytes, c.segPos, c.segHash
 	c.reset()
 	return nil
 }
 
-// readLines parses a timestamped log stream into lines, sending each on out. A line's content is
-// read whole, so memory holds one line at a time.
-func readLines(ctx context.Context, r io.Reader, out chan<- line) error {
-	br := bufio.NewReaderSize(r, 16<<10)
-	for {
-		ts, err := br.ReadString(' ')
-		if err == io.EOF && ts == "" {
+// readLines parses a timestamped log stream into pieces of lines of at most pieceSize bytes,
+// sending each on out, so memory holds one piece at a time whatever the lines' length. A stream
+// opened from a position (resumed) may start inside a line: the kubelet's reader filters each
+// record by sinceTime and prefixes only a line's first record, so the later records of a line
+// split across the second are sent without timestamp. That lead, before the first timestamp, is
+// part of a line captured already and skipped; a stream that holds nothing else is an error (the
+// node's reader writes its errors into the stream).
+func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) error {
+	br := bufio.NewReaderSize(r, pieceSize)
+	var lead []byte // the start of a lead skipped, for the error if nothing follows
+	for first := true; ; first = false {
+		tsb, err := br.ReadSlice(' ')
+		if err == io.EOF && len(tsb) == 0 {
+			if lead != nil {
+				return noTimestamp(string(lead))
+			}
 			return nil
 		}
-		if err != nil {
-			return err // a stream cut inside a timestamp: treated as broken
+		var t time.Time
+		if err == nil {
+			t, err = time.Parse(time.RFC3339Nano, string(tsb[:len(tsb)-1]))
 		}
-		t, err := time.Parse(time.RFC3339Nano, ts[:len(ts)-1])
 		if err != nil {
-			// The node's reader writes its errors into the stream once it has started it.
 			rest, _ := br.Peek(min(br.Buffered(), 200))
-			text, _, _ := strings.Cut(ts+string(rest), "\n")
-			return fmt.Errorf("log line without timestamp (an error of the node's log reader, or timestamps=true not asked): %q", text)
+			text, _, _ := strings.Cut(string(tsb)+string(rest), "\n")
+			if !first || !resumed {
+				return noTimestamp(text)
+			}
+			lead = []byte(text)
+			if err := skipLine(br); err != nil {
+				return err
+			}
+			continue
 		}
-		data, err := br.ReadBytes('\n')
-		l := line{ts: t, data: data, fileBytes: len(ts) + len("stdout F ") + len(data)}
-		switch {
-		case err == io.EOF:
-			l.partial = true
-		case err != nil:
-			return err
-		}
-		select {
-		case out <- l:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if l.partial {
-			return nil
+		lead = nil
+		fileBytes := len(tsb) + len("stdout F ")
+		for start := true; ; start = false {
+			data, err := br.ReadSlice('\n')
+			l := line{ts: t, data: bytes.Clone(data), start: start, fileBytes: fileBytes + len(data)}
+			fileBytes = 0
+			switch err {
+			case nil:
+				l.end = true
+			case bufio.ErrBufferFull:
+			case io.EOF:
+				l.end, l.partial = true, true
+			default:
+				return err
+			}
+			select {
+			case out <- l:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if l.partial {
+				return nil
+			}
+			if l.end {
+				break
+			}
 		}
 	}
+}
+
+// skipLine reads past the next newline, or to the end of the stream.
+func skipLine(br *bufio.Reader) error {
+	for {
+		_, err := br.ReadSlice('\n')
+		switch err {
+		case nil, io.EOF:
+			return nil
+		case bufio.ErrBufferFull:
+		default:
+			return err
+		}
+	}
+}
+
+func noTimestamp(text string) error {
+	return fmt.Errorf("log line without timestamp (an error of the node's log reader, or timestamps=true not asked): %q", text)
 }
 
 // Assembled describes a run's log once assembled into one object.
@@ -643,8 +815,9 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 			return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
 		}
 		last := segs[len(segs)-1]
-		if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(last.HashState); err != nil {
-			return Assembled{}, err
+		var p position
+		if err := decodeState(last.HashState, h, &p); err != nil {
+			return Assembled{}, fmt.Errorf("assemble the log of %s: segment %d: %w", ref, last.Seq, err)
 		}
 		a.Bytes = last.TotalBytes
 	}
