@@ -275,12 +275,17 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 		}
 		return capture.End{Over: true, Previous: true}, due, nil
 	}
-	if t := s.State.Terminated; t != nil && pod.DeletionTimestamp == nil {
-		due = t.FinishedAt.Time
-	}
 	// A terminated container may still restart while its pod runs: its run is named only once the
-	// pod is finished.
-	return capture.End{Over: finished}, due, nil
+	// pod is finished. Until then its log, complete, is read once (Terminated): the node ends a
+	// follow stream of a container that is not running at once.
+	end := capture.End{Over: finished}
+	if t := s.State.Terminated; t != nil {
+		end.Terminated = !finished
+		if pod.DeletionTimestamp == nil {
+			due = t.FinishedAt.Time
+		}
+	}
+	return end, due, nil
 }
 
 // released is the release reason an operator gave the run's pod, if any.

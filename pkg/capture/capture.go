@@ -82,6 +82,10 @@ type End struct {
 	Over bool
 	// Previous: the run's log is now the container's previous one (it restarted).
 	Previous bool
+	// Terminated: the run's container terminated but the run is not over: its pod runs and the
+	// container may restart, which makes its log the previous one. Such a run's log is complete:
+	// it is read once without follow, and the capture waits, without streams, until Over.
+	Terminated bool
 	// Lost, when set, says why the rest of the run's log cannot be read at all (it restarted again
 	// before it was read, say): Capture then returns a *LostError without trying.
 	Lost record.GapReason
@@ -152,10 +156,32 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		if end.Lost != "" {
 			return nil, &LostError{Ref: ref, Reason: end.Lost}
 		}
+		if end.Over || end.Terminated {
+			// Nothing durable and already ended: the run was never followed.
+			if first {
+				c.unfollowed = c.seq == 0 && cfg.NodeLogMaxSize > 0
+			}
+		}
 		if end.Over {
-			// Nothing durable and already over: the run was never followed.
-			c.unfollowed = first && c.seq == 0 && cfg.NodeLogMaxSize > 0
 			return c.finish(ctx, src, end)
+		}
+		if end.Terminated {
+			// Its log is complete: read it once, then only watch for the run to be over.
+			if !c.drained {
+				if err := c.read(ctx, src, false); err != nil {
+					return nil, err
+				}
+				c.drained = true
+			}
+			if err := c.flushAged(ctx); err != nil {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(cfg.Poll):
+			}
+			continue
 		}
 		opened := time.Now()
 		err = c.follow(ctx, src, over)
@@ -169,11 +195,13 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		if err := c.flushAged(ctx); err != nil {
 			return nil, err
 		}
-		if err != nil && !errors.Is(err, errOver) {
-			// A stream that broke soon after it was opened, or failed to open, is reopened later
-			// and later, up to Retry; one that lasted, at once. The node's reader fails every
-			// stream when it cannot watch the log file (out of inotify instances, say): it answers
-			// the lines so far, then its error, and each reopening reads the whole file again.
+		if !errors.Is(err, errOver) {
+			// A stream that ended or broke soon after it was opened, or failed to open, is
+			// reopened later and later, up to Retry; one that lasted, at once. The node's reader
+			// fails every stream when it cannot watch the log file (out of inotify instances,
+			// say): it answers the lines so far, then its error, and each reopening reads the
+			// whole file again. And it ends a follow stream cleanly, at once, when the container
+			// is not running (a status not yet updated says it is).
 			if time.Since(opened) < cfg.Retry {
 				retry = min(2*retry, cfg.Retry)
 			} else {
@@ -238,6 +266,8 @@ type capture struct {
 
 	// watch spots where the follow stream may have skipped rotated files (zero: not following).
 	watch skipWatch
+	// drained: the run's container terminated and its log was read to its end (End.Terminated).
+	drained bool
 }
 
 func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store, segKey func(int32) string, ref Ref) (*capture, error) {
@@ -388,12 +418,26 @@ func (c *capture) flushAged(ctx context.Context) error {
 	return nil
 }
 
-// finish reads the rest of an ended run without follow and writes the last segment, or the whole
-// log when nothing of it was stored yet (see Capture).
+// finish reads the rest of an ended run without follow (unless it was drained already) and
+// writes the last segment, or the whole log when nothing of it was stored yet (see Capture).
 func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, error) {
-	rc, err := c.open(ctx, src, OpenOptions{Previous: end.Previous})
+	if !c.drained {
+		if err := c.read(ctx, src, end.Previous); err != nil {
+			return nil, err
+		}
+	}
+	if c.seq == 0 && c.final != nil {
+		key, retainUntil := c.final(end.Previous)
+		return c.whole(ctx, key, retainUntil)
+	}
+	return nil, c.flush(ctx)
+}
+
+// read reads the rest of an ended run's log without follow.
+func (c *capture) read(ctx context.Context, src Source, previous bool) error {
+	rc, err := c.open(ctx, src, OpenOptions{Previous: previous})
 	if err != nil {
-		return nil, &ReadError{Ref: c.ref, Err: err}
+		return &ReadError{Ref: c.ref, Err: err}
 	}
 	defer rc.Close()
 	lines := make(chan line)
@@ -403,17 +447,13 @@ func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, 
 		select {
 		case l := <-lines:
 			if err := c.add(ctx, l); err != nil {
-				return nil, err
+				return err
 			}
 		case err := <-readErr:
 			if err != nil {
-				return nil, &ReadError{Ref: c.ref, Err: err}
+				return &ReadError{Ref: c.ref, Err: err}
 			}
-			if c.seq == 0 && c.final != nil {
-				key, retainUntil := c.final(end.Previous)
-				return c.whole(ctx, key, retainUntil)
-			}
-			return nil, c.flush(ctx)
+			return nil
 		}
 	}
 }
