@@ -270,20 +270,23 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 		// The node keeps the last dead run only.
 		return capture.End{Over: true, Lost: record.GapRestarted}, due, nil
 	case s.RestartCount == ref.Run+1:
+		end := capture.End{Over: true, Previous: true}
 		if t := s.LastTerminationState.Terminated; t != nil {
-			due = t.FinishedAt.Time
+			due, end.StartedAt, end.FinishedAt = t.FinishedAt.Time, t.StartedAt.Time, t.FinishedAt.Time
 		}
-		return capture.End{Over: true, Previous: true}, due, nil
+		return end, due, nil
 	}
 	// A terminated container may still restart while its pod runs: its run is named only once the
 	// pod is finished. Until then its log, complete, is read once (Terminated): the node ends a
 	// follow stream of a container that is not running at once.
 	end := capture.End{Over: finished}
 	if t := s.State.Terminated; t != nil {
-		end.Terminated = !finished
+		end.Terminated, end.StartedAt, end.FinishedAt = !finished, t.StartedAt.Time, t.FinishedAt.Time
 		if pod.DeletionTimestamp == nil {
 			due = t.FinishedAt.Time
 		}
+	} else if r := s.State.Running; r != nil {
+		end.StartedAt = r.StartedAt.Time
 	}
 	return end, due, nil
 }

@@ -86,6 +86,10 @@ type End struct {
 	// container may restart, which makes its log the previous one. Such a run's log is complete:
 	// it is read once without follow, and the capture waits, without streams, until Over.
 	Terminated bool
+	// StartedAt and FinishedAt bound the run as its container status tells them, when known
+	// (zero: not known yet): lines stamped after FinishedAt are another run's (a read served by
+	// the next run: the container restarted again since its status was read).
+	StartedAt, FinishedAt time.Time
 	// Lost, when set, says why the rest of the run's log cannot be read at all (it restarted again
 	// before it was read, say): Capture then returns a *LostError without trying.
 	Lost record.GapReason
@@ -153,7 +157,12 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		if err != nil {
 			return nil, err
 		}
+		c.observe(end)
 		if end.Lost != "" {
+			// What was read of the run is kept: stored, the rest a gap.
+			if err := c.flush(ctx); err != nil {
+				return nil, err
+			}
 			return nil, &LostError{Ref: ref, Reason: end.Lost}
 		}
 		if end.Over || end.Terminated {
@@ -268,6 +277,10 @@ type capture struct {
 	watch skipWatch
 	// drained: the run's container terminated and its log was read to its end (End.Terminated).
 	drained bool
+	// ends is when the run's lines end, from its container's finish (zero: not known yet), and
+	// otherRun says that a read was served another run's lines past it (see observe).
+	ends     time.Time
+	otherRun bool
 }
 
 func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store, segKey func(int32) string, ref Ref) (*capture, error) {
@@ -403,6 +416,7 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 			if err != nil {
 				return streamFailed("status", err)
 			}
+			c.observe(end)
 			if end.Over {
 				return errOver
 			}
@@ -421,6 +435,7 @@ func (c *capture) flushAged(ctx context.Context) error {
 // finish reads the rest of an ended run without follow (unless it was drained already) and
 // writes the last segment, or the whole log when nothing of it was stored yet (see Capture).
 func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, error) {
+	c.observe(end)
 	if !c.drained {
 		if err := c.read(ctx, src, end.Previous); err != nil {
 			return nil, err
@@ -497,9 +512,15 @@ func (e *LostError) Error() string {
 func (c *capture) add(ctx context.Context, l line) error {
 	if l.start {
 		c.skip = 0
-		keep, err := c.classify(ctx, l)
+		other, err := c.foreign(ctx, l)
 		if err != nil {
 			return err
+		}
+		keep := !other
+		if keep {
+			if keep, err = c.classify(ctx, l); err != nil {
+				return err
+			}
 		}
 		c.keep = keep
 		if keep && c.skip == 0 {
@@ -548,6 +569,32 @@ func (c *capture) add(ctx context.Context, l line) error {
 		return c.flush(ctx)
 	}
 	return nil
+}
+
+// observe takes what the status tells of the run. Its finish is known to the second (the API
+// keeps whole seconds), and the runtime stamps the output left in the container's pipe as it
+// copies it, a little after the exit: the run's lines are stamped before the end of the second
+// after.
+func (c *capture) observe(end End) {
+	if !end.FinishedAt.IsZero() {
+		c.ends = end.FinishedAt.Truncate(time.Second).Add(2 * time.Second)
+	}
+}
+
+// foreign reports whether l is not the run's own line but the next run's, served by a read that
+// the node answered with the container's next run (it restarted again since its status was read).
+// The first such line records a gap: the run's own output from there on was not read.
+func (c *capture) foreign(ctx context.Context, l line) (bool, error) {
+	if c.ends.IsZero() || l.ts.Before(c.ends) {
+		return false, nil
+	}
+	if c.otherRun {
+		return true, nil
+	}
+	c.otherRun = true
+	return true, c.gap(ctx, time.Time{}, record.GapOtherRun,
+		fmt.Sprintf("a read was served lines stamped %s, after the run finished (%s): the container's next run; they were not stored",
+			l.ts.UTC().Format(time.RFC3339Nano), c.ends.Add(-2*time.Second).UTC().Format(time.RFC3339)))
 }
 
 // took records a new line in the position and among the lines seen.

@@ -243,6 +243,10 @@ const (
 	GapMaybeRotated GapReason = "possibly rotated before read"
 	// GapReleased: an operator released the pod before its log was complete.
 	GapReleased GapReason = "released by operator"
+	// GapOtherRun: a read of the run's log was served another run of the container (it
+	// restarted again in between): those lines are not the run's and were not stored, and the
+	// run's own output from there on was not read.
+	GapOtherRun GapReason = "another run served"
 )
 
 // Gap is a part of a container run's log that is missing from the archive: the output between
