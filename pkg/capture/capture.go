@@ -281,6 +281,17 @@ type capture struct {
 	// otherRun says that a read was served another run's lines past it (see observe).
 	ends     time.Time
 	otherRun bool
+
+	// The start rule (judgeStart): started is the run's start from its status (zero: not known),
+	// opened when the stream being read was opened. While startOpen, the run's first line read
+	// (first) is yet to be judged; backlog counts the file bytes of the lines stamped before
+	// their stream opened, up to backlogTo.
+	started   time.Time
+	opened    time.Time
+	startOpen bool
+	first     time.Time
+	backlog   int64
+	backlogTo time.Time
 }
 
 func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store, segKey func(int32) string, ref Ref) (*capture, error) {
@@ -297,6 +308,7 @@ func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store,
 		}
 		c.seen.evictedMax = c.pos.max
 	}
+	c.startOpen = len(segs) == 0 && cfg.NodeLogMaxSize > 0
 	c.reset()
 	return c, nil
 }
@@ -318,6 +330,7 @@ func (c *capture) open(ctx context.Context, src Source, opts OpenOptions) (io.Re
 	if c.resuming {
 		opts.Since = c.segPos.max.Add(-time.Second)
 	}
+	c.opened = time.Now()
 	return src.Open(ctx, c.ref, opts)
 }
 
@@ -476,6 +489,9 @@ func (c *capture) read(ctx context.Context, src Source, previous bool) error {
 // whole writes the run's log, all of it in the segment being filled, as its final object, locked
 // until retainUntil (zero: unlocked).
 func (c *capture) whole(ctx context.Context, key string, retainUntil time.Time) (*Assembled, error) {
+	if err := c.judgeStart(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.compress(true); err != nil {
 		return nil, err
 	}
@@ -535,6 +551,9 @@ func (c *capture) add(ctx context.Context, l line) error {
 		n := int(min(c.skip, int64(len(data))))
 		data, c.skip = data[n:], c.skip-int64(n)
 	}
+	if err := c.trackStart(ctx, l); err != nil {
+		return err
+	}
 	if why := c.watch.take(l, time.Now()); why != "" {
 		if err := c.gap(ctx, l.ts, record.GapMaybeRotated, why); err != nil {
 			return err
@@ -571,11 +590,67 @@ func (c *capture) add(ctx context.Context, l line) error {
 	return nil
 }
 
+// trackStart measures, for the start rule, the lines read before their stream opened, and judges
+// the start at the first line stamped after.
+func (c *capture) trackStart(ctx context.Context, l line) error {
+	if !c.startOpen {
+		return nil
+	}
+	if c.first.IsZero() {
+		c.first = l.ts
+	}
+	if !l.ts.Before(c.opened) {
+		return c.judgeStart(ctx)
+	}
+	c.backlog += int64(l.fileBytes)
+	if l.ts.After(c.backlogTo) {
+		c.backlogTo = l.ts
+	}
+	return nil
+}
+
+// judgeStart records an "unknown start" gap before the run's first line read unless that line is
+// its first beyond doubt, as far as pods/log can tell: the node serves only the current file, so
+// output before it was rotated away if the run wrote a rotation file's worth before it. The rule:
+// the run's start is known to the second (its status's startedAt); the lines read that were
+// written before their stream opened (the file as it was at the open) give the run's write rate
+// (over 100 ms at least); if at that rate, doubled for headroom as a burst may have come first,
+// the run could have written a rotation file between the start of its start's second and its first
+// line read, the gap is recorded. A stream open before the run's first line (nothing written
+// before it opened) needs no gap; nor does a run whose start the status does not give (unknown
+// runs are judged by the "possibly rotated" check of unfollowed runs only).
+func (c *capture) judgeStart(ctx context.Context) error {
+	if !c.startOpen || c.first.IsZero() {
+		return nil
+	}
+	c.startOpen = false
+	w := c.first.Sub(c.started.Truncate(time.Second))
+	if c.started.IsZero() || w <= 0 || c.backlog == 0 {
+		return nil
+	}
+	span := max(c.backlogTo.Sub(c.first), 100*time.Millisecond)
+	rate := float64(c.backlog) / span.Seconds()
+	if 2*rate*w.Seconds() < float64(c.cfg.NodeLogMaxSize) {
+		return nil
+	}
+	c.unfollowed = false // this gap covers what its check would record
+	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.first, Reason: record.GapUnknownStart,
+		Detail: fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; at the %.0f bytes/s the node's file shows, twice that could have filled a rotated file (%d bytes) before it",
+			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), rate, c.cfg.NodeLogMaxSize)}
+	if err := c.recs.PutGap(ctx, g); err != nil {
+		return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
+	}
+	return nil
+}
+
 // observe takes what the status tells of the run. Its finish is known to the second (the API
 // keeps whole seconds), and the runtime stamps the output left in the container's pipe as it
 // copies it, a little after the exit: the run's lines are stamped before the end of the second
 // after.
 func (c *capture) observe(end End) {
+	if !end.StartedAt.IsZero() {
+		c.started = end.StartedAt
+	}
 	if !end.FinishedAt.IsZero() {
 		c.ends = end.FinishedAt.Truncate(time.Second).Add(2 * time.Second)
 	}
@@ -706,7 +781,7 @@ func (c *capture) maybeRotated(ctx context.Context) error {
 		if err := c.recs.PutGap(ctx, g); err != nil {
 			return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
 		}
-		c.unfollowed = false
+		c.unfollowed, c.startOpen = false, false // one gap before the first line
 	}
 	return nil
 }
@@ -761,6 +836,9 @@ func (c *capture) gap(ctx context.Context, before time.Time, reason record.GapRe
 func (c *capture) flush(ctx context.Context) error {
 	if !c.segPending {
 		return nil
+	}
+	if err := c.judgeStart(ctx); err != nil {
+		return err
 	}
 	if err := c.compress(false); err != nil {
 		return err
