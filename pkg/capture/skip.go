@@ -35,6 +35,11 @@ type skipWatch struct {
 
 	natural   time.Duration // the longest jump seen while the stream kept up ...
 	naturalAt time.Time     // ... and the timestamp it was seen at
+
+	// minLag is the smallest lag seen, when negative: the node's clock is ahead of the
+	// archiver's by at least that much. Lags are measured from it, so that a clock ahead does not
+	// read as a stream that keeps up; a clock behind makes lags longer, which errs toward a gap.
+	minLag time.Duration
 }
 
 // naturalFor is how long, in the stream's timestamps, a pause seen while the stream kept up counts.
@@ -50,7 +55,10 @@ func (w *skipWatch) take(l line, recv time.Time) string {
 		return ""
 	}
 	var why string
-	jump, lag := l.ts.Sub(w.prevTS), w.prevRecv.Sub(w.prevTS)
+	if lag := recv.Sub(l.ts); lag < w.minLag {
+		w.minLag = lag
+	}
+	jump, lag := l.ts.Sub(w.prevTS), w.prevRecv.Sub(w.prevTS)-w.minLag
 	half := float64(w.maxSize) / 2
 	natural := w.natural
 	if l.ts.Sub(w.naturalAt) > naturalFor {

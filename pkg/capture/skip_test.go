@@ -78,3 +78,28 @@ func TestSkipWatchBursts(t *testing.T) {
 		t.Errorf("a burst missing while 5 s behind: not taken for a possible skip")
 	}
 }
+
+// TestSkipWatchNodeClockAhead: the node's clock is 10 s ahead of the archiver's, so every lag
+// measured (arrival minus timestamp) is about 10 s short, negative for a stream that keeps up.
+// A stream that then falls a file behind and jumps a file long is still taken for a possible skip
+// (before: a negative lag read as "kept up", which turned the watch off).
+func TestSkipWatchNodeClockAhead(t *testing.T) {
+	const skew = -10 * time.Second
+	w := skipWatch{maxSize: 256 << 10}
+	ts := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	data := []byte(strings.Repeat("x", 10<<10-1) + "\n")
+	for i := range 100 { // caught up: 5 ms behind
+		if why := w.take(line{ts: ts, data: data, fileBytes: len(data), start: true}, ts.Add(skew+5*time.Millisecond)); why != "" {
+			t.Fatalf("line %d of a steady stream taken for a skip: %s", i, why)
+		}
+		ts = ts.Add(10 * time.Millisecond)
+	}
+	for range 100 { // falls 2 s behind
+		w.take(line{ts: ts, data: data, fileBytes: len(data), start: true}, ts.Add(skew+2*time.Second))
+		ts = ts.Add(10 * time.Millisecond)
+	}
+	ts = ts.Add(time.Second)
+	if why := w.take(line{ts: ts, data: data, fileBytes: len(data), start: true}, ts.Add(skew+2*time.Second)); why == "" {
+		t.Errorf("a jump of 1 s while 2 s behind, on a node 10 s ahead: not taken for a possible skip")
+	}
+}
