@@ -90,6 +90,10 @@ type End struct {
 	// (zero: not known yet): lines stamped after FinishedAt are another run's (a read served by
 	// the next run: the container restarted again since its status was read).
 	StartedAt, FinishedAt time.Time
+	// StillRunning: the run is over only by the caller's decision (its pod passed its termination
+	// margin, or its node is lost while its kubelet still serves logs) while its status shows it
+	// running: its end may not be read, and a GapStillRunning gap says so.
+	StillRunning bool
 	// Lost, when set, says why the rest of the run's log cannot be read at all (it restarted again
 	// before it was read, say): Capture then returns a *LostError without trying.
 	Lost record.GapReason
@@ -451,6 +455,12 @@ func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, 
 	c.observe(end)
 	if !c.drained {
 		if err := c.read(ctx, src, end.Previous); err != nil {
+			return nil, err
+		}
+	}
+	if end.StillRunning {
+		if err := c.gap(ctx, time.Time{}, record.GapStillRunning,
+			"read as ended while its status showed it running (its pod passed the termination margin, or its node was lost): its end may be missing"); err != nil {
 			return nil, err
 		}
 	}

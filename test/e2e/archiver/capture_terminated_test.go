@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -32,7 +34,9 @@ func TestCaptureReadsATerminatedInitContainerOnce(t *testing.T) {
 	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 4*time.Second, true, func(context.Context) (bool, error) {
 		polls++
 		if n := s.Env.LogStreams(t); n > 1 {
-			t.Errorf("%d pods/log streams open while only main runs, want main's only", n)
+			var p corev1.Pod
+			_ = s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: pod}, &p)
+			t.Errorf("%d pods/log streams open while only main runs, want main's only (init %+v, main %+v)", n, p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
 			return true, nil
 		}
 		return false, nil
