@@ -434,8 +434,8 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 				return streamFailed("status", err)
 			}
 			c.observe(end)
-			if end.Over {
-				return errOver
+			if end.Over || end.Terminated {
+				return errOver // read to its end without follow
 			}
 		}
 	}

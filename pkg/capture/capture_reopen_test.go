@@ -80,3 +80,41 @@ func TestCaptureDrainsATerminatedRunOnce(t *testing.T) {
 		t.Errorf("stored %+v, want the whole log", a)
 	}
 }
+
+// TestCaptureLeavesTheFollowOfARunThatTerminated: a run followed while it ran terminates while its
+// pod runs on, and the node keeps its follow stream open (KWOK's does): the capture leaves the
+// stream, reads the rest once, and holds no stream while it waits for the run to be over.
+func TestCaptureLeavesTheFollowOfARunThatTerminated(t *testing.T) {
+	r := newRig(t)
+	r.cfg.SegmentAge = time.Minute
+	terminated, over := false, false
+	end := func(context.Context) (End, error) {
+		r.node.mu.Lock()
+		defer r.node.mu.Unlock()
+		return End{Terminated: terminated && !over, Over: over}, nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, end, nil)
+		done <- err
+	}()
+	r.write("running\n", false)
+	waitFor(t, "followed", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens == 1 })
+	r.write("last words\n", false)
+	r.node.mu.Lock()
+	terminated = true
+	r.node.mu.Unlock()
+	waitFor(t, "read once more", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens == 2 })
+	time.Sleep(200 * time.Millisecond) // 20 polls: no stream opened again
+	r.node.mu.Lock()
+	opens := r.node.opens
+	over = true
+	r.node.mu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatalf("Capture: %v", err)
+	}
+	if opens != 2 {
+		t.Errorf("%d streams opened, want the follow and one read", opens)
+	}
+	r.check(t)
+}
