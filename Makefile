@@ -52,6 +52,7 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 	$(GO) test -count=1 -run '^$$' -bench 'Follow1000|CaptureThroughput|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'Shards' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'ReleaseThroughput' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
+	$(GO) test -count=1 -run '^$$' -bench 'CaptureLoadMisses' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 	$(MAKE) bench-audit
 
 .PHONY: bench-audit
