@@ -701,7 +701,7 @@ func (c *capture) took(l line) {
 // where it was cut (skip).
 func (c *capture) classify(ctx context.Context, l line) (bool, error) {
 	if c.resuming {
-		return c.resume(ctx, l)
+		return c.resumed(ctx, l)
 	}
 	if c.replayAt >= 0 {
 		// A replay goes on while it delivers the lines captured, in order.
@@ -739,9 +739,9 @@ func (c *capture) caughtUp() bool {
 	return c.skip > 0
 }
 
-// resume classifies a line of a stream opened from the position, before it passed the last line
+// resumed classifies a line of a stream opened from the position, before it passed the last line
 // captured.
-func (c *capture) resume(ctx context.Context, l line) (bool, error) {
+func (c *capture) resumed(ctx context.Context, l line) (bool, error) {
 	if j := c.seen.find(l, c.cursor); j >= 0 {
 		c.cursor = j + 1
 		return c.again(j), nil
