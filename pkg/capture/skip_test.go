@@ -18,11 +18,16 @@ func TestSkipWatch(t *testing.T) {
 		lag, jump time.Duration
 		want      bool
 	}{
-		{"caught up, the container pauses", maxSize, 5 * time.Millisecond, 2 * time.Second, false},
+		// A stream that keeps up loses the rest of a file that rotates while the reader waits:
+		// a pause longer than ever where the file may fill is a possible loss; one where it cannot
+		// (10 MiB files, 1 MiB filled) is a pause.
+		{"caught up, the container pauses where the file may rotate", maxSize, 5 * time.Millisecond, 2 * time.Second, true},
+		{"caught up, the container pauses far from a rotation", 10 << 20, 5 * time.Millisecond, 2 * time.Second, false},
 		{"behind, a jump a file long", maxSize, 2 * time.Second, time.Second, true},
 		{"behind, the next line as usual", maxSize, 2 * time.Second, 10 * time.Millisecond, false},
 		{"behind, a jump shorter than half a file", maxSize, 2 * time.Second, 100 * time.Millisecond, false},
-		{"a jump a file long, behind by less than half a file", maxSize, 100 * time.Millisecond, time.Second, false},
+		{"a jump a file long, behind by less than half a file, where the file may rotate", maxSize, 100 * time.Millisecond, time.Second, true},
+		{"a jump a file long, behind by less than half a file, far from a rotation", 10 << 20, 100 * time.Millisecond, time.Second, false},
 		{"watch off", 0, 2 * time.Second, time.Second, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
