@@ -549,13 +549,11 @@ func (c *capture) add(ctx context.Context, l line) error {
 			}
 		}
 		c.keep = keep
-		if keep && c.skip == 0 {
-			c.took(l)
-		}
 	}
 	if !c.keep {
 		return nil
 	}
+	fresh := l.start && c.skip == 0 // a new line, not the rest of one cut
 	data := l.data
 	if c.skip > 0 {
 		n := int(min(c.skip, int64(len(data))))
@@ -568,6 +566,9 @@ func (c *capture) add(ctx context.Context, l line) error {
 		if err := c.gap(ctx, l.ts, record.GapMaybeRotated, why); err != nil {
 			return err
 		}
+	}
+	if fresh {
+		c.took(l) // after the gaps: they start where the position was before this line
 	}
 	if !c.segPending {
 		c.segPending, c.segStart = true, time.Now()

@@ -30,8 +30,8 @@ import (
 // old one after the reader's last read is never read (under CPU load, a whole chunk of 100 KiB in
 // TestCaptureThroughRotation). So a jump of a stream that kept up is a possible loss as well when
 // a rotation may fall in it (the file holds, by the bytes the stream delivered, within twice the
-// peak rate times the jump of the rotation size) and it is longer than every pause the container
-// made while its stream kept up. This errs toward a gap: a container that pauses longer than ever
+// peak rate times the jump of the rotation size) and it is half as long again as every pause the
+// container made while its stream kept up (a chunk lost between two makes one twice as long). This errs toward a gap: a container that pauses longer than ever
 // just as its file fills looks the same.
 type skipWatch struct {
 	maxSize int64 // the nodes' rotation size; 0 turns the watch off
@@ -82,7 +82,7 @@ func (w *skipWatch) take(l line, recv time.Time) string {
 	case w.prevTS.IsZero() || jump <= 0:
 	case w.peak*lag.Seconds() < half:
 		// Kept up: no file skipped here, but the rest of the one read may be lost if it rotated.
-		if natural > 0 && jump > natural && float64(w.filePos)+2*w.peak*jump.Seconds() >= float64(w.maxSize) {
+		if natural > 0 && jump > natural*3/2 && float64(w.filePos)+2*w.peak*jump.Seconds() >= float64(w.maxSize) {
 			why = fmt.Sprintf("the follow stream kept up, but its timestamps jumped by %s, longer than the container's pauses (%s), where the node may have rotated its file (about %d of %d bytes, at a peak rate of %.0f bytes/s): at a rotation the node's reader leaves unread what was written to the old file after its last read",
 				jump.Round(time.Millisecond), natural.Round(time.Millisecond), w.filePos, w.maxSize, w.peak)
 			w.filePos = 0 // l starts the new file
