@@ -882,13 +882,18 @@ func (c *capture) flush(ctx context.Context) error {
 // node's reader writes its errors into the stream).
 func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) error {
 	br := bufio.NewReaderSize(r, pieceSize)
-	var lead []byte // the start of a lead skipped, for the error if nothing follows
-	for first := true; ; first = false {
+	if resumed {
+		lead, err := skipLead(br)
+		if err != nil {
+			return err
+		}
+		if _, err := br.Peek(1); err == io.EOF && lead != "" {
+			return noTimestamp(lead)
+		}
+	}
+	for {
 		tsb, err := br.ReadSlice(' ')
 		if err == io.EOF && len(tsb) == 0 {
-			if lead != nil {
-				return noTimestamp(string(lead))
-			}
 			return nil
 		}
 		var t time.Time
@@ -898,16 +903,8 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) 
 		if err != nil {
 			rest, _ := br.Peek(min(br.Buffered(), 200))
 			text, _, _ := strings.Cut(string(tsb)+string(rest), "\n")
-			if !first || !resumed {
-				return noTimestamp(text)
-			}
-			lead = []byte(text)
-			if err := skipLine(br); err != nil {
-				return err
-			}
-			continue
+			return noTimestamp(text)
 		}
-		lead = nil
 		fileBytes := len(tsb) + len("stdout F ")
 		for start := true; ; start = false {
 			data, err := br.ReadSlice('\n')
@@ -934,6 +931,32 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) 
 				break
 			}
 		}
+	}
+}
+
+// tsMax is the longest timestamp pods/log writes (RFC 3339 with nanoseconds and a zone offset).
+const tsMax = len("2006-01-02T15:04:05.999999999-07:00")
+
+// skipLead skips the start of a stream up to its first newline unless it starts with a timestamp
+// and a space, and returns the start of what it skipped (empty: nothing).
+func skipLead(br *bufio.Reader) (string, error) {
+	for n := 1; ; n = br.Buffered() + 1 {
+		head, err := br.Peek(min(n, tsMax+1))
+		if len(head) == 0 {
+			return "", nil // an empty stream
+		}
+		sp, nl := bytes.IndexByte(head, ' '), bytes.IndexByte(head, '\n')
+		switch {
+		case sp >= 0 && (nl < 0 || sp < nl):
+			if _, perr := time.Parse(time.RFC3339Nano, string(head[:sp])); perr == nil {
+				return "", nil
+			}
+		case nl < 0 && len(head) <= tsMax && err == nil:
+			continue // too short to tell yet
+		}
+		more, _ := br.Peek(min(br.Buffered(), 200))
+		text, _, _ := strings.Cut(string(more), "\n")
+		return text, skipLine(br)
 	}
 }
 
