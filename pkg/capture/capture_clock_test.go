@@ -19,7 +19,7 @@ func TestCaptureKeepsALineSharingANanosecondAcrossARotation(t *testing.T) {
 	r.node.write(ts, "first\n")
 	r.node.write(ts, "second\n")
 	r.want.WriteString("first\nsecond\n")
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "captured", func() bool { return r.segments() > 0 }) // 50 ms segments
 	// At once, with the stream idle: it breaks, the file rotates, the line is written.
 	r.node.mu.Lock()
 	close(r.node.breakCh)

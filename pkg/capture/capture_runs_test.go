@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,9 @@ import (
 func TestCaptureKeepsWhatItReadOfALostRun(t *testing.T) {
 	r := newRig(t)
 	r.cfg.SegmentBytes, r.cfg.SegmentAge = 1<<20, time.Hour // what was read is in memory only
+	var mu sync.Mutex
+	read := 0
+	r.cfg.ObserveLag = func(time.Duration) { mu.Lock(); read++; mu.Unlock() }
 	lost := false
 	over := func(context.Context) (End, error) {
 		r.node.mu.Lock()
@@ -36,8 +40,7 @@ func TestCaptureKeepsWhatItReadOfALostRun(t *testing.T) {
 	for i := range 5 {
 		r.write(fmt.Sprintf("run 0 line %d\n", i), false)
 	}
-	waitFor(t, "followed", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "read", func() bool { mu.Lock(); defer mu.Unlock(); return read == 5 })
 	r.node.mu.Lock()
 	lost = true
 	r.node.mu.Unlock()
