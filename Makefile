@@ -29,7 +29,7 @@ testbed: ## Build and cache every testbed binary (kube-apiserver, etcd, Volcano 
 .PHONY: test
 test: testbed ## Run every test against the real testbed (the README's test command)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	$(GO) test -run '^$$' -fuzz '^FuzzReadLines$$' -fuzztime 20s ./pkg/capture
+	$(GO) test -run '^$$' -fuzz '^FuzzReadLines$$' -fuzztime 2000x ./pkg/capture
 
 .PHONY: test-scale
 test-scale: testbed ## Run the scale proofs kept out of make test (live capture of 200 MiB through 1 MiB rotations; the archiver killed during 1,000 pod terminations)
