@@ -18,8 +18,8 @@ import (
 // The rate is the highest seen in the stream, and each bound is halved for headroom, since the
 // container may have written faster in the files skipped. A container that writes in bursts
 // (a file's worth at once, say) passes both bounds at each of its pauses, so the jump must also be
-// half as long again as the longest pause seen while the stream kept up (forgotten after
-// naturalFor): a skipped file adds its own span to the pause around it. A jump that passes all
+// half as long again as its usual pause (a running average of those seen while the stream kept
+// up, forgotten after naturalFor): a skipped file adds its own span to the pause around it. A jump that passes all
 // three is recorded as a GapMaybeRotated over exactly its time range: output may be missing there,
 // and the record says so. A container that fell silent while its stream lagged looks the same, so
 // the gap says "possibly"; one that wrote more than twice as fast in the skipped files as ever
@@ -42,8 +42,8 @@ type skipWatch struct {
 	winBytes int64
 	peak     float64 // the highest write rate seen, in bytes (as the node's file holds them) per second
 
-	natural   time.Duration // the longest jump seen while the stream kept up ...
-	naturalAt time.Time     // ... and the timestamp it was seen at
+	natural   time.Duration // the container's usual pause, averaged over those seen while the stream kept up ...
+	naturalAt time.Time     // ... and the timestamp of the last one
 
 	// filePos is how far the node's current file is filled, by the bytes the stream delivered
 	// since it started (from the file's start, or from a resumed position: then an estimate
@@ -55,6 +55,10 @@ type skipWatch struct {
 	// read as a stream that keeps up; a clock behind makes lags longer, which errs toward a gap.
 	minLag time.Duration
 }
+
+// minPause is the shortest jump taken for a pause of the container (lines written together are
+// stamped microseconds apart).
+const minPause = time.Millisecond
 
 // naturalFor is how long, in the stream's timestamps, a pause seen while the stream kept up counts.
 const naturalFor = 30 * time.Second
@@ -86,8 +90,13 @@ func (w *skipWatch) take(l line, recv time.Time) string {
 			why = fmt.Sprintf("the follow stream kept up, but its timestamps jumped by %s, longer than the container's pauses (%s), where the node may have rotated its file (about %d of %d bytes, at a peak rate of %.0f bytes/s): at a rotation the node's reader leaves unread what was written to the old file after its last read",
 				jump.Round(time.Millisecond), natural.Round(time.Millisecond), w.filePos, w.maxSize, w.peak)
 			w.filePos = 0 // l starts the new file
-		} else if jump >= natural {
-			w.natural, w.naturalAt = jump, l.ts
+		} else if jump >= minPause {
+			// A running average, not the longest: a container's pauses vary (under CPU load its
+			// writes come late), and the longest would hide a lost chunk between two pauses.
+			w.natural, w.naturalAt = (3*natural+jump)/4, l.ts
+			if natural == 0 {
+				w.natural = jump
+			}
 		}
 	case w.peak*jump.Seconds() >= half && jump > natural*3/2:
 		why = fmt.Sprintf("the follow stream was %s behind its container when its timestamps jumped by %s; at the container's peak rate of %.0f bytes/s both could hold a rotated file (%d bytes), and the node's reader skips the files a stream is more than one behind",

@@ -97,7 +97,7 @@ func waitWritten(t *testing.T, s *stack.Rig, rt *testbed.Runtime, pod string, n 
 // archive is what was written less some lines, with a recorded gap for each run of lines missing,
 // and the job is archived only if the log is whole.
 func TestCaptureThroughRotation(t *testing.T) {
-	s := stack.NewRig(t, objstore.BackendS3)
+	s := stack.NewRig(t, objstore.BackendS3, "--node-log-max-size=262144") // the skip watch needs the nodes' rotation size
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 256 << 10, MaxFiles: 2})
 	stack.CPUStress(t, 0)
 	out := stack.SteadyOutput("rotating", 60, 100<<10)

@@ -21,7 +21,7 @@ import (
 // make test: it takes about two minutes.
 func BenchmarkCaptureLoadMisses(b *testing.B) {
 	const jobs = 10
-	s := stack.NewRig(b, objstore.BackendFS)
+	s := stack.NewRig(b, objstore.BackendFS, "--node-log-max-size=262144") // the skip watch needs the nodes' rotation size
 	rt := s.Env.Runtime(b, testbed.RuntimeOptions{MaxSize: 256 << 10, MaxFiles: 2})
 	stack.CPUStress(b, 0)
 	var lossy, missed, gapped, missingBytes int
