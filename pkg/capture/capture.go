@@ -718,6 +718,11 @@ func (c *capture) classify(ctx context.Context, l line) (bool, error) {
 		if j := c.seen.find(l, 0); j >= 0 {
 			return c.again(j), nil
 		}
+		if c.seen.len() > 0 && l.ts.Before(c.seen.evictedMax) {
+			// Older than every line still held: a replay from further back than they reach. (A
+			// line stamped earlier that is new comes microseconds, not thousands of lines, late.)
+			return false, nil
+		}
 	}
 	return true, nil
 }
