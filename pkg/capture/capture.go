@@ -718,9 +718,11 @@ func (c *capture) classify(ctx context.Context, l line) (bool, error) {
 		if j := c.seen.find(l, 0); j >= 0 {
 			return c.again(j), nil
 		}
-		if c.seen.len() > 0 && l.ts.Before(c.seen.evictedMax) {
+		if pushed := c.seen.pushedMax; c.seen.len() > 0 && (l.ts.Before(c.seen.evictedMax) || !pushed.IsZero() && !l.ts.After(pushed)) {
 			// Older than every line still held: a replay from further back than they reach. (A
-			// line stamped earlier that is new comes microseconds, not thousands of lines, late.)
+			// line stamped earlier that is new comes microseconds, not thousands of lines, late.
+			// One at the last durable timestamp of a restarted capture may be new: several lines
+			// share a timestamp.)
 			return false, nil
 		}
 	}

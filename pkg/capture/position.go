@@ -98,7 +98,8 @@ type ring struct {
 	start int
 	// evictedMax is the greatest timestamp among the lines no longer held (captured before the
 	// capture started, or pushed out): a line not found that is no later may be one of them.
-	evictedMax time.Time
+	// pushedMax is that of the lines pushed out only.
+	evictedMax, pushedMax time.Time
 }
 
 func (r *ring) len() int { return len(r.fps) }
@@ -110,8 +111,12 @@ func (r *ring) add(fp fingerprint) {
 		r.fps = append(r.fps, fp)
 		return
 	}
-	if old := time.Unix(0, r.fps[r.start].ts).UTC(); old.After(r.evictedMax) {
+	old := time.Unix(0, r.fps[r.start].ts).UTC()
+	if old.After(r.evictedMax) {
 		r.evictedMax = old
+	}
+	if old.After(r.pushedMax) {
+		r.pushedMax = old
 	}
 	r.fps[r.start] = fp
 	r.start = (r.start + 1) % len(r.fps)
