@@ -137,7 +137,11 @@ func fuzzLog(b []byte) (recs []fuzzRecord, breaks map[int]bool) {
 		case 0:
 			ts = ts.Add(time.Duration(arg) * time.Millisecond * 7) // crosses seconds
 		case 1:
-			ts = ts.Add(-time.Duration(arg%8) * time.Microsecond) // stamped out of order
+			// Stamped out of order (stdout against stderr): a line's start only, as the records
+			// of one line come from one stream, in order.
+			if len(recs) == 0 || !recs[len(recs)-1].partial {
+				ts = ts.Add(-time.Duration(arg%8) * time.Microsecond)
+			}
 		}
 		data := strings.Repeat(string(rune('a'+arg%26)), n%40) + fmt.Sprint(len(recs))
 		partial := op&4 != 0
@@ -153,7 +157,7 @@ func fuzzLog(b []byte) (recs []fuzzRecord, breaks map[int]bool) {
 }
 
 // FuzzReadLines drives the line parser and the resume through fuzzed logs: timestamps that go
-// back (by microseconds, within a second), lines split into partial records across seconds,
+// back (by microseconds, at a line's start), lines split into partial records across seconds,
 // pieces of every size, and streams broken and reopened anywhere. Whatever the log, the capture
 // stores exactly what was written, once, with no gap. Streams are read synchronously (no timing),
 // as the kubelet's reader serves them: sinceTime filters each record, and only a line's first
