@@ -96,14 +96,26 @@ func lastFinish(pod *corev1.Pod) *time.Time {
 	return last
 }
 
-// allTerminated reports whether every container that started has stopped.
+// allTerminated reports whether every container's status says it terminated. A Waiting one does
+// not count as stopped: it may run already (a pod deleted before its Running status was posted
+// writes through its grace period), and the termination margin bounds the wait for it.
 func allTerminated(pod *corev1.Pod) bool {
 	for _, s := range statuses(pod) {
-		if s.State.Running != nil {
+		if s.State.Terminated == nil {
 			return false
 		}
 	}
 	return true
+}
+
+// neverReason is the reason recorded for the log of a container whose status never showed it
+// started, in a finished pod: it wrote nothing if its pod ended or all its containers terminated;
+// if the pod was finished by its termination margin or a lost node, its status may only lag.
+func neverReason(pod *corev1.Pod) string {
+	if podEnded(pod) || allTerminated(pod) || pod.DeletionTimestamp == nil {
+		return neverStarted
+	}
+	return "status never showed the container started (the pod was finished by its termination margin or a lost node): it may have run"
 }
 
 // finished reports whether the pod's logs are complete: it ended; or it is being deleted and its
@@ -150,7 +162,7 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 				continue
 			}
 			row := record.LogObject{PodUID: string(pod.UID), Container: cr.container, ContainerType: cr.ctype, Instance: cr.instance,
-				State: record.LogUnavailable, Reason: neverStarted}
+				State: record.LogUnavailable, Reason: neverReason(pod)}
 			if err := r.Records.PutLogObject(ctx, row); err != nil {
 				return false, false, nil, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
 			}
@@ -280,17 +292,27 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 		// The node keeps the last dead run only.
 		return capture.End{Over: true, Lost: record.GapRestarted}, due, nil
 	case s.RestartCount == ref.Run+1:
+		end := capture.End{Over: true, Previous: true}
 		if t := s.LastTerminationState.Terminated; t != nil {
-			due = t.FinishedAt.Time
+			due, end.StartedAt, end.FinishedAt = t.FinishedAt.Time, t.StartedAt.Time, t.FinishedAt.Time
 		}
-		return capture.End{Over: true, Previous: true}, due, nil
-	}
-	if t := s.State.Terminated; t != nil && pod.DeletionTimestamp == nil {
-		due = t.FinishedAt.Time
+		return end, due, nil
 	}
 	// A terminated container may still restart while its pod runs: its run is named only once the
-	// pod is finished.
-	return capture.End{Over: finished}, due, nil
+	// pod is finished. Until then its log, complete, is read once (Terminated): the node ends a
+	// follow stream of a container that is not running at once.
+	// A pod finished by the archiver's decision (termination margin, lost node) while the status
+	// shows the run running is read as it is, with a gap: never taken for complete.
+	end := capture.End{Over: finished, StillRunning: finished && s.State.Running != nil && !podEnded(pod)}
+	if t := s.State.Terminated; t != nil {
+		end.Terminated, end.StartedAt, end.FinishedAt = !finished, t.StartedAt.Time, t.FinishedAt.Time
+		if pod.DeletionTimestamp == nil {
+			due = t.FinishedAt.Time
+		}
+	} else if r := s.State.Running; r != nil {
+		end.StartedAt = r.StartedAt.Time
+	}
+	return end, due, nil
 }
 
 // released is the release reason an operator gave the run's pod, if any.

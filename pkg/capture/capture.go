@@ -5,11 +5,19 @@
 // byte, and records a gap, never a silently shorter log, when output was lost before it was read.
 //
 // Positions are the per-line timestamps pods/log adds with timestamps=true: each line starts with
-// the timestamp of its first record, and the kubelet's reader filters by them (sinceTime, whole
-// seconds). A resumed stream starts at the second of the last durable line; the lines up to and
-// with that line are skipped (several lines may share a timestamp: they are counted). If the
-// resumed stream no longer holds that line, the file was rotated in between and whatever was
-// written in between may be lost: a gap.
+// the timestamp of its first record, and the kubelet's reader filters each record by them
+// (sinceTime, whole seconds). Lines need not come in timestamp order. A resumed stream starts a
+// second before the greatest timestamp captured; what it delivers again before the last line
+// captured is recognised by fingerprint (timestamp and first bytes, for the last lines captured)
+// or, for lines captured before the capture started, by timestamp and count (see position), and
+// skipped. Lines of a live stream are never dropped for their timestamps: only a run of lines
+// that is the stream delivering captured lines again (the node's reader replaying its file) is.
+// If the resumed stream no longer holds the last line captured, the file was rotated in between
+// and whatever was written in between may be lost: a gap.
+//
+// A line is read and stored in pieces of at most pieceSize bytes, so a line of any length costs
+// bounded memory; a segment may end inside a line, and a resumed capture skips the part of that
+// line it holds.
 package capture
 
 import (
@@ -74,6 +82,18 @@ type End struct {
 	Over bool
 	// Previous: the run's log is now the container's previous one (it restarted).
 	Previous bool
+	// Terminated: the run's container terminated but the run is not over: its pod runs and the
+	// container may restart, which makes its log the previous one. Such a run's log is complete:
+	// it is read once without follow, and the capture waits, without streams, until Over.
+	Terminated bool
+	// StartedAt and FinishedAt bound the run as its container status tells them, when known
+	// (zero: not known yet): lines stamped after FinishedAt are another run's (a read served by
+	// the next run: the container restarted again since its status was read).
+	StartedAt, FinishedAt time.Time
+	// StillRunning: the run is over only by the caller's decision (its pod passed its termination
+	// margin, or its node is lost while its kubelet still serves logs) while its status shows it
+	// running: its end may not be read, and a GapStillRunning gap says so.
+	StillRunning bool
 	// Lost, when set, says why the rest of the run's log cannot be read at all (it restarted again
 	// before it was read, say): Capture then returns a *LostError without trying.
 	Lost record.GapReason
@@ -144,13 +164,40 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		if err != nil {
 			return nil, err
 		}
+		c.observe(end)
 		if end.Lost != "" {
+			// What was read of the run is kept: stored, the rest a gap.
+			if err := c.flush(ctx); err != nil {
+				return nil, err
+			}
 			return nil, &LostError{Ref: ref, Reason: end.Lost}
 		}
+		if end.Over || end.Terminated {
+			// Nothing durable and already ended: the run was never followed.
+			if first {
+				c.unfollowed = c.seq == 0 && cfg.NodeLogMaxSize > 0
+			}
+		}
 		if end.Over {
-			// Nothing durable and already over: the run was never followed.
-			c.unfollowed = first && c.seq == 0 && cfg.NodeLogMaxSize > 0
 			return c.finish(ctx, src, end)
+		}
+		if end.Terminated {
+			// Its log is complete: read it once, then only watch for the run to be over.
+			if !c.drained {
+				if err := c.read(ctx, src, false); err != nil {
+					return nil, err
+				}
+				c.drained = true
+			}
+			if err := c.flushAged(ctx); err != nil {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(cfg.Poll):
+			}
+			continue
 		}
 		opened := time.Now()
 		err = c.follow(ctx, src, over)
@@ -164,11 +211,13 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		if err := c.flushAged(ctx); err != nil {
 			return nil, err
 		}
-		if err != nil && !errors.Is(err, errOver) {
-			// A stream that broke soon after it was opened, or failed to open, is reopened later
-			// and later, up to Retry; one that lasted, at once. The node's reader fails every
-			// stream when it cannot watch the log file (out of inotify instances, say): it answers
-			// the lines so far, then its error, and each reopening reads the whole file again.
+		if !errors.Is(err, errOver) {
+			// A stream that ended or broke soon after it was opened, or failed to open, is
+			// reopened later and later, up to Retry; one that lasted, at once. The node's reader
+			// fails every stream when it cannot watch the log file (out of inotify instances,
+			// say): it answers the lines so far, then its error, and each reopening reads the
+			// whole file again. And it ends a follow stream cleanly, at once, when the container
+			// is not running (a status not yet updated says it is).
 			if time.Since(opened) < cfg.Retry {
 				retry = min(2*retry, cfg.Retry)
 			} else {
@@ -194,11 +243,10 @@ type capture struct {
 	final Final
 
 	// Durable position.
-	seq       int32
-	total     int64
-	last      time.Time
-	lastLines int32
-	hash      hash.Hash
+	seq   int32
+	total int64
+	pos   position
+	hash  hash.Hash
 
 	// The segment being filled: whole lines, gzip-compressed, with its own position. Lines wait
 	// in raw until a block is full, then go into buf as one gzip member (see compress).
@@ -206,12 +254,24 @@ type capture struct {
 	raw        bytes.Buffer
 	segBytes   int64
 	segStart   time.Time
-	segLast    time.Time
-	segLines   int32
+	segPos     position
 	segHash    hash.Hash
 	segPending bool
-	// segSkip counts the lines at segLast the current stream has delivered again.
-	segSkip int32
+
+	// seen holds the fingerprints of the last lines captured, durable or not.
+	seen ring
+	// The stream being read. resuming: it was opened from a position and has not yet passed the
+	// last line captured; cursor is where in seen it is; fbCount and fbPastMax track it by
+	// timestamps where seen cannot (lines captured before the capture started). replayAt, when
+	// not -1, is where in seen a replay by the node's reader is. keep says whether the current
+	// line is stored, skip how many of its bytes are held already.
+	resuming  bool
+	cursor    int
+	fbCount   int32
+	fbPastMax bool
+	replayAt  int
+	keep      bool
+	skip      int64
 
 	// unfollowed: the run is read only after its end, from nothing durable; its first segment is
 	// held back until it is known whether its start may have been rotated away (maybeRotated), so
@@ -222,6 +282,23 @@ type capture struct {
 
 	// watch spots where the follow stream may have skipped rotated files (zero: not following).
 	watch skipWatch
+	// drained: the run's container terminated and its log was read to its end (End.Terminated).
+	drained bool
+	// ends is when the run's lines end, from its container's finish (zero: not known yet), and
+	// otherRun says that a read was served another run's lines past it (see observe).
+	ends     time.Time
+	otherRun bool
+
+	// The start rule (judgeStart): started is the run's start from its status (zero: not known),
+	// opened when the stream being read was opened. While startOpen, the run's first line read
+	// (first) is yet to be judged; backlog counts the file bytes of the lines stamped before
+	// their stream opened, up to backlogTo.
+	started   time.Time
+	opened    time.Time
+	startOpen bool
+	first     time.Time
+	backlog   int64
+	backlogTo time.Time
 	// held is what the capture holds of cfg.Memory (fitMemory).
 	held int64
 }
@@ -231,14 +308,16 @@ func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store,
 	if err != nil {
 		return nil, fmt.Errorf("resume capture of %s: %w", ref, err)
 	}
-	c := &capture{cfg: cfg, recs: recs, store: store, segKey: segKey, ref: ref, hash: sha256.New()}
+	c := &capture{cfg: cfg, recs: recs, store: store, segKey: segKey, ref: ref, hash: sha256.New(), replayAt: -1}
 	if n := len(segs); n > 0 {
 		s := segs[n-1]
-		if err := c.hash.(encoding.BinaryUnmarshaler).UnmarshalBinary(s.HashState); err != nil {
-			return nil, fmt.Errorf("resume capture of %s: hash state of segment %d: %w", ref, s.Seq, err)
+		c.seq, c.total, c.pos.max, c.pos.maxLines = s.Seq+1, s.TotalBytes, s.LastTime, s.LastTimeLines
+		if err := decodeState(s.HashState, c.hash, &c.pos); err != nil {
+			return nil, fmt.Errorf("resume capture of %s: segment %d: %w", ref, s.Seq, err)
 		}
-		c.seq, c.total, c.last, c.lastLines = s.Seq+1, s.TotalBytes, s.LastTime, s.LastTimeLines
+		c.seen.evictedMax = c.pos.max
 	}
+	c.startOpen = len(segs) == 0 && cfg.NodeLogMaxSize > 0
 	c.reset()
 	return c, nil
 }
@@ -247,8 +326,21 @@ func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store,
 func (c *capture) reset() {
 	c.buf.Reset()
 	c.raw.Reset()
-	c.segBytes, c.segStart, c.segLast, c.segLines, c.segPending = 0, time.Time{}, c.last, c.lastLines, false
+	c.segBytes, c.segStart, c.segPos, c.segPending = 0, time.Time{}, c.pos, false
 	c.segHash = cloneHash(c.hash)
+}
+
+// open opens a stream from the last line captured, durable or not (what the segment holds stays
+// in memory), and readies the capture to skip what the stream delivers again. The stream starts
+// a second before the greatest timestamp captured: lines stamped a little earlier than it may
+// follow it in the file.
+func (c *capture) open(ctx context.Context, src Source, opts OpenOptions) (io.ReadCloser, error) {
+	c.resuming, c.cursor, c.fbCount, c.fbPastMax, c.replayAt, c.keep, c.skip = !c.segPos.max.IsZero(), 0, 0, false, -1, false, 0
+	if c.resuming {
+		opts.Since = c.segPos.max.Add(-time.Second)
+	}
+	c.opened = time.Now()
+	return src.Open(ctx, c.ref, opts)
 }
 
 func cloneHash(h hash.Hash) hash.Hash {
@@ -258,17 +350,23 @@ func cloneHash(h hash.Hash) hash.Hash {
 	return n
 }
 
-// line is one line of the stream: its timestamp and content (with its newline, if it had one).
+// line is one piece of a line of the stream: the line's timestamp and up to pieceSize bytes of
+// its content (the last piece with its newline, if it had one).
 type line struct {
 	ts   time.Time
 	data []byte
-	// partial: the stream ended before the line's newline.
+	// start: the piece starts its line; end: it ends it.
+	start, end bool
+	// partial: the stream ended before the line's newline (end is set too).
 	partial bool
-	// fileBytes is the line's size in the node's CRI log file: "<timestamp> stdout|stderr F "
-	// (stdout and stderr have the same length) before the content. Lines the runtime split into
-	// partial records count one prefix only.
+	// fileBytes is the piece's size in the node's CRI log file: "<timestamp> stdout|stderr F "
+	// (stdout and stderr have the same length) before the content of a line's first piece. Lines
+	// the runtime split into partial records count one prefix only.
 	fileBytes int
 }
+
+// pieceSize bounds what a capture holds of one line: a longer line is read and stored in pieces.
+const pieceSize = 64 << 10
 
 // errOver ends a follow stream because the run is over.
 var errOver = errors.New("run over")
@@ -309,31 +407,25 @@ func (c *capture) reopening(ctx context.Context, err error) {
 func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// From the last line captured, durable or not: what the segment holds stays in memory.
-	c.segSkip = 0
 	c.watch = skipWatch{maxSize: c.cfg.NodeLogMaxSize}
 	defer func() { c.watch = skipWatch{} }()
-	rc, err := src.Open(ctx, c.ref, OpenOptions{Follow: true, Since: c.segLast})
+	rc, err := c.open(ctx, src, OpenOptions{Follow: true})
 	if err != nil {
 		return streamFailed("open", err)
 	}
 	defer rc.Close()
 	lines := make(chan line)
 	readErr := make(chan error, 1)
-	go func() { readErr <- readLines(ctx, rc, lines) }()
+	go func() { readErr <- readLines(ctx, rc, lines, c.resuming) }()
 	tick := time.NewTicker(c.cfg.Poll)
 	defer tick.Stop()
-	first := true
 	for {
 		select {
 		case l := <-lines:
-			if l.partial {
-				continue // the stream broke mid-line: the whole line comes again when it is reopened
-			}
-			if c.cfg.ObserveLag != nil {
+			if c.cfg.ObserveLag != nil && l.start {
 				c.cfg.ObserveLag(time.Since(l.ts))
 			}
-			if err := c.add(ctx, l, &first); err != nil {
+			if err := c.add(ctx, l); err != nil {
 				return streamFailed("store", err)
 			}
 		case err := <-readErr:
@@ -346,8 +438,9 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 			if err != nil {
 				return streamFailed("status", err)
 			}
-			if end.Over {
-				return errOver
+			c.observe(end)
+			if end.Over || end.Terminated {
+				return errOver // read to its end without follow
 			}
 		}
 	}
@@ -361,34 +454,49 @@ func (c *capture) flushAged(ctx context.Context) error {
 	return nil
 }
 
-// finish reads the rest of an ended run without follow and writes the last segment, or the whole
-// log when nothing of it was stored yet (see Capture).
+// finish reads the rest of an ended run without follow (unless it was drained already) and
+// writes the last segment, or the whole log when nothing of it was stored yet (see Capture).
 func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, error) {
-	c.segSkip = 0
-	rc, err := src.Open(ctx, c.ref, OpenOptions{Previous: end.Previous, Since: c.segLast})
+	c.observe(end)
+	if !c.drained {
+		if err := c.read(ctx, src, end.Previous); err != nil {
+			return nil, err
+		}
+	}
+	if end.StillRunning {
+		if err := c.gap(ctx, time.Time{}, record.GapStillRunning,
+			"read as ended while its status showed it running (its pod passed the termination margin, or its node was lost): its end may be missing"); err != nil {
+			return nil, err
+		}
+	}
+	if c.seq == 0 && c.final != nil {
+		key, retainUntil := c.final(end.Previous)
+		return c.whole(ctx, key, retainUntil)
+	}
+	return nil, c.flush(ctx)
+}
+
+// read reads the rest of an ended run's log without follow.
+func (c *capture) read(ctx context.Context, src Source, previous bool) error {
+	rc, err := c.open(ctx, src, OpenOptions{Previous: previous})
 	if err != nil {
-		return nil, &ReadError{Ref: c.ref, Err: err}
+		return &ReadError{Ref: c.ref, Err: err}
 	}
 	defer rc.Close()
 	lines := make(chan line)
 	readErr := make(chan error, 1)
-	go func() { readErr <- readLines(ctx, rc, lines) }()
-	first := true
+	go func() { readErr <- readLines(ctx, rc, lines, c.resuming) }()
 	for {
 		select {
 		case l := <-lines:
-			if err := c.add(ctx, l, &first); err != nil {
-				return nil, err
+			if err := c.add(ctx, l); err != nil {
+				return err
 			}
 		case err := <-readErr:
 			if err != nil {
-				return nil, &ReadError{Ref: c.ref, Err: err}
+				return &ReadError{Ref: c.ref, Err: err}
 			}
-			if c.seq == 0 && c.final != nil {
-				key, retainUntil := c.final(end.Previous)
-				return c.whole(ctx, key, retainUntil)
-			}
-			return nil, c.flush(ctx)
+			return nil
 		}
 	}
 }
@@ -396,6 +504,9 @@ func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, 
 // whole writes the run's log, all of it in the segment being filled, as its final object, locked
 // until retainUntil (zero: unlocked).
 func (c *capture) whole(ctx context.Context, key string, retainUntil time.Time) (*Assembled, error) {
+	if err := c.judgeStart(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.compress(true); err != nil {
 		return nil, err
 	}
@@ -427,49 +538,59 @@ func (e *LostError) Error() string {
 	return fmt.Sprintf("the rest of the log of %s is lost: %s", e.Ref, e.Reason)
 }
 
-// add takes one line of a stream: it skips what is durable already, records a gap when the
-// stream no longer holds the last durable line, and appends the rest to the segment.
-func (c *capture) add(ctx context.Context, l line, first *bool) error {
-	wasFirst := *first
-	*first = false
-	switch {
-	case c.segLast.IsZero():
-	case l.ts.Before(c.segLast):
-		// Already captured. The kubelet's reader replays the current file from its start when it
-		// takes a stale event for a rotation: the lines at segLast come again after these.
-		c.segSkip = 0
-		return nil
-	case l.ts.Equal(c.segLast) && c.segSkip < c.segLines:
-		c.segSkip++
-		return nil
-	case wasFirst && l.ts.After(c.segLast):
-		// The stream starts after the last line captured: it was rotated away in between.
-		if err := c.gap(ctx, l.ts, record.GapRotated, "the log file was rotated before the rest of it was read"); err != nil {
+// add takes one piece of a line of a stream: it skips what is captured already, records a gap
+// when the stream no longer holds the last line captured, and appends the rest to the segment.
+func (c *capture) add(ctx context.Context, l line) error {
+	if l.start {
+		c.skip = 0
+		other, err := c.foreign(ctx, l)
+		if err != nil {
 			return err
 		}
+		keep := !other
+		if keep {
+			if keep, err = c.classify(ctx, l); err != nil {
+				return err
+			}
+		}
+		c.keep = keep
+	}
+	if !c.keep {
+		return nil
+	}
+	fresh := l.start && c.skip == 0 // a new line, not the rest of one cut
+	data := l.data
+	if c.skip > 0 {
+		n := int(min(c.skip, int64(len(data))))
+		data, c.skip = data[n:], c.skip-int64(n)
+	}
+	if err := c.trackStart(ctx, l); err != nil {
+		return err
 	}
 	if why := c.watch.take(l, time.Now()); why != "" {
 		if err := c.gap(ctx, l.ts, record.GapMaybeRotated, why); err != nil {
 			return err
 		}
 	}
+	if fresh {
+		c.took(l) // after the gaps: they start where the position was before this line
+	}
 	if !c.segPending {
 		c.segPending, c.segStart = true, time.Now()
 	}
-	c.raw.Write(l.data)
+	c.raw.Write(data)
 	if c.raw.Len() >= rawBlock {
 		if err := c.compress(false); err != nil {
 			return err
 		}
 	}
-	c.segHash.Write(l.data)
-	c.segBytes += int64(len(l.data))
-	if l.ts.Equal(c.segLast) {
-		c.segLines++
+	c.segHash.Write(data)
+	c.segBytes += int64(len(data))
+	if l.end && !l.partial {
+		c.segPos.partial = 0
 	} else {
-		c.segLast, c.segLines = l.ts, 1
+		c.segPos.partial += int64(len(data))
 	}
-	c.segSkip = c.segLines
 	if c.unfollowed {
 		if c.firstTime.IsZero() {
 			c.firstTime = l.ts
@@ -485,6 +606,193 @@ func (c *capture) add(ctx context.Context, l line, first *bool) error {
 	return c.fitMemory(ctx)
 }
 
+// trackStart measures, for the start rule, the lines read before their stream opened, and judges
+// the start at the first line stamped after.
+func (c *capture) trackStart(ctx context.Context, l line) error {
+	if !c.startOpen {
+		return nil
+	}
+	if c.first.IsZero() {
+		c.first = l.ts
+	}
+	if !l.ts.Before(c.opened) {
+		return c.judgeStart(ctx)
+	}
+	c.backlog += int64(l.fileBytes)
+	if l.ts.After(c.backlogTo) {
+		c.backlogTo = l.ts
+	}
+	return nil
+}
+
+// judgeStart records an "unknown start" gap before the run's first line read unless that line is
+// its first beyond doubt, as far as pods/log can tell: the node serves only the current file, so
+// output before it was rotated away if the run wrote a rotation file's worth before it. The rule:
+// the run's start is known to the second (its status's startedAt); the lines read that were
+// written before their stream opened (the file as it was at the open) give the run's write rate
+// (over 100 ms at least); if at that rate, doubled for headroom as a burst may have come first,
+// the run could have written a rotation file between the start of its start's second and its first
+// line read, the gap is recorded. A stream open before the run's first line (nothing written
+// before it opened) needs no gap; nor does a run whose start the status does not give (unknown
+// runs are judged by the "possibly rotated" check of unfollowed runs only).
+func (c *capture) judgeStart(ctx context.Context) error {
+	if !c.startOpen || c.first.IsZero() {
+		return nil
+	}
+	c.startOpen = false
+	w := c.first.Sub(c.started.Truncate(time.Second))
+	if c.started.IsZero() || w <= 0 || c.backlog == 0 {
+		return nil
+	}
+	span := max(c.backlogTo.Sub(c.first), 100*time.Millisecond)
+	rate := float64(c.backlog) / span.Seconds()
+	if 2*rate*w.Seconds() < float64(c.cfg.NodeLogMaxSize) {
+		return nil
+	}
+	c.unfollowed = false // this gap covers what its check would record
+	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.first, Reason: record.GapUnknownStart,
+		Detail: fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; at the %.0f bytes/s the node's file shows, twice that could have filled a rotated file (%d bytes) before it",
+			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), rate, c.cfg.NodeLogMaxSize)}
+	if err := c.recs.PutGap(ctx, g); err != nil {
+		return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
+	}
+	return nil
+}
+
+// observe takes what the status tells of the run. Its finish is known to the second (the API
+// keeps whole seconds), and the runtime stamps the output left in the container's pipe as it
+// copies it, a little after the exit: the run's lines are stamped before the end of the second
+// after.
+func (c *capture) observe(end End) {
+	if !end.StartedAt.IsZero() {
+		c.started = end.StartedAt
+	}
+	if !end.FinishedAt.IsZero() {
+		c.ends = end.FinishedAt.Truncate(time.Second).Add(2 * time.Second)
+	}
+}
+
+// foreign reports whether l is not the run's own line but the next run's, served by a read that
+// the node answered with the container's next run (it restarted again since its status was read).
+// The first such line records a gap: the run's own output from there on was not read.
+func (c *capture) foreign(ctx context.Context, l line) (bool, error) {
+	if c.ends.IsZero() || l.ts.Before(c.ends) {
+		return false, nil
+	}
+	if c.otherRun {
+		return true, nil
+	}
+	c.otherRun = true
+	return true, c.gap(ctx, time.Time{}, record.GapOtherRun,
+		fmt.Sprintf("a read was served lines stamped %s, after the run finished (%s): the container's next run; they were not stored",
+			l.ts.UTC().Format(time.RFC3339Nano), c.ends.Add(-2*time.Second).UTC().Format(time.RFC3339)))
+}
+
+// took records a new line in the position and among the lines seen.
+func (c *capture) took(l line) {
+	c.seen.add(fingerprintOf(l.ts, l.data))
+	p := &c.segPos
+	switch {
+	case l.ts.After(p.max):
+		p.max, p.maxLines = l.ts, 1
+	case l.ts.Equal(p.max):
+		p.maxLines++
+	}
+	p.last, p.partial = l.ts, 0
+}
+
+// classify decides, at a line's first piece, whether the line is stored: not if the stream
+// delivers it again (a reopened stream before the last line captured, or a replay of the node's
+// reader). When the line is the last one captured and only part of it is held, it is stored from
+// where it was cut (skip).
+func (c *capture) classify(ctx context.Context, l line) (bool, error) {
+	if c.resuming {
+		return c.resumed(ctx, l)
+	}
+	if c.replayAt >= 0 {
+		// A replay goes on while it delivers the lines captured, in order.
+		if c.replayAt < c.seen.len() && c.seen.at(c.replayAt).matches(l) {
+			return c.again(c.replayAt), nil
+		}
+		c.replayAt = -1
+	}
+	if !l.ts.After(c.segPos.max) {
+		// The node's reader replays the current file from its start when it takes a stale event
+		// for a rotation: a line captured already, by its fingerprint, starts a replay. A line
+		// merely stamped earlier is new.
+		if j := c.seen.find(l, 0); j >= 0 {
+			return c.again(j), nil
+		}
+		if pushed := c.seen.pushedMax; c.seen.len() > 0 && (l.ts.Before(c.seen.evictedMax) || !pushed.IsZero() && !l.ts.After(pushed)) {
+			// Older than every line still held: a replay from further back than they reach. (A
+			// line stamped earlier that is new comes microseconds, not thousands of lines, late.
+			// One at the last durable timestamp of a restarted capture may be new: several lines
+			// share a timestamp.)
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// again takes line j of seen delivered again: the stream goes on from j+1. When j is the last line
+// captured, the stream has caught up; that line is stored from where it was cut if it is only
+// partly held.
+func (c *capture) again(j int) bool {
+	c.replayAt = j + 1
+	if j < c.seen.len()-1 {
+		return false
+	}
+	return c.caughtUp()
+}
+
+// caughtUp ends the replay at the last line captured, which the stream delivered again.
+func (c *capture) caughtUp() bool {
+	c.resuming, c.replayAt = false, -1
+	c.skip = c.segPos.partial
+	return c.skip > 0
+}
+
+// resumed classifies a line of a stream opened from the position, before it passed the last line
+// captured.
+func (c *capture) resumed(ctx context.Context, l line) (bool, error) {
+	if j := c.seen.find(l, c.cursor); j >= 0 {
+		c.cursor = j + 1
+		return c.again(j), nil
+	}
+	p := c.segPos
+	switch {
+	case c.seen.len() > 0 && !l.ts.After(c.seen.evictedMax):
+		return false, nil // captured before the lines held, as old as one of those no longer held
+	case c.seen.len() == 0 && !l.ts.After(p.max):
+		// Only the position tells (the capture restarted): the lines before the last line at max
+		// are counted, then those to the last line captured skipped.
+		if !c.fbPastMax {
+			if l.ts.Equal(p.max) {
+				if c.fbCount++; c.fbCount >= p.maxLines {
+					c.fbPastMax = true
+					if p.last.Equal(p.max) {
+						return c.caughtUp(), nil
+					}
+				}
+			}
+			return false, nil
+		}
+		if l.ts.Equal(p.last) {
+			return c.caughtUp(), nil
+		}
+		if !l.ts.Equal(p.max) {
+			return false, nil
+		}
+	}
+	// The stream went past the last line captured without it: the node's file no longer holds it.
+	c.resuming, c.replayAt = false, -1
+	detail := "the log file was rotated before the rest of it was read"
+	if p.partial > 0 {
+		detail = "the log file was rotated before the rest of it was read (the last line captured was cut)"
+	}
+	return true, c.gap(ctx, l.ts, record.GapRotated, detail)
+}
+
 // maybeRotated records, for a run never followed, a gap before its first line once the file read
 // comes within a tenth of the node's rotation size: the node may have rotated older output away.
 // The check is over (unfollowed is cleared) once that is recorded.
@@ -496,7 +804,7 @@ func (c *capture) maybeRotated(ctx context.Context) error {
 		if err := c.recs.PutGap(ctx, g); err != nil {
 			return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
 		}
-		c.unfollowed = false
+		c.unfollowed, c.startOpen = false, false // one gap before the first line
 	}
 	return nil
 }
@@ -540,7 +848,7 @@ func (c *capture) compress(empty bool) error {
 // gap records that output after the durable position and before `before` (zero: up to the end)
 // is missing.
 func (c *capture) gap(ctx context.Context, before time.Time, reason record.GapReason, detail string) error {
-	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, After: c.segLast, Before: before, Reason: reason, Detail: detail}
+	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, After: c.segPos.max, Before: before, Reason: reason, Detail: detail}
 	if err := c.recs.PutGap(ctx, g); err != nil {
 		return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
 	}
@@ -552,6 +860,9 @@ func (c *capture) flush(ctx context.Context) error {
 	if !c.segPending {
 		return nil
 	}
+	if err := c.judgeStart(ctx); err != nil {
+		return err
+	}
 	if err := c.compress(false); err != nil {
 		return err
 	}
@@ -560,56 +871,123 @@ func (c *capture) flush(ctx context.Context) error {
 	if err := c.store.Put(ctx, key, bytes.NewReader(c.buf.Bytes()), objstore.PutOptions{ContentType: "application/gzip"}); err != nil {
 		return fmt.Errorf("store segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
-	state, err := c.segHash.(encoding.BinaryMarshaler).MarshalBinary()
+	state, err := encodeState(c.segHash, c.segPos)
 	if err != nil {
 		return err
 	}
 	s := record.Segment{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Seq: c.seq, ObjectKey: key,
-		StoredBytes: stored, Bytes: c.segBytes, TotalBytes: c.total + c.segBytes, LastTime: c.segLast, LastTimeLines: c.segLines, HashState: state}
+		StoredBytes: stored, Bytes: c.segBytes, TotalBytes: c.total + c.segBytes, LastTime: c.segPos.max, LastTimeLines: c.segPos.maxLines, HashState: state}
 	if err := c.recs.PutSegment(ctx, s); err != nil {
 		return fmt.Errorf("record segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
-	c.seq, c.total, c.last, c.lastLines, c.hash = c.seq+1, s.TotalBytes, c.segLast, c.segLines, c.segHash
+	c.seq, c.total, c.pos, c.hash = c.seq+1, s.TotalBytes, c.segPos, c.segHash
 	c.reset()
 	return nil
 }
 
-// readLines parses a timestamped log stream into lines, sending each on out. A line's content is
-// read whole, so memory holds one line at a time.
-func readLines(ctx context.Context, r io.Reader, out chan<- line) error {
-	br := bufio.NewReaderSize(r, 16<<10)
-	for {
-		ts, err := br.ReadString(' ')
-		if err == io.EOF && ts == "" {
-			return nil
-		}
+// readLines parses a timestamped log stream into pieces of lines of at most pieceSize bytes,
+// sending each on out, so memory holds one piece at a time whatever the lines' length. A stream
+// opened from a position (resumed) may start inside a line: the kubelet's reader filters each
+// record by sinceTime and prefixes only a line's first record, so the later records of a line
+// split across the second are sent without timestamp. That lead, before the first timestamp, is
+// part of a line captured already and skipped; a stream that holds nothing else is an error (the
+// node's reader writes its errors into the stream).
+func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) error {
+	br := bufio.NewReaderSize(r, pieceSize)
+	if resumed {
+		lead, err := skipLead(br)
 		if err != nil {
-			return err // a stream cut inside a timestamp: treated as broken
-		}
-		t, err := time.Parse(time.RFC3339Nano, ts[:len(ts)-1])
-		if err != nil {
-			// The node's reader writes its errors into the stream once it has started it.
-			rest, _ := br.Peek(min(br.Buffered(), 200))
-			text, _, _ := strings.Cut(ts+string(rest), "\n")
-			return fmt.Errorf("log line without timestamp (an error of the node's log reader, or timestamps=true not asked): %q", text)
-		}
-		data, err := br.ReadBytes('\n')
-		l := line{ts: t, data: data, fileBytes: len(ts) + len("stdout F ") + len(data)}
-		switch {
-		case err == io.EOF:
-			l.partial = true
-		case err != nil:
 			return err
 		}
-		select {
-		case out <- l:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if l.partial {
-			return nil
+		if _, err := br.Peek(1); err == io.EOF && lead != "" {
+			return noTimestamp(lead)
 		}
 	}
+	for {
+		tsb, err := br.ReadSlice(' ')
+		if err == io.EOF && len(tsb) == 0 {
+			return nil
+		}
+		var t time.Time
+		if err == nil {
+			t, err = time.Parse(time.RFC3339Nano, string(tsb[:len(tsb)-1]))
+		}
+		if err != nil {
+			rest, _ := br.Peek(min(br.Buffered(), 200))
+			text, _, _ := strings.Cut(string(tsb)+string(rest), "\n")
+			return noTimestamp(text)
+		}
+		fileBytes := len(tsb) + len("stdout F ")
+		for start := true; ; start = false {
+			data, err := br.ReadSlice('\n')
+			l := line{ts: t, data: bytes.Clone(data), start: start, fileBytes: fileBytes + len(data)}
+			fileBytes = 0
+			switch err {
+			case nil:
+				l.end = true
+			case bufio.ErrBufferFull:
+			case io.EOF:
+				l.end, l.partial = true, true
+			default:
+				return err
+			}
+			select {
+			case out <- l:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if l.partial {
+				return nil
+			}
+			if l.end {
+				break
+			}
+		}
+	}
+}
+
+// tsMax is the longest timestamp pods/log writes (RFC 3339 with nanoseconds and a zone offset).
+const tsMax = len("2006-01-02T15:04:05.999999999-07:00")
+
+// skipLead skips the start of a stream up to its first newline unless it starts with a timestamp
+// and a space, and returns the start of what it skipped (empty: nothing).
+func skipLead(br *bufio.Reader) (string, error) {
+	for n := 1; ; n = br.Buffered() + 1 {
+		head, err := br.Peek(min(n, tsMax+1))
+		if len(head) == 0 {
+			return "", nil // an empty stream
+		}
+		sp, nl := bytes.IndexByte(head, ' '), bytes.IndexByte(head, '\n')
+		switch {
+		case sp >= 0 && (nl < 0 || sp < nl):
+			if _, perr := time.Parse(time.RFC3339Nano, string(head[:sp])); perr == nil {
+				return "", nil
+			}
+		case nl < 0 && len(head) <= tsMax && err == nil:
+			continue // too short to tell yet
+		}
+		more, _ := br.Peek(min(br.Buffered(), 200))
+		text, _, _ := strings.Cut(string(more), "\n")
+		return text, skipLine(br)
+	}
+}
+
+// skipLine reads past the next newline, or to the end of the stream.
+func skipLine(br *bufio.Reader) error {
+	for {
+		_, err := br.ReadSlice('\n')
+		switch err {
+		case nil, io.EOF:
+			return nil
+		case bufio.ErrBufferFull:
+		default:
+			return err
+		}
+	}
+}
+
+func noTimestamp(text string) error {
+	return fmt.Errorf("log line without timestamp (an error of the node's log reader, or timestamps=true not asked): %q", text)
 }
 
 // Assembled describes a run's log once assembled into one object.
@@ -648,8 +1026,9 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 			return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
 		}
 		last := segs[len(segs)-1]
-		if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(last.HashState); err != nil {
-			return Assembled{}, err
+		var p position
+		if err := decodeState(last.HashState, h, &p); err != nil {
+			return Assembled{}, fmt.Errorf("assemble the log of %s: segment %d: %w", ref, last.Seq, err)
 		}
 		a.Bytes = last.TotalBytes
 	}

@@ -29,21 +29,26 @@ type fakeNode struct {
 	wake    chan struct{}
 	breakCh chan struct{}
 	replay  bool // open follow streams send the current file again from its start
+	opens   int
 }
 
 type fakeLine struct {
 	ts   time.Time
 	data string
+	// partial: a partial record (the runtime split a long line); the next record continues it.
+	partial bool
 }
 
 func newFakeNode() *fakeNode {
 	return &fakeNode{wake: make(chan struct{}), breakCh: make(chan struct{})}
 }
 
-func (n *fakeNode) write(ts time.Time, data string) {
+func (n *fakeNode) write(ts time.Time, data string) { n.writeRecord(fakeLine{ts: ts, data: data}) }
+
+func (n *fakeNode) writeRecord(l fakeLine) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.lines = append(n.lines, fakeLine{ts, data})
+	n.lines = append(n.lines, l)
 	close(n.wake)
 	n.wake = make(chan struct{})
 }
@@ -77,21 +82,31 @@ func (n *fakeNode) Open(ctx context.Context, _ Ref, opts OpenOptions) (io.ReadCl
 	pr, pw := io.Pipe()
 	n.mu.Lock()
 	next, broken := n.current, n.breakCh
+	n.opens++
 	n.mu.Unlock()
 	go func() {
+		// As the kubelet's reader: sinceTime filters each record, and a record gets the timestamp
+		// prefix only if the record before it (filtered or not) ended a line.
+		newLine := true
 		for {
 			n.mu.Lock()
 			if n.replay && opts.Follow {
-				next, n.replay = n.current, false
+				next, n.replay, newLine = n.current, false, true
 			}
 			lines, wake := n.lines[max(next, n.current):], n.wake
 			n.mu.Unlock()
 			for _, l := range lines {
 				next++
+				prefix := newLine
+				newLine = !l.partial
 				if l.ts.Before(since) {
 					continue
 				}
-				if _, err := fmt.Fprintf(pw, "%s %s", l.ts.UTC().Format(time.RFC3339Nano), l.data); err != nil {
+				out := l.data
+				if prefix {
+					out = l.ts.UTC().Format(time.RFC3339Nano) + " " + out
+				}
+				if _, err := io.WriteString(pw, out); err != nil {
 					return
 				}
 			}
@@ -177,6 +192,12 @@ func newRig(t *testing.T) *rig {
 		ref: Ref{Namespace: "ns", Pod: "p", PodUID: "uid", Container: "main"},
 		cfg: Config{SegmentBytes: 300, SegmentAge: 50 * time.Millisecond, Poll: 10 * time.Millisecond, Retry: 20 * time.Millisecond},
 		t0:  time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+}
+
+// writeAt writes a line at ts, expected in the archive.
+func (r *rig) writeAt(ts time.Time, data string) {
+	r.node.write(ts, data)
+	r.want.WriteString(data)
 }
 
 // write writes a line; lost lines are not expected in the archive.
@@ -481,7 +502,7 @@ func TestCaptureStoresAgedSegmentsWhileStreamsBreak(t *testing.T) {
 }
 
 func TestReadLinesReportsTheNodesError(t *testing.T) {
-	err := readLines(t.Context(), strings.NewReader("failed to create fsnotify watcher: too many open files\n"), make(chan line))
+	err := readLines(t.Context(), strings.NewReader("failed to create fsnotify watcher: too many open files\n"), make(chan line), true)
 	if err == nil || !strings.Contains(err.Error(), "failed to create fsnotify watcher: too many open files") {
 		t.Errorf("error %v, want it to hold the node's error text", err)
 	}

@@ -18,12 +18,21 @@ import (
 // The rate is the highest seen in the stream, and each bound is halved for headroom, since the
 // container may have written faster in the files skipped. A container that writes in bursts
 // (a file's worth at once, say) passes both bounds at each of its pauses, so the jump must also be
-// half as long again as the longest pause seen while the stream kept up (forgotten after
-// naturalFor): a skipped file adds its own span to the pause around it. A jump that passes all
+// half as long again as its usual pause (a running average of those seen while the stream kept
+// up, forgotten after naturalFor): a skipped file adds its own span to the pause around it. A jump that passes all
 // three is recorded as a GapMaybeRotated over exactly its time range: output may be missing there,
 // and the record says so. A container that fell silent while its stream lagged looks the same, so
 // the gap says "possibly"; one that wrote more than twice as fast in the skipped files as ever
 // before in the stream can slip through.
+//
+// A stream that keeps up loses output at a rotation too: the reader, at the end of the file and
+// waiting, takes the rename for its cue to open the new file, and what the container wrote to the
+// old one after the reader's last read is never read (under CPU load, a whole chunk of 100 KiB in
+// TestCaptureThroughRotation). So a jump of a stream that kept up is a possible loss as well when
+// a rotation may fall in it (the file holds, by the bytes the stream delivered, within twice the
+// peak rate times the jump of the rotation size) and it is half as long again as every pause the
+// container made while its stream kept up (a chunk lost between two makes one twice as long). This errs toward a gap: a container that pauses longer than ever
+// just as its file fills looks the same.
 type skipWatch struct {
 	maxSize int64 // the nodes' rotation size; 0 turns the watch off
 
@@ -33,9 +42,23 @@ type skipWatch struct {
 	winBytes int64
 	peak     float64 // the highest write rate seen, in bytes (as the node's file holds them) per second
 
-	natural   time.Duration // the longest jump seen while the stream kept up ...
-	naturalAt time.Time     // ... and the timestamp it was seen at
+	natural   time.Duration // the container's usual pause, averaged over those seen while the stream kept up ...
+	naturalAt time.Time     // ... and the timestamp of the last one
+
+	// filePos is how far the node's current file is filled, by the bytes the stream delivered
+	// since it started (from the file's start, or from a resumed position: then an estimate
+	// short by what came before) less a rotation size each time it reaches one.
+	filePos int64
+
+	// minLag is the smallest lag seen, when negative: the node's clock is ahead of the
+	// archiver's by at least that much. Lags are measured from it, so that a clock ahead does not
+	// read as a stream that keeps up; a clock behind makes lags longer, which errs toward a gap.
+	minLag time.Duration
 }
+
+// minPause is the shortest jump taken for a pause of the container (lines written together are
+// stamped microseconds apart).
+const minPause = time.Millisecond
 
 // naturalFor is how long, in the stream's timestamps, a pause seen while the stream kept up counts.
 const naturalFor = 30 * time.Second
@@ -50,7 +73,10 @@ func (w *skipWatch) take(l line, recv time.Time) string {
 		return ""
 	}
 	var why string
-	jump, lag := l.ts.Sub(w.prevTS), w.prevRecv.Sub(w.prevTS)
+	if lag := recv.Sub(l.ts); lag < w.minLag {
+		w.minLag = lag
+	}
+	jump, lag := l.ts.Sub(w.prevTS), w.prevRecv.Sub(w.prevTS)-w.minLag
 	half := float64(w.maxSize) / 2
 	natural := w.natural
 	if l.ts.Sub(w.naturalAt) > naturalFor {
@@ -59,9 +85,18 @@ func (w *skipWatch) take(l line, recv time.Time) string {
 	switch {
 	case w.prevTS.IsZero() || jump <= 0:
 	case w.peak*lag.Seconds() < half:
-		// Kept up: no skip possible here, and the jump is one of the container's own pauses.
-		if jump >= natural {
-			w.natural, w.naturalAt = jump, l.ts
+		// Kept up: no file skipped here, but the rest of the one read may be lost if it rotated.
+		if natural > 0 && jump > natural*3/2 && float64(w.filePos)+2*w.peak*jump.Seconds() >= float64(w.maxSize) {
+			why = fmt.Sprintf("the follow stream kept up, but its timestamps jumped by %s, longer than the container's pauses (%s), where the node may have rotated its file (about %d of %d bytes, at a peak rate of %.0f bytes/s): at a rotation the node's reader leaves unread what was written to the old file after its last read",
+				jump.Round(time.Millisecond), natural.Round(time.Millisecond), w.filePos, w.maxSize, w.peak)
+			w.filePos = 0 // l starts the new file
+		} else if jump >= minPause {
+			// A running average, not the longest: a container's pauses vary (under CPU load its
+			// writes come late), and the longest would hide a lost chunk between two pauses.
+			w.natural, w.naturalAt = (3*natural+jump)/4, l.ts
+			if natural == 0 {
+				w.natural = jump
+			}
 		}
 	case w.peak*jump.Seconds() >= half && jump > natural*3/2:
 		why = fmt.Sprintf("the follow stream was %s behind its container when its timestamps jumped by %s; at the container's peak rate of %.0f bytes/s both could hold a rotated file (%d bytes), and the node's reader skips the files a stream is more than one behind",
@@ -74,6 +109,9 @@ func (w *skipWatch) take(l line, recv time.Time) string {
 	} else if w.winBytes += int64(l.fileBytes); l.ts.Sub(w.winStart) >= rateWindow {
 		w.peak = max(w.peak, float64(w.winBytes)/l.ts.Sub(w.winStart).Seconds())
 		w.winStart, w.winBytes = l.ts, 0
+	}
+	if w.filePos += int64(l.fileBytes); w.filePos >= w.maxSize {
+		w.filePos -= w.maxSize // rotated about here: an overestimate of the new file's fill, toward a gap
 	}
 	w.prevTS, w.prevRecv = l.ts, recv
 	return why

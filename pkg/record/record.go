@@ -243,6 +243,18 @@ const (
 	GapMaybeRotated GapReason = "possibly rotated before read"
 	// GapReleased: an operator released the pod before its log was complete.
 	GapReleased GapReason = "released by operator"
+	// GapUnknownStart: the run's capture began after the run did, with nothing of it stored, and
+	// the first line read may not be the run's first: its earlier output may have been rotated
+	// away before it was read (see the capture package's start rule).
+	GapUnknownStart GapReason = "start unknown"
+	// GapStillRunning: the run was read as ended while its status showed it running (its pod
+	// passed the termination margin, or its node was lost while its kubelet still served logs):
+	// its end may be missing.
+	GapStillRunning GapReason = "truncated: still running at read"
+	// GapOtherRun: a read of the run's log was served another run of the container (it
+	// restarted again in between): those lines are not the run's and were not stored, and the
+	// run's own output from there on was not read.
+	GapOtherRun GapReason = "another run served"
 )
 
 // Gap is a part of a container run's log that is missing from the archive: the output between

@@ -90,21 +90,34 @@ func waitWritten(t *testing.T, s *stack.Rig, rt *testbed.Runtime, pod string, n 
 }
 
 // TestCaptureThroughRotation: a container writes 6 MiB over 6 s while its node rotates the log
-// every 256 KiB and keeps two files; a read at the end would return at most 256 KiB. The archive
-// holds every byte, with no gap.
+// every 256 KiB and keeps two files; a read at the end would return at most 256 KiB. It runs with
+// a busy process per CPU beside it, as on a loaded machine, where a follow stream can fall more
+// than a file behind and the node's reader then skips files (on a quiet machine, before the skip
+// watch erred toward a gap, it lost 205 KB with no gap under load). Every loss is detected: the
+// archive is what was written less some lines, with a recorded gap for each run of lines missing,
+// and the job is archived only if the log is whole.
 func TestCaptureThroughRotation(t *testing.T) {
-	s := stack.NewRig(t, objstore.BackendS3)
+	s := stack.NewRig(t, objstore.BackendS3, "--node-log-max-size=262144") // the skip watch needs the nodes' rotation size
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 256 << 10, MaxFiles: 2})
+	stack.CPUStress(t, 0)
 	out := stack.SteadyOutput("rotating", 60, 100<<10)
 	job, pod := writingJob(t, s, rt, "rotating", "8s", out, 100*time.Millisecond)
 	j := s.WaitArchived(t, job, 3*time.Minute)
 	written := wroteAll(t, s, rt, pod, out)
-	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
-	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
-		t.Errorf("gaps %+v, want none", g)
+	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
+	got, _ := s.ReadLog(t, row.ObjectKey)
+	missing := missingRuns(t, written, got)
+	g := gaps(t, s, string(j.UID))
+	t.Logf("%d of %d bytes archived; missing: %v; gaps: %+v", len(got), len(written), missing, g)
+	if len(g) < len(missing) {
+		t.Errorf("%d run(s) of lines missing from the archive, but %d gap(s) recorded", len(missing), len(g))
 	}
-	if row, err := s.Records.Job(t.Context(), string(j.UID)); err != nil || row.ArchiveState != record.ArchiveArchived {
-		t.Errorf("job row %s (%v), want archived", row.ArchiveState, err)
+	jr, err := s.Records.Job(t.Context(), string(j.UID))
+	if err != nil || (jr.ArchiveState == record.ArchiveArchived) != (len(g) == 0) {
+		t.Errorf("job row %s (%v) with %d gap(s), want archived exactly when there is none", jr.ArchiveState, err, len(g))
+	}
+	if len(g) == 0 {
+		s.CheckLog(t, row, written)
 	}
 	// Each followed line's lag is observed: the early warning of a stream falling a file behind.
 	if m := regexp.MustCompile(`(?m)^jobvault_archiver_capture_lag_seconds_count (\d+)`).FindStringSubmatch(s.Metrics(t)); m == nil || m[1] == "0" {
