@@ -716,10 +716,12 @@ func (c *capture) classify(ctx context.Context, l line) (bool, error) {
 		}
 		c.replayAt = -1
 	}
-	if !l.ts.After(c.segPos.max) {
+	if !l.ts.After(c.segPos.max) && l.ts.Before(c.segPos.last) {
 		// The node's reader replays the current file from its start when it takes a stale event
 		// for a rotation: a line captured already, by its fingerprint, starts a replay. A line
-		// merely stamped earlier is new.
+		// merely stamped earlier is new. A replay starts a step back in time from the line the
+		// stream gave last; a line stamped alike is the next of a run of lines stamped alike (CRI-O
+		// stamps every line of one read alike) and new, even if it reads as one captured.
 		if j := c.seen.find(l, 0); j >= 0 {
 			return c.again(j), nil
 		}
