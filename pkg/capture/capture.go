@@ -207,6 +207,14 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		if !errors.Is(err, errOver) {
 			c.reopening(ctx, err)
 		}
+		if se := (*streamError)(nil); errors.As(err, &se) && se.cause == "store" {
+			// A segment was not stored or not recorded, so what is durable is uncertain: a record
+			// whose reply was lost is durable. Filling the segment on and storing it again under
+			// its number would leave a row that describes other bytes than its object holds, and
+			// the segment would grow while the store is down. The caller runs the capture again,
+			// from what is recorded.
+			return nil, err
+		}
 		// follow honours the segment's age only while its stream stays open.
 		if err := c.flushAged(ctx); err != nil {
 			return nil, err
