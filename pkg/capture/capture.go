@@ -604,8 +604,11 @@ func (c *capture) add(ctx context.Context, l line) error {
 			c.firstTime = l.ts
 		}
 		c.fileBytes += int64(l.fileBytes)
-		if err := c.maybeRotated(ctx); err != nil || c.unfollowed {
+		if err := c.maybeRotated(ctx, false); err != nil {
 			return err
+		}
+		if c.unfollowed {
+			return c.fitMemory(ctx) // held back whole, within the budget (see fitMemory)
 		}
 	}
 	if c.segBytes >= c.cfg.SegmentBytes {
@@ -806,11 +809,19 @@ func (c *capture) resumed(ctx context.Context, l line) (bool, error) {
 // maybeRotated records, for a run never followed, a gap before its first line once the file read
 // comes within a tenth of the node's rotation size: the node may have rotated older output away.
 // The check is over (unfollowed is cleared) once that is recorded.
-func (c *capture) maybeRotated(ctx context.Context) error {
-	if c.fileBytes >= c.cfg.NodeLogMaxSize-c.cfg.NodeLogMaxSize/10 {
+//
+// With short, the capture memory (Config.Memory) cannot hold the run back any longer: the gap is
+// recorded without knowing, so that the segment can be stored.
+func (c *capture) maybeRotated(ctx context.Context, short bool) error {
+	detail := fmt.Sprintf("read only after it ended (never followed); its current file held %d bytes or more, close to the node's rotation size of %d: older files may have been rotated away",
+		c.fileBytes, c.cfg.NodeLogMaxSize)
+	if short {
+		detail = fmt.Sprintf("read only after it ended (never followed); the archiver's capture memory was short before its current file (%d bytes read) could be told whole or not: older files may have been rotated away",
+			c.fileBytes)
+	}
+	if short || c.fileBytes >= c.cfg.NodeLogMaxSize-c.cfg.NodeLogMaxSize/10 {
 		g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.firstTime, Reason: record.GapMaybeRotated,
-			Detail: fmt.Sprintf("read only after it ended (never followed); its current file held %d bytes or more, close to the node's rotation size of %d: older files may have been rotated away",
-				c.fileBytes, c.cfg.NodeLogMaxSize)}
+			Detail: detail}
 		if err := c.recs.PutGap(ctx, g); err != nil {
 			return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
 		}
