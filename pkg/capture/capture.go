@@ -183,12 +183,12 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		}
 		if end.Terminated {
 			// Its log is complete: read it once, then only watch for the run to be over.
-			if !c.drained {
+			if !c.drained && !c.readToEnd(end) {
 				if err := c.read(ctx, src, false); err != nil {
 					return nil, err
 				}
-				c.drained = true
 			}
+			c.drained = true
 			if err := c.flushAged(ctx); err != nil {
 				return nil, err
 			}
@@ -203,6 +203,9 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		err = c.follow(ctx, src, over)
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if err == nil {
+			c.cleanOpen = opened
 		}
 		if !errors.Is(err, errOver) {
 			c.reopening(ctx, err)
@@ -292,6 +295,9 @@ type capture struct {
 	watch skipWatch
 	// drained: the run's container terminated and its log was read to its end (End.Terminated).
 	drained bool
+	// cleanOpen is when the last follow stream that the node ended cleanly was opened (see
+	// readToEnd).
+	cleanOpen time.Time
 	// ends is when the run's lines end, from its container's finish (zero: not known yet), and
 	// otherRun says that a read was served another run's lines past it (see observe).
 	ends     time.Time
@@ -466,7 +472,7 @@ func (c *capture) flushAged(ctx context.Context) error {
 // writes the last segment, or the whole log when nothing of it was stored yet (see Capture).
 func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, error) {
 	c.observe(end)
-	if !c.drained {
+	if !c.drained && !c.readToEnd(end) {
 		if err := c.read(ctx, src, end.Previous); err != nil {
 			return nil, err
 		}
@@ -484,8 +490,30 @@ func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, 
 	return nil, c.flush(ctx)
 }
 
-// read reads the rest of an ended run's log without follow.
+// readToEnd reports whether a follow stream already read the ended run to its end: one the node
+// ended cleanly, opened after the run finished (FinishedAt has whole seconds: a second after it),
+// read a file that no longer grew to its end, as a read without follow would. It spares that read,
+// which a real kubelet cannot answer once it removed the container, seconds after a deleted pod's
+// containers stop. Only for the container's last run: after a restart a stream serves the next.
+func (c *capture) readToEnd(end End) bool {
+	return !end.Previous && !end.FinishedAt.IsZero() && c.cleanOpen.After(end.FinishedAt.Add(time.Second))
+}
+
+// read reads the rest of an ended run's log without follow. When the read fails, what it read is
+// stored first (unless the run is held back whole, see maybeRotated): the caller records the rest
+// as a gap once it gives up, and a line read is never thrown away.
 func (c *capture) read(ctx context.Context, src Source, previous bool) error {
+	err := c.readRest(ctx, src, previous)
+	var unread *ReadError
+	if errors.As(err, &unread) && !c.unfollowed {
+		if ferr := c.flush(ctx); ferr != nil {
+			return ferr
+		}
+	}
+	return err
+}
+
+func (c *capture) readRest(ctx context.Context, src Source, previous bool) error {
 	rc, err := c.open(ctx, src, OpenOptions{Previous: previous})
 	if err != nil {
 		return &ReadError{Ref: c.ref, Err: err}
