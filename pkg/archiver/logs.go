@@ -234,8 +234,10 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 				gap, detail = record.GapReleased, fmt.Sprintf("%s (log unreadable: %v)", released, unread.Err)
 			case nodeLost != "":
 				gap, detail = record.GapNodeLost, fmt.Sprintf("%s (log unreadable: %v)", nodeLost, unread.Err)
-			case strings.Contains(unread.Err.Error(), "no such file or directory"):
-				// The kubelet's reader found no file: its container GC removed the logs.
+			case strings.Contains(unread.Err.Error(), "no such file or directory"),
+				strings.Contains(unread.Err.Error(), "unable to retrieve container logs for"):
+				// The kubelet's reader found no file, or the kubelet no container (it answers 200
+				// with that text as the body): its container GC removed the logs.
 				gap, detail = record.GapCollected, unread.Err.Error()
 			case r.Clock.Since(due) >= r.LogDeadline:
 				gap, detail = record.GapUnreadable, fmt.Sprintf("deadline of %s passed: %v", r.LogDeadline, unread.Err)

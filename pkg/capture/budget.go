@@ -84,6 +84,13 @@ func (c *capture) fitMemory(ctx context.Context) error {
 	size := min(max(2*c.buf.Cap(), c.buf.Len()+segmentHeadroom), int(c.cfg.SegmentBytes)+segmentHeadroom)
 	size = max(size, c.buf.Len()+segmentHeadroom)
 	if !b.grow(&c.held, c.beyondFloor(size)-c.held) {
+		if c.unfollowed {
+			// A run read only after its end is held back until its gap is known (maybeRotated):
+			// the budget decides for it.
+			if err := c.maybeRotated(ctx, true); err != nil {
+				return err
+			}
+		}
 		if err := c.flush(ctx); err != nil {
 			return err
 		}

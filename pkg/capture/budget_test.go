@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // randomLine is a line of n-1 incompressible bytes and a newline.
@@ -81,5 +83,37 @@ func TestBudgetBoundsSegmentsOfAllCaptures(t *testing.T) {
 	}
 	if used := budget.Used(); used != 0 {
 		t.Errorf("%d bytes still held once every capture ended, want 0", used)
+	}
+}
+
+// TestBudgetBoundsARunReadAfterItEnded: a run read only after it ended is held back whole until it
+// is known whether its start may have been rotated away (up to nine tenths of the node's rotation
+// size). The budget bounds that too: when it is short, the run gets its "possibly rotated" gap at
+// once and its segments are stored early; every byte is archived.
+func TestBudgetBoundsARunReadAfterItEnded(t *testing.T) {
+	const limit = 256 << 10
+	budget := NewBudget(limit)
+	r := newRig(t)
+	r.cfg.SegmentBytes, r.cfg.SegmentAge, r.cfg.Memory, r.cfg.NodeLogMaxSize = 8<<20, time.Hour, budget, 64<<20
+	rng := rand.NewChaCha8([32]byte{7})
+	for n := 0; n < 2<<20; n += 4 << 10 {
+		r.write(randomLine(rng, 4<<10), false)
+	}
+	r.node.mu.Lock()
+	r.node.over = true // ended before its capture began
+	r.node.mu.Unlock()
+	done := r.start(t.Context())
+	if err := <-done; err != nil {
+		t.Fatalf("Capture: %v", err)
+	}
+	r.check(t)
+	if r.segments() < 2 {
+		t.Errorf("stored %d segments, want several: the 2 MiB read do not fit the budget of %d", r.segments(), limit)
+	}
+	if len(r.recs.gaps) != 1 || r.recs.gaps[0].Reason != record.GapMaybeRotated {
+		t.Errorf("gaps %+v, want one %q gap before the run's first line", r.recs.gaps, record.GapMaybeRotated)
+	}
+	if used := budget.Used(); used != 0 {
+		t.Errorf("%d bytes still held once the capture ended, want 0", used)
 	}
 }

@@ -183,12 +183,12 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		}
 		if end.Terminated {
 			// Its log is complete: read it once, then only watch for the run to be over.
-			if !c.drained {
+			if !c.drained && !c.readToEnd(end) {
 				if err := c.read(ctx, src, false); err != nil {
 					return nil, err
 				}
-				c.drained = true
 			}
+			c.drained = true
 			if err := c.flushAged(ctx); err != nil {
 				return nil, err
 			}
@@ -204,8 +204,19 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if err == nil {
+			c.cleanOpen = opened
+		}
 		if !errors.Is(err, errOver) {
 			c.reopening(ctx, err)
+		}
+		if se := (*streamError)(nil); errors.As(err, &se) && se.cause == "store" {
+			// A segment was not stored or not recorded, so what is durable is uncertain: a record
+			// whose reply was lost is durable. Filling the segment on and storing it again under
+			// its number would leave a row that describes other bytes than its object holds, and
+			// the segment would grow while the store is down. The caller runs the capture again,
+			// from what is recorded.
+			return nil, err
 		}
 		// follow honours the segment's age only while its stream stays open.
 		if err := c.flushAged(ctx); err != nil {
@@ -284,6 +295,9 @@ type capture struct {
 	watch skipWatch
 	// drained: the run's container terminated and its log was read to its end (End.Terminated).
 	drained bool
+	// cleanOpen is when the last follow stream that the node ended cleanly was opened (see
+	// readToEnd).
+	cleanOpen time.Time
 	// ends is when the run's lines end, from its container's finish (zero: not known yet), and
 	// otherRun says that a read was served another run's lines past it (see observe).
 	ends     time.Time
@@ -458,7 +472,7 @@ func (c *capture) flushAged(ctx context.Context) error {
 // writes the last segment, or the whole log when nothing of it was stored yet (see Capture).
 func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, error) {
 	c.observe(end)
-	if !c.drained {
+	if !c.drained && !c.readToEnd(end) {
 		if err := c.read(ctx, src, end.Previous); err != nil {
 			return nil, err
 		}
@@ -476,8 +490,30 @@ func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, 
 	return nil, c.flush(ctx)
 }
 
-// read reads the rest of an ended run's log without follow.
+// readToEnd reports whether a follow stream already read the ended run to its end: one the node
+// ended cleanly, opened after the run finished (FinishedAt has whole seconds: a second after it),
+// read a file that no longer grew to its end, as a read without follow would. It spares that read,
+// which a real kubelet cannot answer once it removed the container, seconds after a deleted pod's
+// containers stop. Only for the container's last run: after a restart a stream serves the next.
+func (c *capture) readToEnd(end End) bool {
+	return !end.Previous && !end.FinishedAt.IsZero() && c.cleanOpen.After(end.FinishedAt.Add(time.Second))
+}
+
+// read reads the rest of an ended run's log without follow. When the read fails, what it read is
+// stored first (unless the run is held back whole, see maybeRotated): the caller records the rest
+// as a gap once it gives up, and a line read is never thrown away.
 func (c *capture) read(ctx context.Context, src Source, previous bool) error {
+	err := c.readRest(ctx, src, previous)
+	var unread *ReadError
+	if errors.As(err, &unread) && !c.unfollowed {
+		if ferr := c.flush(ctx); ferr != nil {
+			return ferr
+		}
+	}
+	return err
+}
+
+func (c *capture) readRest(ctx context.Context, src Source, previous bool) error {
 	rc, err := c.open(ctx, src, OpenOptions{Previous: previous})
 	if err != nil {
 		return &ReadError{Ref: c.ref, Err: err}
@@ -596,8 +632,11 @@ func (c *capture) add(ctx context.Context, l line) error {
 			c.firstTime = l.ts
 		}
 		c.fileBytes += int64(l.fileBytes)
-		if err := c.maybeRotated(ctx); err != nil || c.unfollowed {
+		if err := c.maybeRotated(ctx, false); err != nil {
 			return err
+		}
+		if c.unfollowed {
+			return c.fitMemory(ctx) // held back whole, within the budget (see fitMemory)
 		}
 	}
 	if c.segBytes >= c.cfg.SegmentBytes {
@@ -716,10 +755,12 @@ func (c *capture) classify(ctx context.Context, l line) (bool, error) {
 		}
 		c.replayAt = -1
 	}
-	if !l.ts.After(c.segPos.max) {
+	if !l.ts.After(c.segPos.max) && l.ts.Before(c.segPos.last) {
 		// The node's reader replays the current file from its start when it takes a stale event
 		// for a rotation: a line captured already, by its fingerprint, starts a replay. A line
-		// merely stamped earlier is new.
+		// merely stamped earlier is new. A replay starts a step back in time from the line the
+		// stream gave last; a line stamped alike is the next of a run of lines stamped alike (CRI-O
+		// stamps every line of one read alike) and new, even if it reads as one captured.
 		if j := c.seen.find(l, 0); j >= 0 {
 			return c.again(j), nil
 		}
@@ -796,11 +837,19 @@ func (c *capture) resumed(ctx context.Context, l line) (bool, error) {
 // maybeRotated records, for a run never followed, a gap before its first line once the file read
 // comes within a tenth of the node's rotation size: the node may have rotated older output away.
 // The check is over (unfollowed is cleared) once that is recorded.
-func (c *capture) maybeRotated(ctx context.Context) error {
-	if c.fileBytes >= c.cfg.NodeLogMaxSize-c.cfg.NodeLogMaxSize/10 {
+//
+// With short, the capture memory (Config.Memory) cannot hold the run back any longer: the gap is
+// recorded without knowing, so that the segment can be stored.
+func (c *capture) maybeRotated(ctx context.Context, short bool) error {
+	detail := fmt.Sprintf("read only after it ended (never followed); its current file held %d bytes or more, close to the node's rotation size of %d: older files may have been rotated away",
+		c.fileBytes, c.cfg.NodeLogMaxSize)
+	if short {
+		detail = fmt.Sprintf("read only after it ended (never followed); the archiver's capture memory was short before its current file (%d bytes read) could be told whole or not: older files may have been rotated away",
+			c.fileBytes)
+	}
+	if short || c.fileBytes >= c.cfg.NodeLogMaxSize-c.cfg.NodeLogMaxSize/10 {
 		g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.firstTime, Reason: record.GapMaybeRotated,
-			Detail: fmt.Sprintf("read only after it ended (never followed); its current file held %d bytes or more, close to the node's rotation size of %d: older files may have been rotated away",
-				c.fileBytes, c.cfg.NodeLogMaxSize)}
+			Detail: detail}
 		if err := c.recs.PutGap(ctx, g); err != nil {
 			return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
 		}

@@ -59,3 +59,23 @@ func TestCaptureResumesAfterALineSplitAcrossASecond(t *testing.T) {
 		t.Errorf("gaps %+v, want none", r.recs.gaps)
 	}
 }
+
+// TestCaptureKeepsRepeatedLines: lines alike in timestamp and content are distinct lines of a live
+// stream (CRI-O stamps every line of one read alike; a container prints the same empty or
+// progress line twice), not a replay of the node's reader, which starts over from the file's
+// first line, stamped before the line the stream gave last. Every one is stored.
+func TestCaptureKeepsRepeatedLines(t *testing.T) {
+	r := newRig(t)
+	done := r.start(t.Context())
+	at := r.t0.Add(time.Microsecond)
+	for _, s := range []string{"first\n", "\n", "\n", "progress\n", "tick\n", "progress\n", "\n"} {
+		r.writeAt(at, s)
+	}
+	r.writeAt(r.t0.Add(2*time.Microsecond), "last\n")
+	time.Sleep(100 * time.Millisecond)
+	r.end(t, done)
+	r.check(t)
+	if len(r.recs.gaps) != 0 {
+		t.Errorf("gaps %+v, want none", r.recs.gaps)
+	}
+}

@@ -66,7 +66,7 @@ func TestHostileNamespaceNeitherStarvesNorExhaustsTheArchiver(t *testing.T) {
 	for i := range hostiles {
 		rt.Run(t, hostile, testbed.PodName(floodJob.Name, "w", i), map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{flood}, Every: 60 * time.Millisecond}})
 	}
-	stack.CreateAs(t, env, "mallory", floodJob)
+	stack.CreateAs(t, env, "flooder", floodJob)
 	deadline := time.Now().Add(time.Minute)
 	for env.LogStreams(t) < slots {
 		if time.Now().After(deadline) {
