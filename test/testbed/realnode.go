@@ -334,7 +334,7 @@ func (n *RealNode) Collected(ns, pod, uid string) bool {
 // Workload is what a container of the workload image (test/workload) does: it writes Bytes over
 // For, a chunk every Every (100 ms if 0), in lines whose lengths cycle through Lines (100 bytes if
 // empty), to Stream ("stdout", "stderr" or "both", alternating lines; stdout if empty), the last
-// line without its newline if NoFinalNewline; then it stays running for Hold and exits with Exit
+// line without its newline if NoFinalNewline, after Delay of quiet; then it stays running for Hold and exits with Exit
 // (only its first ExitRuns runs if ExitRuns > 0, later runs with 0: a crash loop that ends).
 // On SIGTERM it writes TermBytes over TermFor and exits with TermExit (143 if 0).
 type Workload struct {
@@ -344,6 +344,7 @@ type Workload struct {
 	Stream         string
 	NoFinalNewline bool
 	Hold           time.Duration
+	Delay          time.Duration
 	Exit           int
 	ExitRuns       int
 	TermBytes      int64
@@ -354,7 +355,7 @@ type Workload struct {
 // args are the workload program's flags for w in the container named name.
 func (w Workload) args(name string) []string {
 	a := []string{"-name=" + name, "-bytes=" + strconv.FormatInt(w.Bytes, 10), "-for=" + w.For.String(),
-		"-hold=" + w.Hold.String(), "-exit=" + strconv.Itoa(w.Exit),
+		"-hold=" + w.Hold.String(), "-delay=" + w.Delay.String(), "-exit=" + strconv.Itoa(w.Exit),
 		"-term-bytes=" + strconv.FormatInt(w.TermBytes, 10), "-term-for=" + w.TermFor.String()}
 	if w.Every > 0 {
 		a = append(a, "-every="+w.Every.String())

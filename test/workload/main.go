@@ -39,7 +39,7 @@ type config struct {
 	bytes, termBytes       int64
 	lines                  []int
 	every, runFor, termFor time.Duration
-	hold                   time.Duration
+	hold, delay            time.Duration
 	noFinalNewline         bool
 	exit, termExit         int
 	exitRuns               int
@@ -73,6 +73,7 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.runFor, "for", 0, "spread the run's bytes over this long (0: all at once)")
 	fs.DurationVar(&c.every, "every", 100*time.Millisecond, "write a chunk this often")
 	fs.BoolVar(&c.noFinalNewline, "no-final-newline", false, "leave the run's last line without its newline")
+	fs.DurationVar(&c.delay, "delay", 0, "stay quiet this long before writing (a container that starts its output late)")
 	fs.DurationVar(&c.hold, "hold", 0, "keep running this long after writing (until SIGTERM)")
 	fs.IntVar(&c.exit, "exit", 0, "exit code at the end of the run")
 	fs.IntVar(&c.exitRuns, "exit-runs", -1, "only the first this many runs exit with -exit, later ones with 0 (a crash loop that ends; -1: every run)")
@@ -139,6 +140,11 @@ func newWriter(cfg config) (*writer, error) {
 // run writes the run's output, holds, and returns the exit code; SIGTERM at any point switches to
 // the shutdown output.
 func (w *writer) run(term <-chan os.Signal) int {
+	select {
+	case <-term:
+		return w.shutdown()
+	case <-time.After(w.cfg.delay):
+	}
 	if w.phase("run", w.cfg.bytes, w.cfg.runFor, !w.cfg.noFinalNewline, term) {
 		return w.shutdown()
 	}

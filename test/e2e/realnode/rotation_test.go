@@ -35,8 +35,12 @@ func TestRealNodeRotation(t *testing.T) {
 	g := gaps(t, s, string(j.UID))
 	got, _ := s.ReadLog(t, row.ObjectKey)
 	if bytes.Equal(got, written) {
-		if len(g) != 0 {
-			t.Errorf("archive exact, yet gaps recorded: %+v", g)
+		// The detection errs toward a gap (a capture that opened after output began cannot prove
+		// it has the run's start; a jump in a stream that kept up may hide a rotation): gaps on
+		// an exact archive are its false alarms, which release the job instead of archiving it.
+		t.Logf("archive exact; gaps recorded all the same (false alarms): %+v", g)
+		if jr, err := s.Records.Job(t.Context(), string(j.UID)); len(g) > 0 && (err != nil || jr.ArchiveState != record.ArchiveReleased) {
+			t.Errorf("job row %s (%v): with gaps, want released", jr.ArchiveState, err)
 		}
 		return
 	}
