@@ -253,3 +253,36 @@ func (s *Rig) Keys(t testing.TB, prefix string) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// Gaps returns the gaps recorded in the logs of the job.
+func (s *Rig) Gaps(t testing.TB, jobUID string) []record.Gap {
+	t.Helper()
+	g, err := s.Records.Gaps(t.Context(), jobUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// WaitPodGone watches the rig's pod name until it is gone, and fails the test if it was released
+// (its pod finalizer removed) while its first container still ran. It returns the pod as last seen.
+func (s *Rig) WaitPodGone(t testing.TB, name string, timeout time.Duration) corev1.Pod {
+	t.Helper()
+	var last corev1.Pod
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+		var p corev1.Pod
+		err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p)
+		if apierrors.IsNotFound(err) {
+			return last
+		}
+		if err == nil {
+			if !controllerutil.ContainsFinalizer(&p, tracking.PodFinalizer) && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Terminated == nil {
+				t.Fatalf("pod released while its container still ran (%+v)", p.Status.ContainerStatuses[0].State)
+			}
+			last = p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod not gone within %s (phase %s)", timeout, last.Status.Phase)
+		}
+	}
+}

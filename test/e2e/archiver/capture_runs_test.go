@@ -27,7 +27,7 @@ func TestCaptureFastCrashLoopKeepsEachRunsOwnLines(t *testing.T) {
 	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: runs, Every: 50 * time.Millisecond}})
 	stack.CreateAs(t, s.Env, "erin", job)
 	j := s.WaitArchived(t, job, 3*time.Minute)
-	all := gaps(t, s, string(j.UID))
+	all := s.Gaps(t, string(j.UID))
 	for run := range int32(7) {
 		instance := record.InstanceCurrent
 		if run < 6 {

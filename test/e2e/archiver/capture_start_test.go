@@ -32,13 +32,13 @@ func TestCaptureMarksALateStartUnknown(t *testing.T) {
 		t.Errorf("archived %d of %d bytes written, want the end of them, without the first 200 KiB or more", len(got), len(written))
 	}
 	var unknown []record.Gap
-	for _, g := range gaps(t, s, string(j.UID)) {
+	for _, g := range s.Gaps(t, string(j.UID)) {
 		if g.Reason == record.GapUnknownStart {
 			unknown = append(unknown, g)
 		}
 	}
 	if len(unknown) != 1 || !unknown[0].After.IsZero() || unknown[0].Before.IsZero() {
-		t.Errorf("gaps %+v, want one %q gap before the first line read", gaps(t, s, string(j.UID)), record.GapUnknownStart)
+		t.Errorf("gaps %+v, want one %q gap before the first line read", s.Gaps(t, string(j.UID)), record.GapUnknownStart)
 	}
 	jr, err := s.Records.Job(t.Context(), string(j.UID))
 	if err != nil || jr.ArchiveState != record.ArchiveReleased || !strings.Contains(jr.ReleaseReason, string(record.GapUnknownStart)) {

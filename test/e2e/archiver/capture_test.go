@@ -46,15 +46,6 @@ func logRow(t *testing.T, s *stack.Rig, jobUID, container, instance string) reco
 	return record.LogObject{}
 }
 
-func gaps(t *testing.T, s *stack.Rig, jobUID string) []record.Gap {
-	t.Helper()
-	g, err := s.Records.Gaps(t.Context(), jobUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
 // writingJob submits, as erin, a one-pod job named name whose container writes out, one chunk
 // every every, for runsFor before it completes; it returns the job and its pod's name.
 func writingJob(t *testing.T, s *stack.Rig, rt *testbed.Runtime, name, runsFor string, out []testbed.Chunk, every time.Duration) (*batchv1alpha1.Job, string) {
@@ -107,7 +98,7 @@ func TestCaptureThroughRotation(t *testing.T) {
 	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
 	got, _ := s.ReadLog(t, row.ObjectKey)
 	missing := missingRuns(t, written, got)
-	g := gaps(t, s, string(j.UID))
+	g := s.Gaps(t, string(j.UID))
 	t.Logf("%d of %d bytes archived; missing: %v; gaps: %+v", len(got), len(written), missing, g)
 	if len(g) < len(missing) {
 		t.Errorf("%d run(s) of lines missing from the archive, but %d gap(s) recorded", len(missing), len(g))
@@ -155,7 +146,7 @@ func TestCaptureThroughRotationAtScale(t *testing.T) {
 		p := commonPrefix(got, written)
 		t.Errorf("archived %d of %d bytes written: they agree on the first %d and the last %d", len(got), len(written), p, commonSuffix(got[p:], written[p:]))
 	}
-	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+	if g := s.Gaps(t, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
 	}
 }
@@ -182,25 +173,7 @@ func TestCaptureGracePeriodTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Watch the pod until it is gone: its finalizer must hold it until its container terminated.
-	var last corev1.Pod
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var p corev1.Pod
-		err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: pod}, &p)
-		if apierrors.IsNotFound(err) {
-			break
-		}
-		if err == nil {
-			if !controllerutil.ContainsFinalizer(&p, tracking.PodFinalizer) && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Terminated == nil {
-				t.Fatalf("pod released while its container still ran (%+v)", p.Status.ContainerStatuses[0].State)
-			}
-			last = p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod not gone within 2 minutes (phase %s)", last.Status.Phase)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	last := s.WaitPodGone(t, pod, 2*time.Minute)
 	written := rt.Written(s.NS, pod, "main", 0)
 	if !bytes.Contains(written, []byte("checkpoint 6 of 6")) {
 		t.Fatalf("the container wrote %q: not its whole shutdown output within its grace period", written)
@@ -224,7 +197,7 @@ func TestCaptureSurvivesArchiverKill(t *testing.T) {
 	s.Start(t)
 	j := s.WaitArchived(t, job, 3*time.Minute)
 	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), rt.Written(s.NS, pod, "main", 0))
-	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+	if g := s.Gaps(t, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none: nothing was rotated away", g)
 	}
 }
@@ -302,7 +275,7 @@ func TestCaptureRecordsGapWhenDown(t *testing.T) {
 		t.Errorf("archived %d of %d bytes written: %d of them the start, %d the end; want the start and the end, less what rotated away while it was down",
 			len(got), len(written), p, q)
 	}
-	g := gaps(t, s, string(j.UID))
+	g := s.Gaps(t, string(j.UID))
 	if len(g) != 1 || g[0].Reason != record.GapRotated || !g[0].Before.After(g[0].After) {
 		t.Errorf("gaps %+v, want one rotated-away range", g)
 	}
@@ -351,7 +324,7 @@ func TestCaptureRecordsSkippedFilesAsGap(t *testing.T) {
 	if len(missing) == 0 {
 		t.Fatalf("all %d bytes archived: the stream never fell a file behind, so the test's timing is off", len(written))
 	}
-	g := gaps(t, s, string(j.UID))
+	g := s.Gaps(t, string(j.UID))
 	t.Logf("%d of %d bytes archived; missing: %v; gaps: %+v", len(got), len(written), missing, g)
 	if len(g) < len(missing) {
 		t.Errorf("%d run(s) of lines missing from the archive, but %d gap(s) recorded", len(missing), len(g))
@@ -493,7 +466,7 @@ func TestCaptureNodeLost(t *testing.T) {
 		t.Errorf("archived %d bytes, want a prefix of the %d written, at least the 20 KiB written before the loss", len(got), len(written))
 	}
 	var g []record.Gap
-	for _, gap := range gaps(t, s, string(p.OwnerReferences[0].UID)) {
+	for _, gap := range s.Gaps(t, string(p.OwnerReferences[0].UID)) {
 		if gap.PodUID == string(p.UID) {
 			g = append(g, gap)
 		}
@@ -528,7 +501,7 @@ func TestCaptureCrashLoop(t *testing.T) {
 		}
 		s.CheckLog(t, logRow(t, s, string(j.UID), "main", instance), written)
 	}
-	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+	if g := s.Gaps(t, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
 	}
 }
@@ -551,7 +524,7 @@ func TestCaptureFallbackMarksPossiblyRotated(t *testing.T) {
 	wroteAll(t, s, rt, pod, out)
 	row := logRow(t, s, string(j.UID), "main", record.InstanceCurrent)
 	s.CheckLog(t, row, out[len(out)-1].Data) // the current file: the last chunk
-	g := gaps(t, s, string(j.UID))
+	g := s.Gaps(t, string(j.UID))
 	if len(g) != 1 || g[0].Reason != record.GapMaybeRotated || !g[0].After.IsZero() || g[0].Before.IsZero() {
 		t.Errorf("gaps %+v, want one %q gap before the first line read", g, record.GapMaybeRotated)
 	}
@@ -573,7 +546,7 @@ func TestCaptureSlowLog(t *testing.T) {
 	j := s.WaitArchived(t, job, 2*time.Minute)
 	written := wroteAll(t, s, rt, pod, out)
 	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
-	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+	if g := s.Gaps(t, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
 	}
 }

@@ -52,7 +52,7 @@ func TestRealNodeContainersNoReopenLoop(t *testing.T) {
 		}
 		s.CheckLog(t, row, written)
 	}
-	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+	if g := s.Gaps(t, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
 	}
 	if requests > 40 {

@@ -38,7 +38,7 @@ func TestRealNodeCrashLoop(t *testing.T) {
 	}
 	rows := logRows(t, s, string(j.UID))
 	gapped := map[int32]record.Gap{}
-	for _, g := range gaps(t, s, string(j.UID)) {
+	for _, g := range s.Gaps(t, string(j.UID)) {
 		gapped[g.Run] = g
 	}
 	for run := int32(0); run <= failures; run++ {

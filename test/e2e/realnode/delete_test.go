@@ -6,11 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/jobvault/jobvault/pkg/tracking"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
@@ -45,23 +42,7 @@ func TestRealNodeDeleteTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Watch the pod until it is gone: its finalizer must hold it until its container terminated.
-	var last corev1.Pod
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		var p corev1.Pod
-		err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p)
-		if apierrors.IsNotFound(err) {
-			break
-		}
-		if err == nil {
-			if !controllerutil.ContainsFinalizer(&p, tracking.PodFinalizer) && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Terminated == nil {
-				t.Fatalf("pod released while its container still ran (%+v)", p.Status.ContainerStatuses[0].State)
-			}
-			last = p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod not gone within 2 minutes (phase %s)", last.Status.Phase)
-		}
-	}
+	last := s.WaitPodGone(t, name, 2*time.Minute)
 	if cs := last.Status.ContainerStatuses; len(cs) == 1 && cs[0].State.Terminated != nil {
 		t.Logf("container terminated with exit code %d (%s)", cs[0].State.Terminated.ExitCode, cs[0].State.Terminated.Reason)
 	}

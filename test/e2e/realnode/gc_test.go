@@ -73,7 +73,7 @@ func TestRealNodeGCWhileArchiverDown(t *testing.T) {
 	}
 	// The loss is on record: a gap over the tail of a stored log, or the whole log unavailable
 	// with its reason.
-	g := gaps(t, s, jobUID)
+	g := s.Gaps(t, jobUID)
 	for _, gap := range g {
 		if gap.Run != 0 || gap.Container != "main" || (gap.Reason != record.GapCollected && gap.Reason != record.GapUnreadable) {
 			t.Errorf("gap %+v, want one of run 0 of main, collected or unreadable", gap)

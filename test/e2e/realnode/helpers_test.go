@@ -34,15 +34,6 @@ func logRows(t *testing.T, s *stack.Rig, jobUID string) map[string]record.LogObj
 	return rows
 }
 
-func gaps(t *testing.T, s *stack.Rig, jobUID string) []record.Gap {
-	t.Helper()
-	g, err := s.Records.Gaps(t.Context(), jobUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
 // podUID returns the UID of the job's pod named name, as recorded (the pod may be gone).
 func podUID(t *testing.T, s *stack.Rig, jobUID, name string) string {
 	t.Helper()

@@ -35,7 +35,7 @@ func TestRealNodeInterleavedStreams(t *testing.T) {
 		t.Fatalf("log row %s %s, want stored", row.State, row.Reason)
 	}
 	got, _ := s.ReadLog(t, row.ObjectKey)
-	if g := gaps(t, s, string(j.UID)); len(g) != 0 {
+	if g := s.Gaps(t, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
 	}
 	cs, err := kubernetes.NewForConfig(s.Env.Config)

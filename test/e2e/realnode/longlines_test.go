@@ -35,7 +35,7 @@ func TestRealNodeLongLinesBoundedMemory(t *testing.T) {
 		t.Fatalf("the container wrote %d bytes, want %d", len(written), total)
 	}
 	row := logRows(t, s, string(j.UID))["main/"+record.InstanceCurrent]
-	g := gaps(t, s, string(j.UID))
+	g := s.Gaps(t, string(j.UID))
 	if row.State == record.LogStored {
 		got, _ := s.ReadLog(t, row.ObjectKey)
 		if bytes.Equal(got, written) {

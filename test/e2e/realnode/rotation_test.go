@@ -32,7 +32,7 @@ func TestRealNodeRotation(t *testing.T) {
 		t.Fatalf("the container wrote %d bytes, want 50 MiB", len(written))
 	}
 	row := logRows(t, s, string(j.UID))["main/"+record.InstanceCurrent]
-	g := gaps(t, s, string(j.UID))
+	g := s.Gaps(t, string(j.UID))
 	got, _ := s.ReadLog(t, row.ObjectKey)
 	if bytes.Equal(got, written) {
 		// The detection errs toward a gap (a capture that opened after output began cannot prove
