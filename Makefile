@@ -12,6 +12,9 @@ GOLANGCI_LINT := $(JOBVAULT_CACHE)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)/go
 CONTROLLER_GEN := $(JOBVAULT_CACHE)/bin/controller-gen-$(shell sed -n 's/^CONTROLLER_GEN_VERSION=//p' test/testbed/versions.env)/controller-gen
 # Test timeout: a cold first run compiles large test binaries on 2 cores.
 TEST_TIMEOUT ?= 60m
+# Tests of one package run at most this many at a time (t.Parallel). The end-to-end tests that run
+# in parallel mostly wait on the cluster, so more than the 2 cores here pay off.
+TEST_PARALLEL ?= 3
 # How many inputs each fuzz target tries in make test, beyond its seed corpus (which go test always
 # runs): a count, not a duration, which races Go's fuzz coordinator (golang/go#75804). About 10 to 20 s
 # each here.
@@ -34,7 +37,7 @@ testbed: ## Build and cache every testbed binary (kube-apiserver, etcd, Volcano 
 
 .PHONY: test
 test: testbed ## Run every test against the real testbed (the README's test command)
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) ./...
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzLayout$$' -fuzztime $(FUZZ_LAYOUT) ./pkg/archive
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZ_REDACT) -fuzzminimizetime 0 ./pkg/archiver
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzReadLines$$' -fuzztime $(FUZZ_READLINES) ./pkg/capture

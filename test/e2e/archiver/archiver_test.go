@@ -31,6 +31,7 @@ import (
 
 // Case 1 and 8: a two-task job completes; everything is archived byte-exact on every backend.
 func TestArchiveCompletedJob(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{objstore.BackendS3, objstore.BackendGCS, objstore.BackendFS} {
 		t.Run(backend, func(t *testing.T) {
 			s := stack.NewRig(t, backend)
@@ -75,6 +76,7 @@ func waitGone(t *testing.T, env *testbed.Env, obj client.Object, timeout time.Du
 // Case 2: a job whose pods fail is restarted by its policy; every attempt's pods are archived
 // under distinct keys.
 func TestArchiveRestartedJob(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3)
 	job := testbed.Job(s.NS, "restarts").Task("worker", 1, []string{"main"}, testbed.Fails()).
 		Policy(busv1alpha1.PodFailedEvent, busv1alpha1.RestartJobAction).MaxRetry(2).Obj()
@@ -97,6 +99,7 @@ func TestArchiveRestartedJob(t *testing.T) {
 // Case 3: a running job deleted by a user, in background and in foreground cascade: every log is
 // archived before the pods vanish.
 func TestArchiveDeletedRunningJob(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
 		t.Run(string(policy), func(t *testing.T) {
 			s := stack.NewRig(t, objstore.BackendS3)
@@ -159,6 +162,7 @@ func waitNoPods(t *testing.T, env *testbed.Env, ns string, timeout time.Duration
 
 // Case 4: init containers, several containers, and a restart whose previous log is captured.
 func TestArchiveMultiContainerRestart(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3)
 	job := testbed.Job(s.NS, "multi").Task("main", 1, []string{"app", "sidecar"}, testbed.InitContainers("init"), testbed.RestartsOnce()).Obj()
 	pod := testbed.PodName(job.Name, "main", 0)
@@ -185,6 +189,7 @@ func TestArchiveMultiContainerRestart(t *testing.T) {
 // Case 5: the archiver is down for the job's whole life; started afterwards it records everything,
 // every transition included.
 func TestArchiverDownForWholeJob(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3)
 	s.Proc.Stop()
 	job := testbed.Job(s.NS, "unattended").Task("worker", 2, []string{"main"}).Obj()
@@ -202,6 +207,7 @@ func TestArchiverDownForWholeJob(t *testing.T) {
 // Case 9: a pod whose logs can never be read is released after the deadline and recorded as
 // unavailable, with an Event.
 func TestUnreadableLogsReleasedAfterDeadline(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3, "--log-deadline=3s")
 	job := testbed.Job(s.NS, "nologs").Task("worker", 1, []string{"main"}).Obj() // no logs prepared: KWOK cannot serve any
 	stack.CreateAs(t, s.Env, "frank", job)
@@ -242,6 +248,7 @@ func TestUnreadableLogsReleasedAfterDeadline(t *testing.T) {
 
 // The escape hatch: an operator releases a job stuck on unreadable logs at once.
 func TestOperatorReleasesJob(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3, "--log-deadline=1h")
 	job := testbed.Job(s.NS, "stuck").Task("worker", 1, []string{"main"}).Obj()
 	stack.CreateAs(t, s.Env, "gina", job)
@@ -266,6 +273,7 @@ func TestOperatorReleasesJob(t *testing.T) {
 // released once and never get the finalizer back (before the fix each pod looped: the finalizer
 // re-added "because the webhook missed it", released again, a patch, a row and an Event a round).
 func TestReleasedRunningPodStaysReleased(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendFS)
 	job := testbed.Job(s.NS, "let-go").Task("worker", 2, []string{"main"}, testbed.RunsFor("1h")).Obj()
 	stack.CreateAs(t, s.Env, "gina", job)
@@ -309,6 +317,7 @@ func TestReleasedRunningPodStaysReleased(t *testing.T) {
 // tracked all the same, by their owner and Volcano's own labels: each holds the pod finalizer
 // while it runs, is archived, and is listed in the manifest with its logs.
 func TestBackstopsMissingFinalizer(t *testing.T) {
+	// Not parallel: it takes the cluster-wide VcJob webhook down.
 	s := stack.NewRig(t, objstore.BackendFS)
 	job := testbed.Job(s.NS, "unstamped").Task("worker", 2, []string{"main"}, testbed.RunsFor("5s")).Obj()
 	want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
@@ -391,6 +400,7 @@ func waitFinalizerGone(t *testing.T, s *stack.Rig, name string, timeout time.Dur
 
 // Every pod that carries the pod finalizer reaches a release, and an orphan cascade is honoured.
 func TestStuckFinalizersReachRelease(t *testing.T) {
+	t.Parallel()
 	// kubectl delete vcjob --cascade=orphan: the pods the user keeps are not deleted, the job goes
 	// (released: its pods' logs were not all archived yet), and each kept pod is archived under the
 	// job and released when it ends.

@@ -20,6 +20,7 @@ import (
 // the head with the key from --audit-signing-key, and `archiver audit verify` then finds the chain
 // whole, and names a log changed by one byte behind its back.
 func TestArchiverAuditChainVerifies(t *testing.T) {
+	// Not parallel: it sets the environment (t.Setenv).
 	private, public := stack.AuditKeys(t)
 	s := stack.NewRig(t, objstore.BackendS3, "--audit-signing-key="+private, "--audit-digest-period=1s", "--cluster-name=testbed", "--log-deadline=3s")
 	jobs := []*batchv1alpha1.Job{

@@ -16,6 +16,7 @@ import (
 // the next run's (a read served another run), and what is missing of it is a recorded gap. A run
 // the capture read lines of is stored, not "unavailable" with those lines thrown away.
 func TestCaptureFastCrashLoopKeepsEachRunsOwnLines(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	job := testbed.Job(s.NS, "fastloop").Task("w", 1, []string{"main"}, testbed.Restarts(6, 400*time.Millisecond)).Obj()

@@ -21,6 +21,7 @@ import (
 // pause, it was a loop of thousands of requests a second against the API server and the node), and
 // reopens nothing. Both logs are archived byte-exact.
 func TestCaptureReadsATerminatedInitContainerOnce(t *testing.T) {
+	// Not parallel: it counts every pods/log stream open in the cluster.
 	s := stack.NewRig(t, objstore.BackendFS)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	job := testbed.Job(s.NS, "init-done").Task("w", 1, []string{"main"}, testbed.InitContainers("init"), testbed.RunsFor("12s")).Obj()

@@ -88,6 +88,7 @@ func waitWritten(t *testing.T, s *stack.Rig, rt *testbed.Runtime, pod string, n 
 // archive is what was written less some lines, with a recorded gap for each run of lines missing,
 // and the job is archived only if the log is whole.
 func TestCaptureThroughRotation(t *testing.T) {
+	// Not parallel: it loads every CPU on purpose.
 	s := stack.NewRig(t, objstore.BackendS3, "--node-log-max-size=262144") // the skip watch needs the nodes' rotation size
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 256 << 10, MaxFiles: 2})
 	stack.CPUStress(t, 0)
@@ -155,6 +156,7 @@ func TestCaptureThroughRotationAtScale(t *testing.T) {
 // through its 4 s grace period. The archive holds that tail, and the pod is released only once
 // its container terminated.
 func TestCaptureGracePeriodTail(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendFS)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{GCDelay: 5 * time.Second})
 	job := testbed.Job(s.NS, "cancelled").Task("w", 1, []string{"main"}, testbed.RunsFor("1h"), testbed.GracePeriod(4)).Obj()
@@ -188,6 +190,7 @@ func TestCaptureGracePeriodTail(t *testing.T) {
 // TestCaptureSurvivesArchiverKill: the archiver is SIGKILLed while it follows a container and
 // restarted 5 s later: the archive has no duplicate byte and no hole.
 func TestCaptureSurvivesArchiverKill(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3, "--capture-segment-bytes=65536")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	job, pod := writingJob(t, s, rt, "killed", "14s", stack.SteadyOutput("killed", 100, 10<<10), 100*time.Millisecond)
@@ -207,6 +210,7 @@ func TestCaptureSurvivesArchiverKill(t *testing.T) {
 // after it: the node deletes an ended pod's log first. In arrival order, the short job would wait
 // for the long one to end.
 func TestCaptureEndedFirst(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3, "--max-streams=1")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	holder, holderPod := writingJob(t, s, rt, "holder", "40s", stack.SteadyOutput("holder", 50, 1<<10), 200*time.Millisecond)
@@ -257,6 +261,7 @@ func waitEnded(t *testing.T, s *stack.Rig, pod string) {
 // sends; once they are full, that reader falls behind and skips files:
 // TestCaptureRecordsSkippedFilesAsGap.)
 func TestCaptureRecordsGapWhenDown(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=65536")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
 	job, pod := writingJob(t, s, rt, "down", "12s", stack.SteadyOutput("down", 100, 8<<10), 100*time.Millisecond)
@@ -302,6 +307,7 @@ func TestCaptureRecordsGapWhenDown(t *testing.T) {
 // reason, and verify reports the gaps. Before the skip watch, the archive was short and no gap was
 // recorded (and the reader's replays of a file doubled lines).
 func TestCaptureRecordsSkippedFilesAsGap(t *testing.T) {
+	// Not parallel: its writer must keep its pace (see the check on what it wrote).
 	s := stack.NewRig(t, objstore.BackendFS, "--node-log-max-size=1048576")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 1 << 20, MaxFiles: 2})
 	out := stack.SteadyOutput("skipped", 300, 150<<10)
@@ -395,6 +401,7 @@ func commonSuffix(a, b []byte) int {
 // TestCaptureLongAndBinaryLines: lines of 1 MiB (partial records), binary bytes, CRLF and a last
 // line without newline are archived byte-exact.
 func TestCaptureLongAndBinaryLines(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendGCS)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	out := []testbed.Chunk{
@@ -414,6 +421,7 @@ func TestCaptureLongAndBinaryLines(t *testing.T) {
 // once, long before the log deadline: the part captured is kept and the rest recorded as a "node
 // lost" gap. Volcano can then recreate the pod.
 func TestCaptureNodeLost(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendFS, "--capture-segment-bytes=4096", "--log-deadline=1h", "--node-lost-after=3s")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	node := s.Env.AddNode(t)
@@ -479,6 +487,7 @@ func TestCaptureNodeLost(t *testing.T) {
 // TestCaptureCrashLoop: a container restarts 5 times within 10 s; every run's log is archived
 // byte-exact under its own instance, with no gap.
 func TestCaptureCrashLoop(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	job := testbed.Job(s.NS, "crashloop").Task("w", 1, []string{"main"}, testbed.Restarts(5, 1500*time.Millisecond)).Obj()
@@ -511,6 +520,7 @@ func TestCaptureCrashLoop(t *testing.T) {
 // more than the rotation size: the log is stored as read, with a "possibly rotated before read"
 // gap before its first line, and the job is released with that reason, never archived.
 func TestCaptureFallbackMarksPossiblyRotated(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendFS, "--node-log-max-size=65536")
 	s.Proc.Stop()
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
@@ -539,6 +549,7 @@ func TestCaptureFallbackMarksPossiblyRotated(t *testing.T) {
 // has its own bound (opening a stream, each segment's upload, each part of the assembly) and
 // the stream itself has none, so the log is archived whole, never failed and re-streamed.
 func TestCaptureSlowLog(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3, "--store-transfer-timeout=2s", "--capture-segment-age=1s")
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	out := stack.SteadyOutput("slow", 20, 2<<10)

@@ -28,6 +28,7 @@ import (
 // job. That job's container gets a slot at once and its job is archived complete and byte-exact
 // while the hostile containers go on, and the archiver's memory stays within its limit throughout.
 func TestHostileNamespaceNeitherStarvesNorExhaustsTheArchiver(t *testing.T) {
+	t.Parallel()
 	const (
 		slots      = 12
 		hostiles   = slots + 2

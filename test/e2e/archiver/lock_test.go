@@ -59,6 +59,7 @@ func finalKeys(t *testing.T, s *stack.Rig) ([]string, time.Time) {
 // the job is archived, only its final objects are left, one version of each, all locked. On MinIO
 // (a bucket with Object Lock) the lock is an S3 retention; on the fs backend, read-only files.
 func TestArchiveLocksFinalObjects(t *testing.T) {
+	t.Parallel()
 	const retention = 2 * time.Hour
 	flags := []string{"--retention=" + retention.String(), "--store-lock-mode=" + objstore.LockGovernance}
 
@@ -131,6 +132,7 @@ func TestArchiveLocksFinalObjects(t *testing.T) {
 // jobs, through the real API server, the archiver's cache and its RBAC: the final objects are
 // locked (read-only files, dated) until the finalization plus the namespace's retention.
 func TestArchiveNamespaceRetention(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendFS, "--retention=2h", "--store-lock-mode="+objstore.LockGovernance)
 	const retention = 720 * time.Hour
 	ns := &corev1.Namespace{}

@@ -33,6 +33,7 @@ func marker(v string) string {
 // rows or its store objects. Its marker (the sha256) is there, for audits to compare, and so is
 // what audits need: the image, the env names and the valueFrom reference.
 func TestSecretsNotRecorded(t *testing.T) {
+	t.Parallel()
 	const secret = "hunter2-literal-secret-value"
 	s := stack.NewRig(t, objstore.BackendFS)
 	job := testbed.Job(s.NS, "with-secret").Task("worker", 1, []string{"main"}).Obj()

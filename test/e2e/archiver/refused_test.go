@@ -24,6 +24,7 @@ import (
 // both values exactly, archived, and goes away. Redaction is off: with it, both values would be
 // recorded as their sha256 markers, and the database would not see a NUL.
 func TestJobWithNULRecordedAndArchived(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendFS, "--redact=false")
 	job := testbed.Job(s.NS, "nul").Task("worker", 1, []string{"main"}).Obj()
 	const note, arg = "before\x00after", "--sep=\x00"
@@ -67,6 +68,7 @@ func TestJobWithNULRecordedAndArchived(t *testing.T) {
 // admission policy lets a tenant write it) is not held for ever: its row is recorded without the
 // refused content, and the job, completed then deleted, is released with the database's reason.
 func TestRefusedRecordReleasesJob(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendFS)
 	job := testbed.Job(s.NS, "refused").Task("worker", 1, []string{"main"}, testbed.RunsFor("5s")).Obj()
 	stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)

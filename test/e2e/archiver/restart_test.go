@@ -23,6 +23,7 @@ import (
 // archiver read the rows at start, every pod's row was sent again, one round trip each: 10 here,
 // 100,000 for 100,000 live pods.
 func TestRestartWritesOnlyWhatChanged(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendFS)
 	job := testbed.Job(s.NS, "before").Task("w", 10, []string{"main"}).Obj()
 	want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"w": 10}, []string{"main"}, false)

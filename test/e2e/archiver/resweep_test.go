@@ -132,6 +132,7 @@ func keyDiff(got, want []string) string {
 // changed since it was recorded and, once its pods are released, finalizable and still held, and
 // finalizes it.
 func TestResweepRepairsLostEvents(t *testing.T) {
+	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3)
 	s.Proc.Stop()
 	s.Environ = append(s.Environ, "JOBVAULT_TEST_DROP_JOB_UPDATES=1")

@@ -35,6 +35,7 @@ import (
 // archived exactly once: one row, each transition and log once, one Archived Event, and each
 // shard counted exactly the jobs whose UID hashes to it.
 func TestShardsArchiveTheirJobsOnly(t *testing.T) {
+	t.Parallel()
 	const total = 3
 	env := testbed.Cluster(t)
 	ns := env.Namespace(t)

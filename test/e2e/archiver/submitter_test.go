@@ -20,6 +20,7 @@ import (
 // annotations: the jobs row and job.json say tracking.UnknownSubmitter, with no groups and no
 // admission time.
 func TestForgedSubmitterWhileWebhookDown(t *testing.T) {
+	// Not parallel: it takes the cluster-wide VcJob webhook down.
 	s := stack.NewRig(t, objstore.BackendFS)
 	forged := map[string]string{tracking.SubmitterAnnotation: "mallory", tracking.SubmitterGroupsAnnotation: `["system:masters"]`,
 		tracking.AdmittedAtAnnotation: "2020-01-01T00:00:00Z", tracking.SubmittedForAnnotation: "v1 ConfigMap ceo 1 controller"}

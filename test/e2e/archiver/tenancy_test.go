@@ -35,6 +35,7 @@ import (
 // stay as they were, a victim job running meanwhile is archived with its own pod only, and nothing
 // of the forged pods is stored anywhere.
 func TestForgedOwnerNeverFiledUnderAnotherTenantsJob(t *testing.T) {
+	t.Parallel()
 	env := testbed.Cluster(t)
 	victimNS, attackNS := env.Namespace(t), env.Namespace(t)
 	rig := tenantsRig(t, env, victimNS, attackNS)
@@ -127,6 +128,7 @@ func TestForgedOwnerNeverFiledUnderAnotherTenantsJob(t *testing.T) {
 // archiver's cache and out of its record. The job is never recorded archived: the pod is found
 // from the API as the job's, recorded released with the reason, and the job released with it.
 func TestJobNotArchivedWhileOwnedPodOutOfView(t *testing.T) {
+	t.Parallel()
 	env := testbed.Cluster(t)
 	ns := env.Namespace(t)
 	rig := tenantsRig(t, env, ns)

@@ -20,6 +20,7 @@ import (
 // the seal failed on it for ever, and held the job's finalizer) ends the job released, with the
 // object and why in the reason, within the deadline.
 func TestUnreadableStoredLogReleasesJob(t *testing.T) {
+	t.Parallel()
 	for name, spoil := range map[string]func(t *testing.T, s *stack.Rig, key string){
 		"deleted": func(t *testing.T, s *stack.Rig, key string) {
 			if err := s.Store.Delete(t.Context(), key); err != nil {
