@@ -157,6 +157,7 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		return nil, err
 	}
 	defer c.releaseMemory()
+	defer c.yield(ctx)
 	c.final = final
 	retry := 100 * time.Millisecond
 	for first := true; ; first = false {
