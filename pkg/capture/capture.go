@@ -921,6 +921,7 @@ func (c *capture) flush(ctx context.Context) error {
 	if err := c.store.Put(ctx, key, bytes.NewReader(c.buf.Bytes()), objstore.PutOptions{ContentType: "application/gzip"}); err != nil {
 		return fmt.Errorf("store segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
+	killPoint("segment-stored")
 	state, err := encodeState(c.segHash, c.segPos)
 	if err != nil {
 		return err
@@ -930,6 +931,7 @@ func (c *capture) flush(ctx context.Context) error {
 	if err := c.recs.PutSegment(ctx, s); err != nil {
 		return fmt.Errorf("record segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
+	killPoint("segment-recorded")
 	c.seq, c.total, c.pos, c.hash = c.seq+1, s.TotalBytes, c.segPos, c.segHash
 	c.reset()
 	return nil
