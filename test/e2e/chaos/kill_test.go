@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/test/stack"
@@ -47,6 +50,14 @@ func TestArchiverKilledBetweenSegmentSteps(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			t.Logf("killed at %s with %d segment objects stored", point, len(segmentKeys(t, s)))
+			// Back once the pod ended: its runs are then read at their end, and written whole when
+			// nothing of them is recorded, so a segment stored but never recorded is left over.
+			for !podSucceeded(t, s, job) {
+				if time.Now().After(deadline) {
+					t.Fatalf("pod %s not succeeded within 2 minutes", pod)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 			s.Start(t)
 			j := s.WaitArchived(t, job, 3*time.Minute)
 			if gaps := s.Gaps(t, string(j.UID)); len(gaps) > 0 {
@@ -72,6 +83,17 @@ func TestArchiverKilledBetweenSegmentSteps(t *testing.T) {
 			auditVerify(t, s)
 		})
 	}
+}
+
+// podSucceeded reports whether the job's pods all succeeded.
+func podSucceeded(t *testing.T, s *stack.Rig, job *batchv1alpha1.Job) bool {
+	pods := jobPods(t, s, job)
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodSucceeded {
+			return false
+		}
+	}
+	return len(pods) > 0
 }
 
 // firstDiff says where got and want first differ.
