@@ -292,7 +292,7 @@ type capture struct {
 	firstTime  time.Time
 	fileBytes  int64 // the size of what was read, as the node's file holds it
 
-	// watch spots where the follow stream may have skipped rotated files (zero: not following).
+	// watch spots where the follow stream may have skipped rotated files (off: not following).
 	watch skipWatch
 	// drained: the run's container terminated and its log was read to its end (End.Terminated).
 	drained bool
@@ -422,8 +422,8 @@ func (c *capture) reopening(ctx context.Context, err error) {
 func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c.watch = skipWatch{maxSize: c.cfg.NodeLogMaxSize}
-	defer func() { c.watch = skipWatch{} }()
+	c.watch.follow(c.cfg.NodeLogMaxSize)
+	defer c.watch.stop()
 	rc, err := c.open(ctx, src, OpenOptions{Follow: true})
 	if err != nil {
 		return streamFailed("open", err)
