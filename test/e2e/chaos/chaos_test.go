@@ -187,7 +187,9 @@ func (p inotifyPeak) String() string {
 // Case 6: with MinIO down, then with Postgres down, jobs finish; nothing is released early, and
 // after recovery everything is archived once.
 func TestBackendOutages(t *testing.T) {
-	outages := map[string]struct{ stop, start func(t *testing.T, s *stack.Rig) }{
+	outages := map[string]struct {
+		stop, start func(t *testing.T, s *stack.Rig)
+	}{
 		"minio": {
 			stop:  func(t *testing.T, _ *stack.Rig) { testbed.MinIOInstance(t).Stop() },
 			start: func(t *testing.T, _ *stack.Rig) { testbed.MinIOInstance(t).Start(t) },
