@@ -206,6 +206,9 @@ type Deps struct {
 	Logs      capture.Source
 	Recorder  kuberecord.EventRecorder
 	Clock     clock.PassiveClock
+
+	// owners remembers the owner claims the API server denied (set up by SetupWithManager).
+	owners *ownerMisses
 }
 
 func (d Deps) validate() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,7 +30,7 @@ import (
 // notJobOf says why job, the pod's controlling VcJob reference, is not a job the pod belongs to
 // ("" when it is): it must be a VcJob of the pod's own namespace with exactly that name and UID.
 // The cache is asked first; a miss is confirmed with the API server, as the pod informer can
-// deliver a pod before the VcJob informer delivers its job.
+// deliver a pod before the VcJob informer delivers its job, once (ownerMisses).
 func (d Deps) notJobOf(ctx context.Context, namespace string, job archive.JobRef) (string, error) {
 	if err := job.Validate(); err != nil {
 		return fmt.Sprintf("its controlling owner reference names no VcJob of namespace %s: %v", namespace, err), nil
@@ -45,6 +46,11 @@ func (d Deps) notJobOf(ctx context.Context, namespace string, job archive.JobRef
 	if err != nil && !apierrors.IsNotFound(err) {
 		return "", fmt.Errorf("look up VcJob %s/%s: %w", namespace, job.Name, err)
 	}
+	denied := fmt.Sprintf("its controlling owner reference names VcJob %s with UID %s, and namespace %s has no such VcJob",
+		job.Name, job.UID, namespace)
+	if d.owners.has(job) {
+		return denied, nil
+	}
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(batchv1alpha1.SchemeGroupVersion.WithKind("Job"))
 	err = d.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: job.Name}, live)
@@ -52,10 +58,61 @@ func (d Deps) notJobOf(ctx context.Context, namespace string, job archive.JobRef
 	case err == nil && string(live.UID) == job.UID:
 		return "", nil
 	case err == nil, apierrors.IsNotFound(err):
-		return fmt.Sprintf("its controlling owner reference names VcJob %s with UID %s, and namespace %s has no such VcJob",
-			job.Name, job.UID, namespace), nil
+		d.owners.add(job)
+		return denied, nil
 	}
 	return "", fmt.Errorf("look up VcJob %s/%s: %w", namespace, job.Name, err)
+}
+
+// ownerMisses remembers the claims (namespace, name, UID of a VcJob) that the API server denied:
+// the cache has no such job, so each reconcile of such a pod would ask the API server again, and
+// a tenant can cause reconciles at will (by updating its pods). The API server's answer holds, as
+// UIDs are never reused. It holds at most max claims; the oldest go first. A nil one remembers
+// nothing.
+type ownerMisses struct {
+	mu    sync.Mutex
+	max   int
+	held  map[archive.JobRef]bool
+	order []archive.JobRef // oldest first
+}
+
+// ownerMissesMax bounds what the archiver remembers of denied claims: 64 bytes or so each.
+const ownerMissesMax = 16384
+
+func newOwnerMisses(limit int) *ownerMisses {
+	return &ownerMisses{max: limit, held: map[archive.JobRef]bool{}}
+}
+
+func (m *ownerMisses) has(job archive.JobRef) bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held[job]
+}
+
+func (m *ownerMisses) add(job archive.JobRef) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held[job] {
+		return
+	}
+	if len(m.order) >= m.max {
+		delete(m.held, m.order[0])
+		m.order = m.order[1:]
+	}
+	m.held[job] = true
+	m.order = append(m.order, job)
+}
+
+func (m *ownerMisses) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.held)
 }
 
 // jobInCache reports whether the cache holds a VcJob of job's namespace with its name and UID: a

@@ -35,6 +35,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	deps.owners = newOwnerMisses(ownerMissesMax)
 	opts.Capture.ObserveLag = func(d time.Duration) { captureLagSeconds.Observe(d.Seconds()) }
 	opts.Capture.ObserveReopen = func(cause string) { followReopensTotal.WithLabelValues(cause).Inc() }
 	if opts.CaptureMemory > 0 {

@@ -157,6 +157,7 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		return nil, err
 	}
 	defer c.releaseMemory()
+	defer c.yield(ctx)
 	c.final = final
 	retry := 100 * time.Millisecond
 	for first := true; ; first = false {
@@ -291,7 +292,7 @@ type capture struct {
 	firstTime  time.Time
 	fileBytes  int64 // the size of what was read, as the node's file holds it
 
-	// watch spots where the follow stream may have skipped rotated files (zero: not following).
+	// watch spots where the follow stream may have skipped rotated files (off: not following).
 	watch skipWatch
 	// drained: the run's container terminated and its log was read to its end (End.Terminated).
 	drained bool
@@ -306,13 +307,13 @@ type capture struct {
 	// The start rule (judgeStart): started is the run's start from its status (zero: not known),
 	// opened when the stream being read was opened. While startOpen, the run's first line read
 	// (first) is yet to be judged; backlog counts the file bytes of the lines stamped before
-	// their stream opened, up to backlogTo.
+	// their stream opened, and peak is their greatest rate from first on.
 	started   time.Time
 	opened    time.Time
 	startOpen bool
 	first     time.Time
 	backlog   int64
-	backlogTo time.Time
+	peak      float64
 	// held is what the capture holds of cfg.Memory (fitMemory).
 	held int64
 }
@@ -421,8 +422,8 @@ func (c *capture) reopening(ctx context.Context, err error) {
 func (c *capture) follow(ctx context.Context, src Source, over func(context.Context) (End, error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c.watch = skipWatch{maxSize: c.cfg.NodeLogMaxSize}
-	defer func() { c.watch = skipWatch{} }()
+	c.watch.follow(c.cfg.NodeLogMaxSize)
+	defer c.watch.stop()
 	rc, err := c.open(ctx, src, OpenOptions{Follow: true})
 	if err != nil {
 		return streamFailed("open", err)
@@ -658,9 +659,9 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 		return c.judgeStart(ctx)
 	}
 	c.backlog += int64(l.fileBytes)
-	if l.ts.After(c.backlogTo) {
-		c.backlogTo = l.ts
-	}
+	// The peak of the rate from the first line on: a burst followed by a pause is a burst.
+	span := max(l.ts.Sub(c.first), 100*time.Millisecond)
+	c.peak = max(c.peak, float64(c.backlog)/span.Seconds())
 	return nil
 }
 
@@ -668,10 +669,13 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 // its first beyond doubt, as far as pods/log can tell: the node serves only the current file, so
 // output before it was rotated away if the run wrote a rotation file's worth before it. The rule:
 // the run's start is known to the second (its status's startedAt); the lines read that were
-// written before their stream opened (the file as it was at the open) give the run's write rate
-// (over 100 ms at least); if at that rate, doubled for headroom as a burst may have come first,
-// the run could have written a rotation file between the start of its start's second and its first
-// line read, the gap is recorded. A stream open before the run's first line (nothing written
+// written before their stream opened (the file as it was at the open) give the run's write rate,
+// at its peak (from the first line read to each line after, over 100 ms at least, so that a burst
+// followed by a pause counts as the burst); if at that rate, doubled for headroom as a burst may
+// have come first, the run could have written a rotation file between the start of its start's
+// second and its first line read, the gap is recorded. A burst rotated away whole before a quiet
+// start leaves no trace in the current file: only the node agent (pkg/agent) can see it. A stream
+// open before the run's first line (nothing written
 // before it opened) needs no gap; nor does a run whose start the status does not give (unknown
 // runs are judged by the "possibly rotated" check of unfollowed runs only).
 func (c *capture) judgeStart(ctx context.Context) error {
@@ -683,15 +687,14 @@ func (c *capture) judgeStart(ctx context.Context) error {
 	if c.started.IsZero() || w <= 0 || c.backlog == 0 {
 		return nil
 	}
-	span := max(c.backlogTo.Sub(c.first), 100*time.Millisecond)
-	rate := float64(c.backlog) / span.Seconds()
-	if 2*rate*w.Seconds() < float64(c.cfg.NodeLogMaxSize) {
+	if 2*c.peak*w.Seconds() < float64(c.cfg.NodeLogMaxSize) {
 		return nil
 	}
 	c.unfollowed = false // this gap covers what its check would record
+	why := fmt.Sprintf("at the %.0f bytes/s the node's file shows at its peak, twice that could have filled a rotated file (%d bytes) before it", c.peak, c.cfg.NodeLogMaxSize)
 	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.first, Reason: record.GapUnknownStart,
-		Detail: fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; at the %.0f bytes/s the node's file shows, twice that could have filled a rotated file (%d bytes) before it",
-			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), rate, c.cfg.NodeLogMaxSize)}
+		Detail: fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; %s",
+			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), why)}
 	if err := c.recs.PutGap(ctx, g); err != nil {
 		return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
 	}
@@ -920,6 +923,7 @@ func (c *capture) flush(ctx context.Context) error {
 	if err := c.store.Put(ctx, key, bytes.NewReader(c.buf.Bytes()), objstore.PutOptions{ContentType: "application/gzip"}); err != nil {
 		return fmt.Errorf("store segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
+	killPoint("segment-stored")
 	state, err := encodeState(c.segHash, c.segPos)
 	if err != nil {
 		return err
@@ -929,6 +933,7 @@ func (c *capture) flush(ctx context.Context) error {
 	if err := c.recs.PutSegment(ctx, s); err != nil {
 		return fmt.Errorf("record segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
+	killPoint("segment-recorded")
 	c.seq, c.total, c.pos, c.hash = c.seq+1, s.TotalBytes, c.segPos, c.segHash
 	c.reset()
 	return nil

@@ -3,9 +3,11 @@ package capture
 import (
 	"container/list"
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -27,9 +29,9 @@ import (
 //
 // Within a namespace each kind waits in arrival order. When a namespace waits below its share and
 // no slot is free, a namespace above its share gives one up: its newest capture of a running
-// container is stopped (its context cancelled), its pod is sent on Events like any ended
-// capture's, and its reconciler queues it again. It resumes from what it stored; the output its
-// segment held in memory is read from the node again.
+// container is stopped (its context cancelled with ErrPreempted), its pod is sent on Events like
+// any ended capture's, and its reconciler queues it again. It stores the segment it holds before
+// it returns (Capture), and resumes from there: nothing it read needs the node again.
 //
 // A waiting capture is a record in a queue, with its key, its pod's name and the function to run:
 // no goroutine and no copy of the pod. Its goroutine starts when it is given a slot.
@@ -85,7 +87,7 @@ type waiter struct {
 	elem  *list.Element // its place in its namespace's queue while it waits; nil once granted
 	// While it runs: when it was granted (a tick), how to stop it, and whether it was stopped.
 	granted uint64
-	cancel  context.CancelFunc
+	cancel  context.CancelCauseFunc
 	stopped bool
 }
 
@@ -94,6 +96,22 @@ func queue(ended bool) int {
 		return 0
 	}
 	return 1
+}
+
+// ErrPreempted is the cause of the context of a capture stopped to give its slot to another
+// namespace (context.Cause).
+var ErrPreempted = errors.New("capture stopped for another namespace")
+
+// yield stores, when the capture was stopped for another namespace (ErrPreempted), the segment it
+// holds: its next capture resumes from there, with nothing to read again from the node, which may
+// have rotated it away by then. The store and database calls bound themselves.
+func (c *capture) yield(ctx context.Context) {
+	if !errors.Is(context.Cause(ctx), ErrPreempted) || c.unfollowed {
+		return // a run held back whole waits for its gap check (maybeRotated)
+	}
+	if err := c.flush(context.WithoutCancel(ctx)); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Storing the segment of a stopped capture failed; it is read again", "log", c.ref.String())
+	}
 }
 
 // NewManager returns a manager running at most maxStreams captures at once.
@@ -130,7 +148,8 @@ func (m *Manager) Active(key string) bool {
 // Ensure runs fn under key unless a capture under that key runs or waits already; pod is the pod
 // whose container it captures (its namespace is the capture's tenant), and ended says that the
 // container has ended, so that its capture goes before those of running containers (a waiting
-// capture whose container has since ended moves forward). When fn returns, the pod is sent on
+// capture whose container has since ended moves forward). A capture stopped for another namespace
+// sees its context's cause ErrPreempted. When fn returns, the pod is sent on
 // Events so that its reconciler looks again. fn must return when its context ends: the manager
 // stops it so when it shuts down, or to give its slot to another namespace. Ensure reports false
 // if the manager is not started yet (the caller retries later).
@@ -210,7 +229,7 @@ func (m *Manager) grant(t *tenant, w *waiter) {
 	t.served, w.granted, w.elem = m.tick, m.tick, nil
 	t.running[w] = struct{}{}
 	var ctx context.Context
-	ctx, w.cancel = context.WithCancel(m.ctx)
+	ctx, w.cancel = context.WithCancelCause(m.ctx)
 	m.wg.Add(1)
 	go m.run(ctx, t, w)
 }
@@ -220,7 +239,7 @@ func (m *Manager) run(ctx context.Context, t *tenant, w *waiter) {
 	defer m.wg.Done()
 	w.fn(ctx)
 	m.mu.Lock()
-	w.cancel()
+	w.cancel(nil)
 	delete(m.active, w.key)
 	delete(t.running, w)
 	t.held--
@@ -272,7 +291,7 @@ func (m *Manager) rebalance() {
 		newest.stopped = true
 		over.stopping++
 		m.stopping++
-		newest.cancel()
+		newest.cancel(ErrPreempted)
 	}
 }
 

@@ -224,3 +224,40 @@ func TestManagerWaitersAreRecords(t *testing.T) {
 		t.Error("Active(waiter-9999) = false while it waits")
 	}
 }
+
+// TestPreemptedCaptureStoresWhatItHolds: a capture of a running container, stopped to give its
+// slot to another namespace, stores the segment it holds in memory before it returns: its next
+// capture resumes from there, and needs the node to hold none of it any more (a rotation in
+// between loses nothing).
+func TestPreemptedCaptureStoresWhatItHolds(t *testing.T) {
+	mr := newManagerRig(t, 2)
+	mr.run("busy", "filler", false)
+	mr.started(1)
+	r := newRig(t)
+	r.cfg.SegmentBytes, r.cfg.SegmentAge = 1<<20, time.Hour // what is read stays in memory
+	var mu sync.Mutex
+	read := 0
+	r.cfg.ObserveLag = func(time.Duration) { mu.Lock(); read++; mu.Unlock() }
+	done := make(chan error, 1)
+	if !mr.m.Ensure("victim", types.NamespacedName{Namespace: "busy", Name: "victim"}, false, func(ctx context.Context) {
+		_, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, r.over, nil)
+		done <- err
+	}) {
+		t.Fatal("Ensure(victim) = false on a started manager")
+	}
+	for i := range 5 {
+		r.write(fmt.Sprintf("line %d\n", i), false)
+	}
+	waitFor(t, "read", func() bool { mu.Lock(); defer mu.Unlock(); return read == 5 })
+	mr.run("quiet", "other", false) // below its share: the busy namespace gives up its slot
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the capture was not stopped for the other namespace")
+	}
+	r.node.rotate() // the node no longer holds what was read
+	if n := r.segments(); n != 1 {
+		t.Fatalf("stored %d segments when stopped, want the 1 it held", n)
+	}
+	r.check(t)
+}

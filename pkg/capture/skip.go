@@ -56,6 +56,20 @@ type skipWatch struct {
 	minLag time.Duration
 }
 
+// follow readies the watch for a follow stream, with rotation size maxSize. What it learnt of the
+// container in the streams before (its peak rate, its usual pause, its file's fill, the node's
+// clock) holds on; a stream reopened often would otherwise watch mostly with nothing learnt. The
+// place in the stream does not: the jump from the last line of the stream before is checked by
+// the resumed stream, which no longer holds that line if the file rotated in between.
+func (w *skipWatch) follow(maxSize int64) {
+	w.maxSize = maxSize
+	w.prevTS, w.prevRecv, w.winStart, w.winBytes = time.Time{}, time.Time{}, time.Time{}, 0
+}
+
+// stop turns the watch off between follow streams (a read without follow is not watched),
+// keeping what it learnt.
+func (w *skipWatch) stop() { w.maxSize = 0 }
+
 // minPause is the shortest jump taken for a pause of the container (lines written together are
 // stamped microseconds apart).
 const minPause = time.Millisecond

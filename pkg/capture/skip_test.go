@@ -3,8 +3,11 @@ package capture
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // TestSkipWatch feeds the watch a stream at 1 MiB/s (10 KiB lines, 10 ms apart) and then one
@@ -106,5 +109,44 @@ func TestSkipWatchNodeClockAhead(t *testing.T) {
 	ts = ts.Add(time.Second)
 	if why := w.take(line{ts: ts, data: data, fileBytes: len(data), start: true}, ts.Add(skew+2*time.Second)); why == "" {
 		t.Errorf("a jump of 1 s while 2 s behind, on a node 10 s ahead: not taken for a possible skip")
+	}
+}
+
+// TestSkipWatchOutlivesAReopen: the watch learns the container's rate in one follow stream; the
+// stream breaks and is reopened; a jump a rotated file long right after the reopen, while the
+// stream is behind, is still taken for a possible skip (before: each stream's watch started from
+// zero, and learnt the rate again only over its first quarter second).
+func TestSkipWatchOutlivesAReopen(t *testing.T) {
+	r := newRig(t)
+	r.cfg.NodeLogMaxSize, r.cfg.SegmentBytes, r.cfg.SegmentAge = 256<<10, 64<<20, time.Hour
+	var mu sync.Mutex
+	var latest time.Time // the latest line read, from its lag (a little later than its timestamp)
+	r.cfg.ObserveLag = func(lag time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if at := time.Now().Add(-lag); at.After(latest) {
+			latest = at
+		}
+	}
+	readTo := func(ts time.Time) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return !latest.Before(ts) }
+	}
+	done := r.start(t.Context())
+	data := strings.Repeat("x", 10<<10-1) + "\n"
+	ts := r.t0
+	for range 100 { // 1 MiB/s
+		r.writeAt(ts, data)
+		ts = ts.Add(10 * time.Millisecond)
+	}
+	waitFor(t, "read", readTo(ts.Add(-10*time.Millisecond)))
+	r.node.breakStreams()
+	waitFor(t, "reopened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens >= 2 })
+	r.writeAt(ts, data)
+	r.writeAt(ts.Add(time.Second), data) // a rotated file's worth (256 KiB) at that rate: maybe skipped
+	waitFor(t, "read", readTo(ts.Add(time.Second)))
+	r.end(t, done)
+	r.check(t)
+	if len(r.recs.gaps) != 1 || r.recs.gaps[0].Reason != record.GapMaybeRotated || !r.recs.gaps[0].Before.Equal(ts.Add(time.Second)) {
+		t.Errorf("gaps %+v, want one %q before the jump's end (%s)", r.recs.gaps, record.GapMaybeRotated, ts.Add(time.Second))
 	}
 }

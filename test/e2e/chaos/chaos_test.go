@@ -187,14 +187,18 @@ func (p inotifyPeak) String() string {
 // Case 6: with MinIO down, then with Postgres down, jobs finish; nothing is released early, and
 // after recovery everything is archived once.
 func TestBackendOutages(t *testing.T) {
-	outages := map[string]struct{ stop, start func(t *testing.T) }{
+	outages := map[string]struct {
+		stop, start func(t *testing.T, s *stack.Rig)
+	}{
 		"minio": {
-			stop:  func(t *testing.T) { testbed.MinIOInstance(t).Stop() },
-			start: func(t *testing.T) { testbed.MinIOInstance(t).Start(t) },
+			stop:  func(t *testing.T, _ *stack.Rig) { testbed.MinIOInstance(t).Stop() },
+			start: func(t *testing.T, _ *stack.Rig) { testbed.MinIOInstance(t).Start(t) },
 		},
+		// Its sessions cut at once (stopPostgres): a smart shutdown lets the archiver's pooled
+		// connections go on working.
 		"postgres": {
-			stop:  func(t *testing.T) { testbed.PostgresCluster(t).Stop() },
-			start: func(t *testing.T) { testbed.PostgresCluster(t).Start(t) },
+			stop:  func(t *testing.T, s *stack.Rig) { stopPostgres(t, testbed.PostgresCluster(t), s.DSN) },
+			start: func(t *testing.T, s *stack.Rig) { startPostgres(t, testbed.PostgresCluster(t), s.DSN) },
 		},
 	}
 	for _, name := range []string{"minio", "postgres"} {
@@ -203,18 +207,18 @@ func TestBackendOutages(t *testing.T) {
 			s := stack.NewRig(t, objstore.BackendS3)
 			job := testbed.Job(s.NS, "outage").Task("worker", 2, []string{"main"}).Obj()
 			want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 2}, []string{"main"}, false)
-			o.stop(t)
+			o.stop(t, s)
 			up := false
 			t.Cleanup(func() {
 				if !up {
-					o.start(t)
+					o.start(t, s)
 				}
 			})
 			stack.CreateAs(t, s.Env, "henry", job)
 			j := stack.WaitPhase(t, s.Env, job, batchv1alpha1.Completed, 2*time.Minute)
 			time.Sleep(5 * time.Second) // the archiver retries meanwhile
 			assertHeld(t, s, j)
-			o.start(t)
+			o.start(t, s)
 			up = true
 			j = s.WaitArchived(t, j, 3*time.Minute)
 			if logs := s.CheckJobArchive(t, j, want); len(logs) != 2 {

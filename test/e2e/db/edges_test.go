@@ -3,6 +3,7 @@ package db
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +106,49 @@ func TestDBJobWithNUL(t *testing.T) {
 	bad.Queue = "de\x00fault"
 	if err := records.UpsertJob(ctx, bad); !errors.Is(err, db.ErrInvalid) {
 		t.Errorf("UpsertJob with U+0000 in the queue: %v, want ErrInvalid", err)
+	}
+}
+
+// Issue 23, review of item 11: migration 0011's down step would delete the gaps that share a
+// start with another of their run, since the old key cannot hold them. Rows of a finalized job
+// are sealed: deleting one would make `audit verify` flag the job. So the step refuses, with an
+// error saying why, while a finalized job has such gaps; those of jobs not finalized yet it
+// deletes as before (their seal has not digested them).
+func TestDBGapKeyDownStepKeepsSealedRows(t *testing.T) {
+	for _, sealed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("finalized=%t", sealed), func(t *testing.T) {
+			ctx := t.Context()
+			records, c := openAt(t, db.LatestVersion)
+			mustUpsertJob(t, records, newJob("j").phase("Completed").build())
+			if err := records.UpsertPod(ctx, newPod("p", "j")); err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range []record.Gap{
+				{PodUID: "p", Container: "main", After: at(time.Second), Before: at(2 * time.Second), Reason: record.GapRotated},
+				{PodUID: "p", Container: "main", After: at(time.Second), Reason: record.GapUnreadable},
+			} {
+				if err := records.PutGap(ctx, g); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if sealed {
+				if _, err := records.FinalizeJob(ctx, record.Finalization{Cluster: "c", JobUID: "j", Location: "s3://b/p/", ArchivedAt: at(time.Hour),
+					ManifestKey: "p/manifest.json", RecordDigest: strings.Repeat("a", 64)}, func(int64, string) ([]byte, error) { return []byte("{}"), nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := records.MigrateTo(ctx, versionBefore(t, 11))
+			n := queryInt(t, c, `SELECT count(*) FROM log_gaps WHERE pod_uid = 'p'`)
+			switch {
+			case sealed && (err == nil || !strings.Contains(err.Error(), "finalized")):
+				t.Errorf("migrating below 0011 with a finalized job's gaps sharing a start: %v, want a refusal that says why", err)
+			case sealed && n != 2:
+				t.Errorf("the finalized job has %d gaps after the refused down step, want its 2", n)
+			case !sealed && err != nil:
+				t.Errorf("migrating below 0011 with no finalized job's gap to delete: %v", err)
+			case !sealed && n != 1:
+				t.Errorf("the job has %d gaps after the down step, want 1 (the first recorded)", n)
+			}
+		})
 	}
 }
