@@ -34,7 +34,9 @@ type RunKey struct {
 	Run               int32
 }
 
-func (k RunKey) String() string { return fmt.Sprintf("pod %s container %s run %d", k.PodUID, k.Container, k.Run) }
+func (k RunKey) String() string {
+	return fmt.Sprintf("pod %s container %s run %d", k.PodUID, k.Container, k.Run)
+}
 
 // logName matches a run's log file names: <run>.log, rotated <run>.log.<time>, compressed .gz.
 var logName = regexp.MustCompile(`^(\d+)\.log(?:\.(\d{8}-\d{6}))?(\.gz)?$`)
