@@ -25,6 +25,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // RunKey names a container run on the node: its pod's UID, container and restart count, as the
@@ -62,6 +63,8 @@ type heldFile struct {
 	drained bool
 	// letGo: the file was closed before its bytes were durable (held-bytes limit).
 	letGo bool
+	// head is the start of a closed file: once closed, its inode may be reused by a new file.
+	head string
 }
 
 // runFiles are the files of one container run, in write order.
@@ -164,6 +167,7 @@ func (s *FileSource) close() {
 
 func (f *heldFile) close() {
 	if f.f != nil {
+		f.head = readHead(f.f)
 		_ = f.f.Close()
 		f.f = nil
 	}
@@ -321,7 +325,7 @@ func (s *FileSource) take(k RunKey, dir, name string, order int64, gz bool) {
 	s.mu.Lock()
 	r := s.run(k, dir)
 	for _, f := range r.files {
-		if f.ino == ino && f.gz == gz {
+		if f.ino == ino && f.gz == gz && (f.f != nil || f.head == headOf(path)) {
 			f.name, f.size = name, st.Size()
 			if order != math.MaxInt64 {
 				f.order = order
@@ -360,6 +364,25 @@ func cmpInt(a, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// headSize is how much of a file's start tells it from another file under a reused inode: its
+// first record's timestamp and more.
+const headSize = 64
+
+func readHead(f *os.File) string {
+	b := make([]byte, headSize)
+	n, _ := f.ReadAt(b, 0)
+	return string(b[:n])
+}
+
+func headOf(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	return readHead(f)
 }
 
 // run returns the files of k, creating the entry (s.mu held).
@@ -531,4 +554,23 @@ func (s *FileSource) Open(ctx context.Context, ref capture.Ref, opts capture.Ope
 		return nil, fmt.Errorf("open log of %s: no such file or directory: the node holds no file of it", ref)
 	}
 	return newReader(ctx, s, k, opts), nil
+}
+
+// Records wraps recs so that each segment it records tells the source what is durable (Durable):
+// the capture's records, when the capture reads from this source.
+func (s *FileSource) Records(recs capture.Records) capture.Records {
+	return durableRecords{Records: recs, s: s}
+}
+
+type durableRecords struct {
+	capture.Records
+	s *FileSource
+}
+
+func (d durableRecords) PutSegment(ctx context.Context, seg record.Segment) error {
+	if err := d.Records.PutSegment(ctx, seg); err != nil {
+		return err
+	}
+	d.s.Durable(RunKey{PodUID: seg.PodUID, Container: seg.Container, Run: seg.Run}, seg.LastTime)
+	return nil
 }
