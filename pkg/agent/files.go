@@ -75,6 +75,9 @@ type runFiles struct {
 	durable time.Time
 	// changed is closed (and replaced) whenever a file of the run appears or grows.
 	changed chan struct{}
+	// goneSince is when every file of the run was first seen deleted or closed, while the agent
+	// does not own the run (zero: not so).
+	goneSince time.Time
 }
 
 func (r *runFiles) signal() {
@@ -449,6 +452,36 @@ func (s *FileSource) Forget(k RunKey) {
 	}
 }
 
+// forgetUnowned closes the files of the runs not in owned once every one of them has been deleted
+// from the disk (or closed) for grace: the archiver claims a run when it first captures it, so a
+// run unclaimed that long after its files are gone is not the agent's (the API captures it).
+func (s *FileSource) forgetUnowned(owned map[RunKey]bool, grace time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for k, r := range s.runs {
+		if owned[k] {
+			r.goneSince = time.Time{}
+			continue
+		}
+		gone := true
+		for _, f := range r.files {
+			gone = gone && (f.f == nil || f.deleted)
+		}
+		switch {
+		case !gone:
+			r.goneSince = time.Time{}
+		case r.goneSince.IsZero():
+			r.goneSince = now
+		case now.Sub(r.goneSince) > grace:
+			for _, f := range r.files {
+				f.close()
+			}
+			delete(s.runs, k)
+		}
+	}
+}
+
 // Runs lists the runs whose files the source holds or held.
 func (s *FileSource) Runs() []RunKey {
 	s.mu.Lock()
@@ -514,6 +547,7 @@ func (s *FileSource) bound() {
 		c.f.letGo = true
 		held -= c.f.size
 		s.held, s.letGone = held, s.letGone+1
+		filesLetGo.Inc()
 		c.r.signal()
 		if s.onLetGo != nil {
 			k := c.k

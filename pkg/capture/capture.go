@@ -941,7 +941,8 @@ func (c *capture) flush(ctx context.Context) error {
 		return err
 	}
 	s := record.Segment{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Seq: c.seq, ObjectKey: key,
-		StoredBytes: stored, Bytes: c.segBytes, TotalBytes: c.total + c.segBytes, LastTime: c.segPos.max, LastTimeLines: c.segPos.maxLines, HashState: state}
+		StoredBytes: stored, Bytes: c.segBytes, TotalBytes: c.total + c.segBytes, LastTime: c.segPos.max, LastTimeLines: c.segPos.maxLines, HashState: state,
+		Streams: c.segStreams.bytes()}
 	if err := c.recs.PutSegment(ctx, s); err != nil {
 		return fmt.Errorf("record segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
@@ -1098,6 +1099,9 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 			return Assembled{}, fmt.Errorf("assemble the log of %s: segment %d: %w", ref, last.Seq, err)
 		}
 		a.Bytes = last.TotalBytes
+		if err := putStreams(ctx, store, ref, key, segs, retainUntil); err != nil {
+			return Assembled{}, err
+		}
 	}
 	a.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return a, nil

@@ -1,10 +1,17 @@
 package capture
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"time"
+
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // Stream is the output stream a container's bytes came from, as its CRI log file records it.
@@ -58,12 +65,16 @@ func (x *streamIndex) add(r StreamRun) {
 	x.last = r
 }
 
-// bytes is the index so far (nil: nothing added).
+// bytes is a copy of the index so far (nil: nothing added).
 func (x *streamIndex) bytes() []byte {
-	if x.last.Bytes == 0 {
-		return x.enc
+	if x.last.Bytes == 0 && len(x.enc) == 0 {
+		return nil
 	}
-	return appendStreamRun(append([]byte(nil), x.enc...), x.last)
+	b := append([]byte(nil), x.enc...)
+	if x.last.Bytes > 0 {
+		b = appendStreamRun(b, x.last)
+	}
+	return b
 }
 
 func (x *streamIndex) reset() { x.enc, x.last = x.enc[:0], StreamRun{} }
@@ -139,4 +150,27 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// putStreams stores the stream index of an assembled log beside it (key plus StreamsSuffix), if
+// any of its segments knows its streams: the segments' indexes concatenated, a segment without
+// one (captured through pods/log) as one run of unknown stream.
+func putStreams(ctx context.Context, store objstore.Store, ref Ref, key string, segs []record.Segment, retainUntil time.Time) error {
+	if !slices.ContainsFunc(segs, func(s record.Segment) bool { return s.Streams != nil }) {
+		return nil
+	}
+	var index []byte
+	for _, s := range segs {
+		switch {
+		case s.Streams != nil:
+			index = append(index, s.Streams...)
+		case s.Bytes > 0:
+			index = appendStreamRun(index, StreamRun{Stream: StreamUnknown, Bytes: s.Bytes})
+		}
+	}
+	opts := objstore.PutOptions{ContentType: "application/octet-stream", RetainUntil: retainUntil}
+	if err := lockedElse(store.Put(ctx, key+StreamsSuffix, bytes.NewReader(index), opts)); err != nil {
+		return fmt.Errorf("store the stream index of the log of %s: %w", ref, err)
+	}
+	return nil
 }
