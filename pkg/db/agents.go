@@ -18,6 +18,14 @@ import (
 // (CompleteRun) or gives them up (ReleaseRun). Ownership moves from the agent to the API only,
 // never back (a trigger refuses it, whatever the role).
 
+// HeartbeatInterval is how often a node agent records its heartbeat (Heartbeat), and
+// AgentHealthyWithin how recent its last one must be for the agent to count as healthy: three
+// intervals, so that one late or lost heartbeat does not hand its runs over.
+const (
+	HeartbeatInterval  = 5 * time.Second
+	AgentHealthyWithin = 3 * HeartbeatInterval
+)
+
 // RunKey names one run of a container: its restart count while it ran.
 type RunKey struct {
 	PodUID, Container string
@@ -145,6 +153,42 @@ FROM log_runs r WHERE r.pod_uid = $1 AND r.container = $2 AND r.run = $3`,
 		r.HandedOverAt = handedOver.Time.UTC()
 	}
 	return r, nil
+}
+
+// JobRuns returns the recorded captures of every run of a job's pods, by pod, container and run
+// (AgentHealthy is not read).
+func (d *DB) JobRuns(ctx context.Context, jobUID string) ([]LogRun, error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.db.QueryContext(ctx, `
+SELECT r.pod_uid, r.container, r.run, r.node, r.namespace, r.pod_name, r.job_name, r.job_uid, r.owner, r.claimed_owner,
+       r.over, r.complete, r.handed_over_at, coalesce(r.hand_over_reason, '')
+FROM log_runs r JOIN pods p ON p.uid = r.pod_uid
+WHERE p.job_uid = $1
+ORDER BY p.created_at, r.pod_uid, r.container, r.run`, jobUID)
+	if err != nil {
+		return nil, fmt.Errorf("get runs of job %s: %w", jobUID, translate(err))
+	}
+	defer rows.Close()
+	var out []LogRun
+	for rows.Next() {
+		var (
+			r          LogRun
+			handedOver sql.NullTime
+		)
+		if err := rows.Scan(&r.PodUID, &r.Container, &r.Run, &r.Node, &r.Namespace, &r.Pod, &r.JobName, &r.JobUID, &r.Owner, &r.ClaimedOwner,
+			&r.Over, &r.Complete, &handedOver, &r.HandOverReason); err != nil {
+			return nil, fmt.Errorf("get runs of job %s: %w", jobUID, translate(err))
+		}
+		if handedOver.Valid {
+			r.HandedOverAt = handedOver.Time.UTC()
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get runs of job %s: %w", jobUID, translate(err))
+	}
+	return out, nil
 }
 
 // EndRun records that the run is over, as the archiver saw it: its agent completes it once it
