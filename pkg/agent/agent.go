@@ -334,6 +334,8 @@ var (
 		Help: "Log files the agent let go at its held-bytes limit before their bytes were stored (each recorded as a gap)."})
 	heartbeatsFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "jobvault_agent_heartbeats_failed_total",
 		Help: "Heartbeats the agent could not record (the archiver takes its runs over after 15 s without one)."})
+	filesHeld = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jobvault_agent_files_held_total",
+		Help: "Log files the agent took and held open, by kind: current, rotated (found already rotated) or compressed (found only compressed: read decompressed)."}, []string{"kind"})
 	capturesRunning = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jobvault_agent_captures",
 		Help: "Runs the agent is capturing."})
 	runsCompleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "jobvault_agent_runs_completed_total",
@@ -344,7 +346,7 @@ var (
 
 // Register registers the agent's metrics on reg.
 func Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{heldBytes, heldLimit, filesLetGo, heartbeatsFailed, capturesRunning, runsCompleted, captureFailures} {
+	for _, c := range []prometheus.Collector{heldBytes, heldLimit, filesLetGo, heartbeatsFailed, filesHeld, capturesRunning, runsCompleted, captureFailures} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register agent metrics: %w", err)
 		}

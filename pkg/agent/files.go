@@ -355,6 +355,14 @@ func (s *FileSource) take(k RunKey, dir, name string, order int64, gz bool) {
 	defer s.mu.Unlock()
 	s.seq++
 	r.files = append(r.files, &heldFile{f: fh, ino: ino, name: name, gz: gz, order: order, seq: s.seq, size: st2.Size()})
+	kind := "current"
+	switch {
+	case gz:
+		kind = "compressed"
+	case order != math.MaxInt64:
+		kind = "rotated"
+	}
+	filesHeld.WithLabelValues(kind).Inc()
 	r.signal()
 	s.log.V(1).Info("Holding log file", "run", k.String(), "file", name)
 }
