@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"path/filepath"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -47,6 +48,8 @@ type reader struct {
 	// drainEOF: a later file had bytes when cur was last at its end, so cur's next end is its last.
 	drainEOF bool
 	lastTS   time.Time
+	// servedGz: cur is compressed and some of its content was served.
+	servedGz bool
 
 	// The record being read: inContent after its header; its timestamp, stream, partial tag;
 	// whether it is left out (before since), how many content bytes it had, and its last byte.
@@ -128,6 +131,12 @@ func (r *reader) emit(b []byte, content bool) {
 		return
 	}
 	if content {
+		if r.cur.gz && !r.servedGz {
+			// Worth a line: the kubelet serves no compressed file, so these bytes reach the
+			// archive only through the agent.
+			r.servedGz = true
+			r.s.log.Info("Serving a compressed log file", "file", filepath.Join(r.rf.dir, r.cur.name))
+		}
 		end := r.emitted + int64(len(b))
 		if n := len(r.tags); n > 0 && r.tags[n-1].stream == r.stream && r.tags[n-1].end == r.emitted {
 			r.tags[n-1].end = end
@@ -181,7 +190,7 @@ func (r *reader) next() bool {
 			r.done[f] = true // closed: released (durable) or let go (its gap is recorded)
 			continue
 		}
-		r.cur, r.drainEOF, r.lastTS = f, false, time.Time{}
+		r.cur, r.drainEOF, r.lastTS, r.servedGz = f, false, time.Time{}, false
 		var src io.Reader = io.NewSectionReader(f.f, 0, math.MaxInt64)
 		if f.gz {
 			zr, err := gzip.NewReader(src)

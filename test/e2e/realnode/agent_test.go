@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -242,9 +243,15 @@ func TestRealNodeAgentRestart(t *testing.T) {
 	time.Sleep(8 * time.Second) // the agent's downtime
 	a.start(t)
 	t.Logf("agent killed %s after its first segment, restarted after %s", killed.Sub(firstSeg).Round(time.Second), time.Since(killed).Round(time.Second))
-	_, row, got, written := archived(t, s, rn, job, 4*time.Minute)
+	uid, row, got, written := archived(t, s, rn, job, 4*time.Minute)
 	compressed := a.metric(t, `jobvault_agent_files_held_total{kind="compressed"}`)
-	t.Logf("kept %d of %d bytes written; compressed files taken by the restarted agent %.0f (before the kill %.0f)", len(got), len(written), compressed, before)
+	log, _ := os.ReadFile(a.Proc.LogPath)
+	served := regexp.MustCompile(`Serving a compressed log file.*` + regexp.QuoteMeta(uid)).FindAll(log, -1)
+	t.Logf("kept %d of %d bytes written; compressed files taken by the restarted agent %.0f (before the kill %.0f); the run's compressed files it served from: %d",
+		len(got), len(written), compressed, before, len(served))
+	if len(served) == 0 {
+		t.Errorf("the restarted agent served nothing of the run from a compressed file: the proof did not kill it where it means to (%s)", a.Proc.LogPath)
+	}
 	if !bytes.Equal(got, written) {
 		missing, err := missingRanges(got, written)
 		t.Errorf("archived %d bytes, written %d: missing line ranges %v (%v)", len(got), len(written), missing, err)
