@@ -172,7 +172,6 @@ func (a *Agent) Healthy() error {
 
 func (a *Agent) heartbeat(ctx context.Context) {
 	held, _ := a.src.Held()
-	heldBytes.Set(float64(held))
 	if err := a.db.Heartbeat(ctx, a.cfg.Node, held); err != nil {
 		heartbeatsFailed.Inc()
 		a.log.Error(err, "Recording the heartbeat failed")

@@ -537,6 +537,7 @@ func (s *FileSource) bound() {
 		}
 	}
 	s.held = held
+	heldBytes.Set(float64(held))
 	if s.maxHeld <= 0 || held <= s.maxHeld {
 		s.mu.Unlock()
 		return
@@ -555,6 +556,7 @@ func (s *FileSource) bound() {
 		c.f.letGo = true
 		held -= c.f.size
 		s.held, s.letGone = held, s.letGone+1
+		heldBytes.Set(float64(held))
 		filesLetGo.Inc()
 		c.r.signal()
 		if s.onLetGo != nil {

@@ -308,3 +308,34 @@ func readObject(t *testing.T, s *stack.Rig, key string) []byte {
 	}
 	return b
 }
+
+// TestRealNodeAgentHeldBytesLimit is issue 25's proof 5: the agent may hold 4 MiB of files deleted
+// from the node's disk, and stores a segment only every minute, so that the files the kubelet
+// rotates and compresses away (2 MiB/s for 30 s: about 20 MB each) stay held, undurable, past the
+// limit. The oldest is let go, with a gap saying why, and the agent's metrics count it.
+func TestRealNodeAgentHeldBytesLimit(t *testing.T) {
+	t.Parallel()
+	s, rn := rig(t)
+	a := startAgent(t, s, rn, "--agent-max-held-bytes="+strconv.Itoa(4<<20), "--capture-segment-age=60s", "--capture-segment-bytes="+strconv.Itoa(1<<30))
+	job := agentJob(s, rn, "held", testbed.Workload{Bytes: 60 << 20, For: 30 * time.Second, Lines: []int{200}})
+	stack.CreateAs(t, s.Env, "erin", job)
+	var held float64
+	for deadline := time.Now().Add(3 * time.Minute); a.metric(t, "jobvault_agent_files_let_go_total") == 0; time.Sleep(500 * time.Millisecond) {
+		held = max(held, a.metric(t, "jobvault_agent_held_bytes"))
+		if time.Now().After(deadline) {
+			t.Fatalf("no file let go in 3 minutes (held bytes seen up to %.0f)", held)
+		}
+	}
+	t.Logf("a file let go; held bytes seen up to %.0f, limit %.0f", held, a.metric(t, "jobvault_agent_held_bytes_limit"))
+	j := s.WaitArchived(t, job, 4*time.Minute)
+	var letGo []record.Gap
+	for _, g := range s.Gaps(t, string(j.UID)) {
+		if g.Reason == record.GapAgentLetGo {
+			letGo = append(letGo, g)
+		}
+	}
+	if len(letGo) == 0 {
+		t.Fatalf("no %q gap recorded for the job's run (gaps: %+v)", record.GapAgentLetGo, s.Gaps(t, string(j.UID)))
+	}
+	t.Logf("gaps of files let go: %+v", letGo)
+}
