@@ -216,7 +216,7 @@ func TestRealNodeAgentInterleavedStreams(t *testing.T) {
 }
 
 // TestRealNodeAgentRestart is issue 25's proof 3: the agent is killed while the kubelet rotates a
-// container's log (3 MiB/s for 45 s, a rotation every 10 s, each rotated file compressed at the
+// container's log (2 MiB/s for 45 s, a rotation every 10 s, each rotated file compressed at the
 // next), and restarted 8 s later (before the archiver's 15 s without heartbeat would take its runs
 // over). Its segments are stored every 20 s only, so that the position it resumes from is in a file
 // rotated and compressed meanwhile. The archive has every byte, none twice, and no gap.
@@ -224,7 +224,7 @@ func TestRealNodeAgentRestart(t *testing.T) {
 	t.Parallel()
 	s, rn := rig(t)
 	a := startAgent(t, s, rn, "--capture-segment-age=20s", "--capture-segment-bytes="+strconv.Itoa(1<<30))
-	job := agentJob(s, rn, "restart", testbed.Workload{Bytes: 135 << 20, For: 45 * time.Second, Lines: []int{200, 20 << 10}})
+	job := agentJob(s, rn, "restart", testbed.Workload{Bytes: 90 << 20, For: 45 * time.Second, Lines: []int{200, 20 << 10}})
 	stack.CreateAs(t, s.Env, "erin", job)
 	// Kill it once its first segment is stored and output goes on (about 35 s after it began).
 	var firstSeg time.Time
