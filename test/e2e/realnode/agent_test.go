@@ -3,20 +3,24 @@ package realnode
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -28,14 +32,20 @@ type nodeAgent struct {
 	Proc        *testbed.Process
 	MetricsAddr string
 	args        []string
+	environ     []string
 }
 
 // startAgent starts the real node's agent for the rig (its database and fs store) and waits until
 // it has recorded a heartbeat (its /healthz), so that the archiver gives it the node's runs.
 func startAgent(t *testing.T, s *stack.Rig, rn *testbed.RealNode, flags ...string) *nodeAgent {
 	t.Helper()
-	a := &nodeAgent{args: append([]string{"agent", "--node=" + rn.Name, "--pod-logs-dir=" + rn.PodLogsDir(), "--db-dsn=" + s.DSN,
-		"--store-backend=fs", "--store-fs-root=" + stack.ArgValue(s.Args, "--store-fs-root="), "--store-prefix=archive"}, flags...)}
+	a := &nodeAgent{args: []string{"agent", "--node=" + rn.Name, "--pod-logs-dir=" + rn.PodLogsDir(), "--db-dsn=" + s.DSN}, environ: s.Environ}
+	for _, arg := range s.Args {
+		if strings.HasPrefix(arg, "--store-") { // the rig's store, whatever its backend
+			a.args = append(a.args, arg)
+		}
+	}
+	a.args = append(a.args, flags...) // later flags win
 	a.start(t)
 	return a
 }
@@ -45,7 +55,9 @@ func (a *nodeAgent) start(t *testing.T) {
 	probe := testbed.FreePort(t)
 	a.MetricsAddr = "127.0.0.1:" + strconv.Itoa(testbed.FreePort(t))
 	args := append(append([]string(nil), a.args...), "--metrics-bind-address="+a.MetricsAddr, "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe))
-	a.Proc = testbed.Start(t, "agent", exec.Command(testbed.GoBuild(t, "./archiver"), args...))
+	cmd := exec.Command(testbed.GoBuild(t, "./archiver"), args...)
+	cmd.Env = append(os.Environ(), a.environ...)
+	a.Proc = testbed.Start(t, "agent", cmd)
 	a.Proc.WaitReady(t, "http://127.0.0.1:"+strconv.Itoa(probe)+"/healthz", time.Minute)
 }
 
@@ -246,7 +258,7 @@ func TestRealNodeAgentRestart(t *testing.T) {
 	uid, row, got, written := archived(t, s, rn, job, 4*time.Minute)
 	compressed := a.metric(t, `jobvault_agent_files_held_total{kind="compressed"}`)
 	log, _ := os.ReadFile(a.Proc.LogPath)
-	served := regexp.MustCompile(`Serving a compressed log file.*` + regexp.QuoteMeta(uid)).FindAll(log, -1)
+	served := regexp.MustCompile(`Serving a compressed log file.*`+regexp.QuoteMeta(uid)).FindAll(log, -1)
 	t.Logf("kept %d of %d bytes written; compressed files taken by the restarted agent %.0f (before the kill %.0f); the run's compressed files it served from: %d",
 		len(got), len(written), compressed, before, len(served))
 	if len(served) == 0 {
@@ -338,4 +350,146 @@ func TestRealNodeAgentHeldBytesLimit(t *testing.T) {
 		t.Fatalf("no %q gap recorded for the job's run (gaps: %+v)", record.GapAgentLetGo, s.Gaps(t, string(j.UID)))
 	}
 	t.Logf("gaps of files let go: %+v", letGo)
+}
+
+// TestRealNodeAgentStoreDownWhileCollected is issue 25's proof 2: the store (MinIO, behind a proxy
+// the test cuts) is down while a job is deleted by its user; its container ends and the kubelet's
+// container GC removes the deleted pod's logs from the disk, finalizer or not. The agent holds
+// them open: once the store returns, it stores them, byte-exact, and the pod is released. (The
+// store is down for as long as it takes the kubelet to collect the logs and the agent to fail to
+// store them twice, tens of seconds rather than the issue's 2 minutes: what is proven is that the
+// files are gone from the disk while nothing of them is stored.)
+func TestRealNodeAgentStoreDownWhileCollected(t *testing.T) {
+	t.Parallel()
+	rn := testbed.Cluster(t).RealNode(t, nodeOptions)
+	s := stack.NewRig(t, objstore.BackendS3, "--node-log-max-size="+strconv.Itoa(1<<20))
+	proxy := newProxy(t, stack.ArgValue(s.Args, "--store-s3-endpoint="))
+	a := startAgent(t, s, rn, "--store-s3-endpoint="+proxy.addr, "--capture-segment-age=2s")
+	job := agentJob(s, rn, "collected", testbed.Workload{Bytes: 3 << 20, For: 3 * time.Second, Lines: []int{200}, Hold: time.Hour,
+		TermBytes: 64 << 10, TermFor: time.Second})
+	name := testbed.PodName(job.Name, "w", 0)
+	proxy.down()
+	downAt := time.Now()
+	stack.CreateAs(t, s.Env, "erin", job)
+	var p corev1.Pod
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p); err == nil &&
+			len(rn.Written(s.NS, string(p.UID), "main", 0)) == 3<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s did not write its output within 2 minutes", name)
+		}
+	}
+	uid, jobUID := string(p.UID), string(p.OwnerReferences[0].UID)
+	if err := s.Env.Client.Delete(t.Context(), stack.GetJob(t, s.Env, job)); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); !rn.Collected(s.NS, name, uid); time.Sleep(time.Second) {
+		if time.Since(start) > 3*time.Minute {
+			t.Fatalf("the kubelet did not collect the deleted pod's logs within 3 minutes")
+		}
+	}
+	t.Logf("the kubelet collected the deleted pod's logs %s after the store went down", time.Since(downAt).Round(time.Second))
+	// The agent has tried to store them, and failed, at least twice (with the files gone).
+	for deadline := time.Now().Add(2 * time.Minute); a.metric(t, "jobvault_agent_capture_failures_total") < 2; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not fail to store twice in 2 minutes of the store down")
+		}
+	}
+	if n := segments(t, s, rn); n != 0 {
+		t.Fatalf("%d segments stored while the store was down", n)
+	}
+	proxy.up()
+	t.Logf("store down for %s", time.Since(downAt).Round(time.Second))
+	s.WaitPodGone(t, name, 3*time.Minute)
+	written := rn.Written(s.NS, uid, "main", 0)
+	if !bytes.Contains(written, []byte(" term ")) {
+		t.Fatalf("the container wrote no SIGTERM tail (%d bytes)", len(written))
+	}
+	row, ok := logRows(t, s, jobUID)["main/"+record.InstanceCurrent]
+	if !ok || row.State != record.LogStored {
+		t.Fatalf("log row %+v, want stored", row)
+	}
+	got, _ := s.ReadLog(t, row.ObjectKey)
+	t.Logf("kept %d of %d bytes written, after the kubelet had removed the files", len(got), len(written))
+	if !bytes.Equal(got, written) {
+		t.Errorf("archived %d bytes, written %d (the first %d agree)", len(got), len(written), commonPrefix(got, written))
+	}
+	if g := s.Gaps(t, jobUID); len(g) > 0 {
+		t.Errorf("gaps %+v, want none", g)
+	}
+	checkAgentCaptured(t, s, jobUID)
+}
+
+// proxy forwards TCP connections to a backend until it is cut (down) and restored (up) on the
+// same address: a store that is down, then back.
+type proxy struct {
+	t       *testing.T
+	addr    string
+	backend string
+	mu      sync.Mutex
+	ln      net.Listener
+	conns   []net.Conn
+}
+
+func newProxy(t *testing.T, backend string) *proxy {
+	t.Helper()
+	p := &proxy{t: t, backend: backend}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.down)
+	return p
+}
+
+func (p *proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", p.backend)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, b)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(b, c); _ = b.Close() }()
+			go func() { _, _ = io.Copy(c, b); _ = c.Close() }()
+		}
+	}()
+}
+
+// down closes the listener and every connection.
+func (p *proxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// up listens again on the same address.
+func (p *proxy) up() {
+	p.t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatalf("proxy up again on %s: %v", p.addr, err)
+	}
+	p.serve(ln)
 }
