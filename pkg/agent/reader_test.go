@@ -230,3 +230,51 @@ func TestReadSince(t *testing.T) {
 		t.Fatalf("served %q, want %q", got, want)
 	}
 }
+
+// TestInodeReused: a file closed once its bytes are durable frees its inode, which the next log
+// file may get: it is a new file all the same, held and served (on the real node 7.5 MiB of 100
+// went missing when it was taken for the closed one).
+func TestInodeReused(t *testing.T) {
+	dir := logDir(t)
+	root := filepath.Dir(filepath.Dir(dir))
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	cur := filepath.Join(dir, "0.log")
+	c.rec("stdout", "in the first file", false)
+	c.flush(t, cur, false)
+	s := startSource(t, root)
+	first := inodeOf(t, cur)
+	rotated := filepath.Join(dir, "0.log.20261125-010000")
+	if err := os.Rename(cur, rotated); err != nil {
+		t.Fatal(err)
+	}
+	c.rec("stdout", "in the second file", false)
+	c.flush(t, cur, false)
+	waitHeld(t, s, 2)
+	rc, err := s.Open(t.Context(), ref, capture.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, rc) // drains the first file
+	s.Durable(RunKey{PodUID: "uid1", Container: "main"}, c.t0.Add(time.Hour))
+	if err := os.Remove(rotated); err != nil { // closed and removed: its inode is free
+		t.Fatal(err)
+	}
+	if err := os.Rename(cur, filepath.Join(dir, "0.log.20261125-010010")); err != nil {
+		t.Fatal(err)
+	}
+	c.rec("stdout", "in the third file", false)
+	c.flush(t, cur, false)
+	if inodeOf(t, cur) != first {
+		t.Fatalf("the third file did not get the first one's inode (%d): the file system did not reuse it, nothing is proven", first)
+	}
+	waitHeld(t, s, 3)
+}
+
+func inodeOf(t *testing.T, path string) uint64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inode(st)
+}
