@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -43,8 +45,10 @@ type reader struct {
 
 	done map[*heldFile]bool
 	cur  *heldFile
-	br   *bufio.Reader
-	zr   *gzip.Reader
+	// curName is cur's name when taken (the source renames it under its lock).
+	curName string
+	br      *bufio.Reader
+	zr      *gzip.Reader
 	// drainEOF: a later file had bytes when cur was last at its end, so cur's next end is its last.
 	drainEOF bool
 	lastTS   time.Time
@@ -64,8 +68,11 @@ type reader struct {
 
 	out     []byte
 	emitted int64
-	tags    []tagRun
-	closed  bool
+	closed  atomic.Bool // Close is called while the capture's reader goroutine may read
+	// tags are the streams of the content bytes served and not yet asked for: Streams is called
+	// by the capture while its reader goroutine reads.
+	tagMu sync.Mutex
+	tags  []tagRun
 }
 
 type tagRun struct {
@@ -87,7 +94,7 @@ func newReader(ctx context.Context, s *FileSource, k RunKey, opts capture.OpenOp
 // Read serves the log.
 func (r *reader) Read(p []byte) (int, error) {
 	for len(r.out) == 0 {
-		if r.closed {
+		if r.closed.Load() {
 			return 0, errors.New("read log: reader closed")
 		}
 		if err := r.fill(); err != nil {
@@ -101,12 +108,14 @@ func (r *reader) Read(p []byte) (int, error) {
 
 // Close ends the reader; the files stay held by the source.
 func (r *reader) Close() error {
-	r.closed = true
+	r.closed.Store(true)
 	return nil
 }
 
 // Streams implements capture.StreamTagger.
 func (r *reader) Streams(from, to int64) []capture.StreamRun {
+	r.tagMu.Lock()
+	defer r.tagMu.Unlock()
 	var out []capture.StreamRun
 	i := 0
 	for ; i < len(r.tags); i++ {
@@ -135,14 +144,16 @@ func (r *reader) emit(b []byte, content bool) {
 			// Worth a line: the kubelet serves no compressed file, so these bytes reach the
 			// archive only through the agent.
 			r.servedGz = true
-			r.s.log.Info("Serving a compressed log file", "file", filepath.Join(r.rf.dir, r.cur.name))
+			r.s.log.Info("Serving a compressed log file", "file", filepath.Join(r.rf.dir, r.curName))
 		}
 		end := r.emitted + int64(len(b))
+		r.tagMu.Lock()
 		if n := len(r.tags); n > 0 && r.tags[n-1].stream == r.stream && r.tags[n-1].end == r.emitted {
 			r.tags[n-1].end = end
 		} else {
 			r.tags = append(r.tags, tagRun{start: r.emitted, end: end, stream: r.stream})
 		}
+		r.tagMu.Unlock()
 	}
 	r.out = append(r.out, b...)
 	r.emitted += int64(len(b))
@@ -172,7 +183,7 @@ func (r *reader) fill() error {
 		return r.atEnd(changed)
 	default:
 		// The file was let go (closed) or cannot be read: go on with the next.
-		r.s.log.V(1).Info("Log file no longer readable; going on with the next", "file", r.cur.name, "error", err.Error())
+		r.s.log.V(1).Info("Log file no longer readable; going on with the next", "file", r.curName, "error", err.Error())
 		r.finishFile()
 		return nil
 	}
@@ -190,7 +201,7 @@ func (r *reader) next() bool {
 			r.done[f] = true // closed: released (durable) or let go (its gap is recorded)
 			continue
 		}
-		r.cur, r.drainEOF, r.lastTS, r.servedGz = f, false, time.Time{}, false
+		r.cur, r.curName, r.drainEOF, r.lastTS, r.servedGz = f, f.name, false, time.Time{}, false
 		var src io.Reader = io.NewSectionReader(f.f, 0, math.MaxInt64)
 		if f.gz {
 			zr, err := gzip.NewReader(src)
@@ -300,7 +311,7 @@ func (r *reader) header() error {
 	nl := bytes.IndexByte(b, '\n')
 	if sp < 0 || (nl >= 0 && nl < sp) {
 		if nl >= 0 || len(b) >= maxHeader {
-			r.s.log.V(1).Info("Skipping a malformed CRI record", "file", r.cur.name)
+			r.s.log.V(1).Info("Skipping a malformed CRI record", "file", r.curName)
 			return r.skipRecord()
 		}
 		if err == nil {
