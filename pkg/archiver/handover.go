@@ -36,7 +36,16 @@ var (
 	}, []string{"reason"})
 )
 
-func init() { metrics.Registry.MustRegister(runsClaimedTotal, runsTakenOverTotal) }
+func init() {
+	metrics.Registry.MustRegister(runsClaimedTotal, runsTakenOverTotal)
+	// Every series from the start, at 0, so that the alerts' increase() sees the first one.
+	for _, owner := range []string{record.CapturedByAgent, record.CapturedByAPI} {
+		runsClaimedTotal.WithLabelValues(owner)
+	}
+	for _, reason := range []string{"silent", "released", "deadline"} {
+		runsTakenOverTotal.WithLabelValues(reason)
+	}
+}
 
 // agentCaptures gives the run its owner and, while that is the node's agent, waits for the agent
 // to store it, tells it when the run is over (runEnd), and records the run once the agent

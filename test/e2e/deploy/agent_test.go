@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -163,5 +164,24 @@ func TestDeployAgentRBAC(t *testing.T) {
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "list", Resource: "pods"}}}
 	if err := env.Client.Create(t.Context(), sar); err != nil || !sar.Status.Allowed {
 		t.Errorf("SubjectAccessReview of system:masters listing pods: allowed %t (%v), want allowed", sar.Status.Allowed, err)
+	}
+}
+
+// TestDeployAgentFlags runs the real archiver binary with the agent DaemonSet's arguments followed
+// by -help: exit 0 proves that "agent" is its mode and every argument a flag of it with a
+// well-formed value (the flag package parses each before it reaches -help).
+func TestDeployAgentFlags(t *testing.T) {
+	_, c := agentPod(t, render(t, "agent"))
+	if c == nil {
+		t.Fatal("config/agent renders no DaemonSet jobvault-agent")
+	}
+	bin := testbed.GoBuild(t, "./archiver")
+	out, err := exec.CommandContext(t.Context(), bin, append(slices.Clone(c.Args), "-help")...).CombinedOutput()
+	if err != nil {
+		t.Errorf("archiver %s -help: %v\n%s", strings.Join(c.Args, " "), err, flagError(string(out)))
+	}
+	// The check can fail: a flag the agent does not have is refused.
+	if err := exec.CommandContext(t.Context(), bin, "agent", "--no-such-flag=1", "-help").Run(); err == nil {
+		t.Error("archiver agent --no-such-flag=1 -help succeeded: the check cannot fail")
 	}
 }
