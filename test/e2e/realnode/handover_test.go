@@ -1,53 +1,27 @@
 package realnode
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/archiver"
-	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
-// TestRealNodeAgentGoneAPITakesOver is issue 25's proof 4: the node's agent captures a run, then
-// is gone (killed: no more heartbeats, no more writes) while the container still writes. The
-// archiver takes the run over once the agent has been silent for db.AgentHealthyWithin, and the
-// API capture resumes after the agent's last segment: the archive is byte-exact, and the records
-// say which capture stored which bytes and why the run changed hands.
-//
-// The agent here is the contract's agent as the database sees it: it beats, and it stores the run
-// with the same capture loop through db.AgentRecords (its writes fenced by the owner), under keys
-// of its own. It reads through pods/log rather than the node's files; what is proven is the
-// hand-over, which does not depend on where the agent read.
+// TestRealNodeAgentGoneAPITakesOver is issue 25's proof 4: the node's agent (`archiver agent`)
+// captures a run from the node's files, then is killed (SIGKILL: no more heartbeats, no more
+// writes) while the container still writes. The archiver takes the run over once the agent has
+// been silent for db.AgentHealthyWithin, and the API capture resumes after the agent's last
+// segment: the archive is byte-exact, and the records say which capture stored which bytes and
+// why the run changed hands.
 func TestRealNodeAgentGoneAPITakesOver(t *testing.T) {
 	s, rn := rig(t)
 	ctx := t.Context()
-	beating, stopBeating := context.WithCancel(ctx)
-	defer stopBeating()
-	beat := func() {
-		if err := s.Records.Heartbeat(ctx, rn.Name, 0); err != nil {
-			t.Errorf("Heartbeat: %v", err)
-		}
-	}
-	beat()
-	go func() {
-		for {
-			select {
-			case <-beating.Done():
-				return
-			case <-time.After(db.HeartbeatInterval):
-				beat()
-			}
-		}
-	}()
+	// Young segments, so that the agent stores several before it is killed.
+	agent := stack.StartAgent(t, s, rn.Name, rn.PodLogsDir(), "--capture-segment-age=1s")
 
 	// Under the rotation size (1 MiB): the API capture resumes from the current file, which holds
 	// everything, so any byte missing is the hand-over's.
@@ -56,10 +30,6 @@ func TestRealNodeAgentGoneAPITakesOver(t *testing.T) {
 	stack.CreateAs(t, s.Env, "erin", job)
 
 	run := agentRun(t, s.Records, rn.Name, 2*time.Minute)
-	agentCtx, kill := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- runAgent(agentCtx, s, run) }()
-	var agentBytes int64
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		segs, err := s.Records.Segments(ctx, run.PodUID, run.Container, run.Run)
 		if err != nil {
@@ -72,17 +42,32 @@ func TestRealNodeAgentGoneAPITakesOver(t *testing.T) {
 			t.Fatalf("the agent stored %d segments in a minute, want 3", len(segs))
 		}
 	}
-	kill()
-	stopBeating()
-	if err := <-agentDone; err != nil && ctx.Err() == nil && agentCtx.Err() == nil {
-		t.Fatalf("agent: %v", err)
-	}
+	agent.Proc.Kill()
 	killedAt := time.Now()
+	// Once the API owns the run, no write of the agent's can land any more (a statement it sent
+	// before it died may have): what it stored is final.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		r, err := s.Records.Run(ctx, run.RunKey, db.AgentHealthyWithin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Owner == record.CapturedByAPI {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run is still the agent's a minute after it was killed: %+v", r)
+		}
+	}
 	segs, err := s.Records.Segments(ctx, run.PodUID, run.Container, run.Run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentBytes = segs[len(segs)-1].TotalBytes
+	var agentBytes int64
+	for _, seg := range segs {
+		if seg.Source == record.CapturedByAgent {
+			agentBytes = seg.TotalBytes
+		}
+	}
 
 	j := s.WaitArchived(t, job, 3*time.Minute)
 	t.Logf("archived %s after the agent was killed", time.Since(killedAt).Round(time.Second))
@@ -136,26 +121,4 @@ func agentRun(t *testing.T, records *db.DB, node string, timeout time.Duration) 
 			t.Fatalf("runs of the agent of %s: %+v, want one within %s", node, runs, timeout)
 		}
 	}
-}
-
-// runAgent captures run as its node's agent would, until ctx ends: the capture loop with its
-// writes fenced by db.AgentRecords and its segments under keys of their own (".agent").
-func runAgent(ctx context.Context, s *stack.Rig, run db.AgentRun) error {
-	cs, err := kubernetes.NewForConfig(s.Env.Config)
-	if err != nil {
-		return err
-	}
-	layout := archive.Layout{Prefix: "archive"}
-	job := archive.JobRef{Namespace: run.Namespace, Name: run.JobName, UID: run.JobUID}
-	ref := capture.Ref{Namespace: run.Namespace, Pod: run.Pod, PodUID: run.PodUID, Container: run.Container, Run: run.Run}
-	segKey := func(seq int32) string {
-		key, _ := layout.Segment(job, run.Pod, run.PodUID, run.Container, run.Run, seq)
-		return key + ".agent"
-	}
-	// Small, young segments so that the agent stores several before it is killed; no start rule
-	// (NodeLogMaxSize 0): the agent reads its files from their start.
-	cfg := capture.Config{SegmentBytes: 16 << 10, SegmentAge: time.Second, Poll: time.Second, Retry: time.Second}
-	_, err = capture.Capture(ctx, cfg, archiver.KubeLogs{Clientset: cs, OpenTimeout: 30 * time.Second}, s.Records.AgentRecords(run.Node),
-		s.Store, segKey, ref, func(context.Context) (capture.End, error) { return capture.End{}, nil }, nil)
-	return err
 }
