@@ -138,21 +138,29 @@ SELECT owner FROM log_runs WHERE pod_uid = $1 AND container = $2 AND run = $3`,
 func (d *DB) Run(ctx context.Context, k RunKey, healthyWithin time.Duration) (LogRun, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	r := LogRun{RunClaim: RunClaim{RunKey: k}}
-	var handedOver sql.NullTime
-	err := d.db.QueryRowContext(ctx, `
-SELECT r.node, r.namespace, r.pod_name, r.job_name, r.job_uid, r.owner, r.claimed_owner, r.over, r.complete,
-       r.handed_over_at, coalesce(r.hand_over_reason, ''), `+healthy("r.node", "$4")+`
+	var r LogRun
+	err := scanRun(d.db.QueryRowContext(ctx, `SELECT `+runColumns+`, `+healthy("r.node", "$4")+`
 FROM log_runs r WHERE r.pod_uid = $1 AND r.container = $2 AND r.run = $3`,
-		k.PodUID, k.Container, k.Run, healthyWithin.Seconds()).Scan(&r.Node, &r.Namespace, &r.Pod, &r.JobName, &r.JobUID,
-		&r.Owner, &r.ClaimedOwner, &r.Over, &r.Complete, &handedOver, &r.HandOverReason, &r.AgentHealthy)
+		k.PodUID, k.Container, k.Run, healthyWithin.Seconds()), &r, &r.AgentHealthy)
 	if err != nil {
 		return LogRun{}, fmt.Errorf("get run %s: %w", k, translate(err))
 	}
+	return r, nil
+}
+
+// runColumns are the columns of a log_runs row (as r) that scanRun reads.
+const runColumns = `r.pod_uid, r.container, r.run, r.node, r.namespace, r.pod_name, r.job_name, r.job_uid, r.owner, r.claimed_owner,
+       r.over, r.complete, r.handed_over_at, coalesce(r.hand_over_reason, '')`
+
+// scanRun reads runColumns, then extra, into r.
+func scanRun(row interface{ Scan(...any) error }, r *LogRun, extra ...any) error {
+	var handedOver sql.NullTime
+	err := row.Scan(append([]any{&r.PodUID, &r.Container, &r.Run, &r.Node, &r.Namespace, &r.Pod, &r.JobName, &r.JobUID, &r.Owner, &r.ClaimedOwner,
+		&r.Over, &r.Complete, &handedOver, &r.HandOverReason}, extra...)...)
 	if handedOver.Valid {
 		r.HandedOverAt = handedOver.Time.UTC()
 	}
-	return r, nil
+	return err
 }
 
 // JobRuns returns the recorded captures of every run of a job's pods, by pod, container and run
@@ -160,9 +168,7 @@ FROM log_runs r WHERE r.pod_uid = $1 AND r.container = $2 AND r.run = $3`,
 func (d *DB) JobRuns(ctx context.Context, jobUID string) ([]LogRun, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	rows, err := d.db.QueryContext(ctx, `
-SELECT r.pod_uid, r.container, r.run, r.node, r.namespace, r.pod_name, r.job_name, r.job_uid, r.owner, r.claimed_owner,
-       r.over, r.complete, r.handed_over_at, coalesce(r.hand_over_reason, '')
+	rows, err := d.db.QueryContext(ctx, `SELECT `+runColumns+`
 FROM log_runs r JOIN pods p ON p.uid = r.pod_uid
 WHERE p.job_uid = $1
 ORDER BY p.created_at, r.pod_uid, r.container, r.run`, jobUID)
@@ -172,16 +178,9 @@ ORDER BY p.created_at, r.pod_uid, r.container, r.run`, jobUID)
 	defer rows.Close()
 	var out []LogRun
 	for rows.Next() {
-		var (
-			r          LogRun
-			handedOver sql.NullTime
-		)
-		if err := rows.Scan(&r.PodUID, &r.Container, &r.Run, &r.Node, &r.Namespace, &r.Pod, &r.JobName, &r.JobUID, &r.Owner, &r.ClaimedOwner,
-			&r.Over, &r.Complete, &handedOver, &r.HandOverReason); err != nil {
+		var r LogRun
+		if err := scanRun(rows, &r); err != nil {
 			return nil, fmt.Errorf("get runs of job %s: %w", jobUID, translate(err))
-		}
-		if handedOver.Valid {
-			r.HandedOverAt = handedOver.Time.UTC()
 		}
 		out = append(out, r)
 	}

@@ -10,7 +10,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jobvault/jobvault/test/testbed"
@@ -23,11 +22,7 @@ func agentPod(t *testing.T, objs []*unstructured.Unstructured) (*corev1.PodSpec,
 	if d == nil {
 		return nil, nil
 	}
-	spec := &corev1.PodSpec{}
-	raw, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, spec); err != nil {
-		t.Fatal(err)
-	}
+	spec := podTemplate(t, d)
 	if len(spec.Containers) != 1 || spec.Containers[0].Name != "agent" {
 		t.Fatalf("DaemonSet jobvault-agent: containers %+v, want one named agent", spec.Containers)
 	}

@@ -424,11 +424,7 @@ func archiverContainer(t *testing.T, objs []*unstructured.Unstructured) (*corev1
 	if d == nil {
 		return nil, nil
 	}
-	spec := &corev1.PodSpec{}
-	raw, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, spec); err != nil {
-		t.Fatal(err)
-	}
+	spec := podTemplate(t, d)
 	for i := range spec.Containers {
 		if spec.Containers[i].Name == "archiver" {
 			return spec, &spec.Containers[i]
@@ -436,6 +432,17 @@ func archiverContainer(t *testing.T, objs []*unstructured.Unstructured) (*corev1
 	}
 	t.Fatalf("Deployment jobvault-archiver has no container archiver")
 	return nil, nil
+}
+
+// podTemplate is a workload's pod spec.
+func podTemplate(t *testing.T, workload *unstructured.Unstructured) *corev1.PodSpec {
+	t.Helper()
+	spec := &corev1.PodSpec{}
+	raw, _, _ := unstructured.NestedMap(workload.Object, "spec", "template", "spec")
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
 
 // checkArchiverDeployment: the store each kustomization selects, files named by flags are mounted,
