@@ -94,21 +94,21 @@ func healthy(node, secs string) string {
 	return `EXISTS (SELECT 1 FROM capture_agents a WHERE a.node = ` + node + ` AND a.heartbeat_at > now() - ` + secs + `::float8 * interval '1 second')`
 }
 
-// ClaimRun assigns the run its owner, once, and returns it: record.CapturedByAgent if the node's
-// agent beat within healthyWithin and nothing of the run is stored yet (a run the API capture
-// began before the agent came stays the API's), else record.CapturedByAPI. A run claimed before
-// keeps its owner, whatever c says. The pod row must exist (ErrNotFound).
-func (d *DB) ClaimRun(ctx context.Context, c RunClaim, healthyWithin time.Duration) (string, error) {
+// ClaimRun assigns the run its owner, once, and returns it, and whether this call assigned it
+// (first): record.CapturedByAgent if the node's agent beat within healthyWithin and nothing of
+// the run is stored yet (a run the API capture began before the agent came stays the API's), else
+// record.CapturedByAPI. A run claimed before keeps its owner, whatever c says. The pod row must
+// exist (ErrNotFound).
+func (d *DB) ClaimRun(ctx context.Context, c RunClaim, healthyWithin time.Duration) (owner string, first bool, err error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	if c.PodUID == "" || c.Container == "" || c.Run < 0 || c.Namespace == "" || c.Pod == "" || c.JobName == "" || c.JobUID == "" {
-		return "", fmt.Errorf("claim run %s: %w claim: pod UID, container, namespace, pod, job name and UID are required, run not negative", c.RunKey, ErrInvalid)
+		return "", false, fmt.Errorf("claim run %s: %w claim: pod UID, container, namespace, pod, job name and UID are required, run not negative", c.RunKey, ErrInvalid)
 	}
 	// A row another claim inserts meanwhile is invisible to this statement's snapshot: the
 	// insert does nothing and the select finds nothing. The next attempt sees it.
 	for range 3 {
-		var owner string
-		err := d.db.QueryRowContext(ctx, `
+		err = d.db.QueryRowContext(ctx, `
 WITH ins AS (
     INSERT INTO log_runs (pod_uid, container, run, node, namespace, pod_name, job_name, job_uid, owner, claimed_owner)
     SELECT $1, $2, $3, $4, $5, $6, $7, $8, o.owner, o.owner
@@ -118,19 +118,19 @@ WITH ins AS (
     ON CONFLICT (pod_uid, container, run) DO NOTHING
     RETURNING owner
 )
-SELECT owner FROM ins
+SELECT owner, true FROM ins
 UNION ALL
-SELECT owner FROM log_runs WHERE pod_uid = $1 AND container = $2 AND run = $3`,
-			c.PodUID, c.Container, c.Run, c.Node, c.Namespace, c.Pod, c.JobName, c.JobUID, healthyWithin.Seconds()).Scan(&owner)
+SELECT owner, false FROM log_runs WHERE pod_uid = $1 AND container = $2 AND run = $3`,
+			c.PodUID, c.Container, c.Run, c.Node, c.Namespace, c.Pod, c.JobName, c.JobUID, healthyWithin.Seconds()).Scan(&owner, &first)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("claim run %s: %w", c.RunKey, translate(err))
+			return "", false, fmt.Errorf("claim run %s: %w", c.RunKey, translate(err))
 		}
-		return owner, nil
+		return owner, first, nil
 	}
-	return "", fmt.Errorf("claim run %s: %w: claimed concurrently, and the claim is not visible", c.RunKey, ErrConflict)
+	return "", false, fmt.Errorf("claim run %s: %w: claimed concurrently, and the claim is not visible", c.RunKey, ErrConflict)
 }
 
 // Run returns the recorded capture of a run (ErrNotFound if it was never claimed), with whether

@@ -81,8 +81,12 @@ func TestAgentRunHandedOver(t *testing.T) {
 			if err != nil || len(ranges) != 1 || ranges[0].Source != record.CapturedByAPI || ranges[0].From != 0 {
 				t.Errorf("sources %+v (%v), want the whole log by the API capture", ranges, err)
 			}
-			if m := `jobvault_archiver_runs_taken_over_total{reason="` + tc.reason + `"} 1`; !strings.Contains(s.Metrics(t), m) {
-				t.Errorf("the archiver's /metrics lacks %s", m)
+			metrics := s.Metrics(t)
+			for _, m := range []string{`jobvault_archiver_runs_taken_over_total{reason="` + tc.reason + `"} 1`,
+				`jobvault_archiver_runs_claimed_total{owner="agent"} 1`, `jobvault_archiver_runs_claimed_total{owner="api"} 0`} {
+				if !strings.Contains(metrics, m) {
+					t.Errorf("the archiver's /metrics lacks %s", m)
+				}
 			}
 		})
 	}

@@ -99,7 +99,7 @@ func seed(t *testing.T, records *db.DB) {
 		// Which capture stored the stored log's bytes (no agent on node-1: the API capture).
 		claim := db.RunClaim{RunKey: db.RunKey{PodUID: pod.UID, Container: "main"}, Node: pod.Node, Namespace: s.ns, Pod: pod.Name,
 			JobName: j.Name, JobUID: s.uid}
-		if _, err := records.ClaimRun(ctx, claim, db.AgentHealthyWithin); err != nil {
+		if _, _, err := records.ClaimRun(ctx, claim, db.AgentHealthyWithin); err != nil {
 			t.Fatal(err)
 		}
 		if err := records.PutSources(ctx, []record.SourceRange{{PodUID: pod.UID, Container: "main", Instance: record.InstanceCurrent,
