@@ -19,7 +19,7 @@ import (
 // agents (implemented by *db.DB; see db.ClaimRun): one owner per run, and which capture stored
 // which bytes.
 type RunOwners interface {
-	ClaimRun(ctx context.Context, c db.RunClaim, healthyWithin time.Duration) (string, error)
+	ClaimRun(ctx context.Context, c db.RunClaim, healthyWithin time.Duration) (owner string, first bool, err error)
 	Run(ctx context.Context, k db.RunKey, healthyWithin time.Duration) (db.LogRun, error)
 	EndRun(ctx context.Context, k db.RunKey) error
 	TakeOverRun(ctx context.Context, k db.RunKey, why string) (bool, error)
@@ -36,7 +36,16 @@ var (
 	}, []string{"reason"})
 )
 
-func init() { metrics.Registry.MustRegister(runsClaimedTotal, runsTakenOverTotal) }
+func init() {
+	metrics.Registry.MustRegister(runsClaimedTotal, runsTakenOverTotal)
+	// Every series from the start, at 0, so that the alerts' increase() sees the first one.
+	for _, owner := range []string{record.CapturedByAgent, record.CapturedByAPI} {
+		runsClaimedTotal.WithLabelValues(owner)
+	}
+	for _, reason := range []string{"silent", "released", "deadline"} {
+		runsTakenOverTotal.WithLabelValues(reason)
+	}
+}
 
 // agentCaptures gives the run its owner and, while that is the node's agent, waits for the agent
 // to store it, tells it when the run is over (runEnd), and records the run once the agent
@@ -53,16 +62,20 @@ func (r *PodReconciler) agentCaptures(ctx context.Context, log logr.Logger, job 
 	retry := time.Second
 	var owner string
 	for owner == "" {
-		var err error
-		if owner, err = r.Records.ClaimRun(ctx, claim, db.AgentHealthyWithin); err != nil {
+		var (
+			first bool
+			err   error
+		)
+		if owner, first, err = r.Records.ClaimRun(ctx, claim, db.AgentHealthyWithin); err != nil {
 			archiveFailuresTotal.WithLabelValues("database").Inc()
 			log.Error(err, "Claiming the run failed, will retry")
 			if !r.pause(ctx, &retry) {
 				return true
 			}
+		} else if first {
+			runsClaimedTotal.WithLabelValues(owner).Inc() // once per run, not per capture restart
 		}
 	}
-	runsClaimedTotal.WithLabelValues(owner).Inc()
 	if owner != record.CapturedByAgent {
 		return false
 	}

@@ -10,8 +10,8 @@ import (
 
 // memRecords captures every run through the API: no node agent.
 
-func (m *memRecords) ClaimRun(context.Context, db.RunClaim, time.Duration) (string, error) {
-	return record.CapturedByAPI, nil
+func (m *memRecords) ClaimRun(context.Context, db.RunClaim, time.Duration) (string, bool, error) {
+	return record.CapturedByAPI, true, nil
 }
 func (m *memRecords) Run(_ context.Context, k db.RunKey, _ time.Duration) (db.LogRun, error) {
 	return db.LogRun{RunClaim: db.RunClaim{RunKey: k}, Owner: record.CapturedByAPI, ClaimedOwner: record.CapturedByAPI}, nil

@@ -94,21 +94,21 @@ func healthy(node, secs string) string {
 	return `EXISTS (SELECT 1 FROM capture_agents a WHERE a.node = ` + node + ` AND a.heartbeat_at > now() - ` + secs + `::float8 * interval '1 second')`
 }
 
-// ClaimRun assigns the run its owner, once, and returns it: record.CapturedByAgent if the node's
-// agent beat within healthyWithin and nothing of the run is stored yet (a run the API capture
-// began before the agent came stays the API's), else record.CapturedByAPI. A run claimed before
-// keeps its owner, whatever c says. The pod row must exist (ErrNotFound).
-func (d *DB) ClaimRun(ctx context.Context, c RunClaim, healthyWithin time.Duration) (string, error) {
+// ClaimRun assigns the run its owner, once, and returns it, and whether this call assigned it
+// (first): record.CapturedByAgent if the node's agent beat within healthyWithin and nothing of
+// the run is stored yet (a run the API capture began before the agent came stays the API's), else
+// record.CapturedByAPI. A run claimed before keeps its owner, whatever c says. The pod row must
+// exist (ErrNotFound).
+func (d *DB) ClaimRun(ctx context.Context, c RunClaim, healthyWithin time.Duration) (owner string, first bool, err error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	if c.PodUID == "" || c.Container == "" || c.Run < 0 || c.Namespace == "" || c.Pod == "" || c.JobName == "" || c.JobUID == "" {
-		return "", fmt.Errorf("claim run %s: %w claim: pod UID, container, namespace, pod, job name and UID are required, run not negative", c.RunKey, ErrInvalid)
+		return "", false, fmt.Errorf("claim run %s: %w claim: pod UID, container, namespace, pod, job name and UID are required, run not negative", c.RunKey, ErrInvalid)
 	}
 	// A row another claim inserts meanwhile is invisible to this statement's snapshot: the
 	// insert does nothing and the select finds nothing. The next attempt sees it.
 	for range 3 {
-		var owner string
-		err := d.db.QueryRowContext(ctx, `
+		err = d.db.QueryRowContext(ctx, `
 WITH ins AS (
     INSERT INTO log_runs (pod_uid, container, run, node, namespace, pod_name, job_name, job_uid, owner, claimed_owner)
     SELECT $1, $2, $3, $4, $5, $6, $7, $8, o.owner, o.owner
@@ -118,19 +118,19 @@ WITH ins AS (
     ON CONFLICT (pod_uid, container, run) DO NOTHING
     RETURNING owner
 )
-SELECT owner FROM ins
+SELECT owner, true FROM ins
 UNION ALL
-SELECT owner FROM log_runs WHERE pod_uid = $1 AND container = $2 AND run = $3`,
-			c.PodUID, c.Container, c.Run, c.Node, c.Namespace, c.Pod, c.JobName, c.JobUID, healthyWithin.Seconds()).Scan(&owner)
+SELECT owner, false FROM log_runs WHERE pod_uid = $1 AND container = $2 AND run = $3`,
+			c.PodUID, c.Container, c.Run, c.Node, c.Namespace, c.Pod, c.JobName, c.JobUID, healthyWithin.Seconds()).Scan(&owner, &first)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("claim run %s: %w", c.RunKey, translate(err))
+			return "", false, fmt.Errorf("claim run %s: %w", c.RunKey, translate(err))
 		}
-		return owner, nil
+		return owner, first, nil
 	}
-	return "", fmt.Errorf("claim run %s: %w: claimed concurrently, and the claim is not visible", c.RunKey, ErrConflict)
+	return "", false, fmt.Errorf("claim run %s: %w: claimed concurrently, and the claim is not visible", c.RunKey, ErrConflict)
 }
 
 // Run returns the recorded capture of a run (ErrNotFound if it was never claimed), with whether
@@ -138,21 +138,29 @@ SELECT owner FROM log_runs WHERE pod_uid = $1 AND container = $2 AND run = $3`,
 func (d *DB) Run(ctx context.Context, k RunKey, healthyWithin time.Duration) (LogRun, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	r := LogRun{RunClaim: RunClaim{RunKey: k}}
-	var handedOver sql.NullTime
-	err := d.db.QueryRowContext(ctx, `
-SELECT r.node, r.namespace, r.pod_name, r.job_name, r.job_uid, r.owner, r.claimed_owner, r.over, r.complete,
-       r.handed_over_at, coalesce(r.hand_over_reason, ''), `+healthy("r.node", "$4")+`
+	var r LogRun
+	err := scanRun(d.db.QueryRowContext(ctx, `SELECT `+runColumns+`, `+healthy("r.node", "$4")+`
 FROM log_runs r WHERE r.pod_uid = $1 AND r.container = $2 AND r.run = $3`,
-		k.PodUID, k.Container, k.Run, healthyWithin.Seconds()).Scan(&r.Node, &r.Namespace, &r.Pod, &r.JobName, &r.JobUID,
-		&r.Owner, &r.ClaimedOwner, &r.Over, &r.Complete, &handedOver, &r.HandOverReason, &r.AgentHealthy)
+		k.PodUID, k.Container, k.Run, healthyWithin.Seconds()), &r, &r.AgentHealthy)
 	if err != nil {
 		return LogRun{}, fmt.Errorf("get run %s: %w", k, translate(err))
 	}
+	return r, nil
+}
+
+// runColumns are the columns of a log_runs row (as r) that scanRun reads.
+const runColumns = `r.pod_uid, r.container, r.run, r.node, r.namespace, r.pod_name, r.job_name, r.job_uid, r.owner, r.claimed_owner,
+       r.over, r.complete, r.handed_over_at, coalesce(r.hand_over_reason, '')`
+
+// scanRun reads runColumns, then extra, into r.
+func scanRun(row interface{ Scan(...any) error }, r *LogRun, extra ...any) error {
+	var handedOver sql.NullTime
+	err := row.Scan(append([]any{&r.PodUID, &r.Container, &r.Run, &r.Node, &r.Namespace, &r.Pod, &r.JobName, &r.JobUID, &r.Owner, &r.ClaimedOwner,
+		&r.Over, &r.Complete, &handedOver, &r.HandOverReason}, extra...)...)
 	if handedOver.Valid {
 		r.HandedOverAt = handedOver.Time.UTC()
 	}
-	return r, nil
+	return err
 }
 
 // JobRuns returns the recorded captures of every run of a job's pods, by pod, container and run
@@ -160,9 +168,7 @@ FROM log_runs r WHERE r.pod_uid = $1 AND r.container = $2 AND r.run = $3`,
 func (d *DB) JobRuns(ctx context.Context, jobUID string) ([]LogRun, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	rows, err := d.db.QueryContext(ctx, `
-SELECT r.pod_uid, r.container, r.run, r.node, r.namespace, r.pod_name, r.job_name, r.job_uid, r.owner, r.claimed_owner,
-       r.over, r.complete, r.handed_over_at, coalesce(r.hand_over_reason, '')
+	rows, err := d.db.QueryContext(ctx, `SELECT `+runColumns+`
 FROM log_runs r JOIN pods p ON p.uid = r.pod_uid
 WHERE p.job_uid = $1
 ORDER BY p.created_at, r.pod_uid, r.container, r.run`, jobUID)
@@ -172,16 +178,9 @@ ORDER BY p.created_at, r.pod_uid, r.container, r.run`, jobUID)
 	defer rows.Close()
 	var out []LogRun
 	for rows.Next() {
-		var (
-			r          LogRun
-			handedOver sql.NullTime
-		)
-		if err := rows.Scan(&r.PodUID, &r.Container, &r.Run, &r.Node, &r.Namespace, &r.Pod, &r.JobName, &r.JobUID, &r.Owner, &r.ClaimedOwner,
-			&r.Over, &r.Complete, &handedOver, &r.HandOverReason); err != nil {
+		var r LogRun
+		if err := scanRun(rows, &r); err != nil {
 			return nil, fmt.Errorf("get runs of job %s: %w", jobUID, translate(err))
-		}
-		if handedOver.Valid {
-			r.HandedOverAt = handedOver.Time.UTC()
 		}
 		out = append(out, r)
 	}

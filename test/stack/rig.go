@@ -229,10 +229,10 @@ func (s *Rig) CheckSources(t testing.TB, l record.LogObject, run int32) {
 	}
 }
 
-// CheckCapturedByAPI asserts that every container run of the job was the API capture's, from its
-// claim on (no node agent: the testbed's KWOK nodes run none), and that every byte of its logs is
-// recorded as the API capture's.
-func (s *Rig) CheckCapturedByAPI(t testing.TB, jobUID string) {
+// CheckCapturedBy asserts that every container run of the job was captured by one capture,
+// owner (record.CapturedByAgent or CapturedByAPI), from its claim on, never handed over, and that
+// every byte of its logs is recorded as that capture's.
+func (s *Rig) CheckCapturedBy(t testing.TB, jobUID, owner string) {
 	t.Helper()
 	runs, err := s.Records.JobRuns(t.Context(), jobUID)
 	if err != nil {
@@ -242,16 +242,16 @@ func (s *Rig) CheckCapturedByAPI(t testing.TB, jobUID string) {
 		t.Errorf("job %s: no run recorded with its capture", jobUID)
 	}
 	for _, r := range runs {
-		if r.Owner != record.CapturedByAPI || r.ClaimedOwner != record.CapturedByAPI || !r.HandedOverAt.IsZero() {
-			t.Errorf("run %s: owner %s (claimed by %s, handed over at %v), want the API capture's from the start", r.RunKey, r.Owner, r.ClaimedOwner, r.HandedOverAt)
+		if r.Owner != owner || r.ClaimedOwner != owner || !r.HandedOverAt.IsZero() {
+			t.Errorf("run %s: owner %s (claimed by %s, handed over at %v: %s), want %s's throughout", r.RunKey, r.Owner, r.ClaimedOwner, r.HandedOverAt, r.HandOverReason, owner)
 		}
 		ranges, err := s.Records.Sources(t.Context(), r.RunKey)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, sr := range ranges {
-			if sr.Source != record.CapturedByAPI {
-				t.Errorf("run %s: bytes [%d, %d) recorded as captured by %s, want api", r.RunKey, sr.From, sr.To, sr.Source)
+			if sr.Source != owner {
+				t.Errorf("run %s: bytes [%d, %d) recorded as captured by %s, want %s", r.RunKey, sr.From, sr.To, sr.Source, owner)
 			}
 		}
 	}

@@ -46,7 +46,7 @@ func TestArchiveCompletedJob(t *testing.T) {
 				t.Errorf("%d log objects, want 3", len(logs))
 			}
 			// Issue 25, proof 7: the KWOK nodes run no agent; the API capture owns every run.
-			s.CheckCapturedByAPI(t, string(j.UID))
+			s.CheckCapturedBy(t, string(j.UID), record.CapturedByAPI)
 			row, _ := s.Records.Job(t.Context(), string(j.UID))
 			if row.Submitter != "alice" {
 				t.Errorf("submitter %q, want alice", row.Submitter)
@@ -182,7 +182,7 @@ func TestArchiveMultiContainerRestart(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(wantRows, " ") {
 		t.Errorf("log rows %v, want %v", got, wantRows)
 	}
-	s.CheckCapturedByAPI(t, string(j.UID))
+	s.CheckCapturedBy(t, string(j.UID), record.CapturedByAPI)
 }
 
 // Case 5: the archiver is down for the job's whole life; started afterwards it records everything,

@@ -34,8 +34,7 @@ func runFixture(t *testing.T, records *db.DB, uid, node string) db.RunClaim {
 
 func mustClaim(t *testing.T, records *db.DB, c db.RunClaim, want string) {
 	t.Helper()
-	owner, err := records.ClaimRun(t.Context(), c, healthyWithin)
-	if err != nil || owner != want {
+	if owner, _, err := records.ClaimRun(t.Context(), c, healthyWithin); err != nil || owner != want {
 		t.Fatalf("ClaimRun(%s on %q) = %q, %v; want %q", c.RunKey, c.Node, owner, err, want)
 	}
 }
@@ -92,10 +91,11 @@ func TestDBClaimRun(t *testing.T) {
 	// Concurrent claims of one run agree.
 	con := runFixture(t, records, "con", "node-b")
 	owners := make([]string, 8)
+	firsts := make([]bool, len(owners))
 	errs := make([]error, len(owners))
 	var wg sync.WaitGroup
 	for i := range owners {
-		wg.Go(func() { owners[i], errs[i] = records.ClaimRun(ctx, con, healthyWithin) })
+		wg.Go(func() { owners[i], firsts[i], errs[i] = records.ClaimRun(ctx, con, healthyWithin) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -104,18 +104,21 @@ func TestDBClaimRun(t *testing.T) {
 	if want := slices.Repeat([]string{record.CapturedByAgent}, len(owners)); !slices.Equal(owners, want) {
 		t.Errorf("concurrent claims = %v, want all agent", owners)
 	}
+	if n := len(slices.DeleteFunc(firsts, func(first bool) bool { return !first })); n != 1 {
+		t.Errorf("%d of the concurrent claims say they assigned the owner, want 1", n)
+	}
 
 	for name, bad := range map[string]db.RunClaim{
 		"no job":   {RunKey: db.RunKey{PodUID: "pod-a", Container: "x"}, Namespace: "team-a", Pod: "p"},
 		"no pod":   {RunKey: db.RunKey{PodUID: "pod-a", Container: "x"}, Namespace: "team-a", JobName: "j", JobUID: "u"},
 		"negative": {RunKey: db.RunKey{PodUID: "pod-a", Container: "x", Run: -1}, Namespace: "team-a", Pod: "p", JobName: "j", JobUID: "u"},
 	} {
-		if _, err := records.ClaimRun(ctx, bad, healthyWithin); !errors.Is(err, db.ErrInvalid) {
+		if _, _, err := records.ClaimRun(ctx, bad, healthyWithin); !errors.Is(err, db.ErrInvalid) {
 			t.Errorf("ClaimRun(%s) = %v, want ErrInvalid", name, err)
 		}
 	}
 	unknown := db.RunClaim{RunKey: db.RunKey{PodUID: "pod-unknown", Container: "x"}, Namespace: "team-a", Pod: "p", JobName: "j", JobUID: "u"}
-	if _, err := records.ClaimRun(ctx, unknown, healthyWithin); !errors.Is(err, db.ErrNotFound) {
+	if _, _, err := records.ClaimRun(ctx, unknown, healthyWithin); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("ClaimRun of a pod not recorded = %v, want ErrNotFound", err)
 	}
 }
@@ -547,7 +550,7 @@ func TestDBAgentRole(t *testing.T) {
 		t.Fatalf("ReleaseRun as the agent: %v", err)
 	}
 
-	if _, err := agentDB.ClaimRun(ctx, runFixture(t, owner, "x", "node-a"), healthyWithin); sqlState(err) != pqerror.InsufficientPrivilege {
+	if _, _, err := agentDB.ClaimRun(ctx, runFixture(t, owner, "x", "node-a"), healthyWithin); sqlState(err) != pqerror.InsufficientPrivilege {
 		t.Errorf("ClaimRun as the agent = %v, want permission denied", err)
 	}
 	if err := agentDB.EndRun(ctx, released.RunKey); sqlState(err) != pqerror.InsufficientPrivilege {
