@@ -186,7 +186,7 @@ func TestRealNodeAgentRotation(t *testing.T) {
 			t.Errorf("the API twin archived %d of %d bytes with %d ranges missing and %d gaps recorded", len(twinGot), len(twinWrote), len(missing), len(twinGaps))
 		}
 	}
-	twin.CheckCapturedByAPI(t, twinJobUID)
+	twin.CheckCapturedBy(t, twinJobUID, record.CapturedByAPI)
 }
 
 // TestRealNodeAgentInterleavedStreams is issue 25's proof 6: a container alternates lines between
