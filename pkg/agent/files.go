@@ -102,6 +102,8 @@ type FileSource struct {
 	letGone int64
 	watcher *fsnotify.Watcher
 	watched map[string]bool
+	// owned are the runs the agent owned at its last poll (forgetUnowned).
+	owned map[RunKey]bool
 }
 
 // LetGo describes a file let go before its bytes were durable.
@@ -466,6 +468,7 @@ func (s *FileSource) Forget(k RunKey) {
 func (s *FileSource) forgetUnowned(owned map[RunKey]bool, grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.owned = owned
 	now := time.Now()
 	for k, r := range s.runs {
 		if owned[k] {
@@ -542,7 +545,17 @@ func (s *FileSource) bound() {
 		s.mu.Unlock()
 		return
 	}
-	slices.SortFunc(cands, func(a, b cand) int { return cmpInt(a.f.seq, b.f.seq) })
+	// The files of runs the agent does not own go first (the API captures those runs; holding them
+	// only spares a later claim), then the oldest.
+	slices.SortFunc(cands, func(a, b cand) int {
+		if oa, ob := s.owned[a.k], s.owned[b.k]; oa != ob {
+			if ob {
+				return -1
+			}
+			return 1
+		}
+		return cmpInt(a.f.seq, b.f.seq)
+	})
 	var gone []func()
 	for _, c := range cands {
 		if held <= s.maxHeld {

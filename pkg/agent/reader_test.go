@@ -278,3 +278,36 @@ func inodeOf(t *testing.T, path string) uint64 {
 	}
 	return inode(st)
 }
+
+// TestLetGoUnownedFirst: past the held-bytes limit, the files of runs the agent does not own are
+// let go before those of its own runs, older as they may be.
+func TestLetGoUnownedFirst(t *testing.T) {
+	root := t.TempDir()
+	var letGo []RunKey
+	s, err := NewFileSource(root, 1, func(k RunKey, _ LetGo) { letGo = append(letGo, k) }, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	own, other := RunKey{PodUID: "own", Container: "main"}, RunKey{PodUID: "other", Container: "main"}
+	for _, k := range []RunKey{own, other} { // own's file is the older
+		dir := filepath.Join(root, "ns_pod_"+k.PodUID, "main")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+		c.rec("stdout", "held", false)
+		c.flush(t, filepath.Join(dir, "0.log"), false)
+		if err := s.scanAll(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(dir, "0.log")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.forgetUnowned(map[RunKey]bool{own: true}, time.Hour)
+	s.bound() // both deleted files are over the limit of 1 byte: both go, the other's first
+	if len(letGo) != 2 || letGo[0] != other {
+		t.Fatalf("let go %v, want %v first", letGo, other)
+	}
+}
