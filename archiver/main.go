@@ -51,6 +51,16 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := agentMain(ctx, os.Args[2:], os.Stderr)
+		stop()
+		if err != nil && !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "archiver agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "archiver:", err)
 		os.Exit(1)
@@ -113,7 +123,7 @@ func parseFlags() (*flags, error) {
 	f.opts.Layout.BindFlags(fs)
 	f.zap.BindFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage:\n  archiver [flags]              run the controller\n  archiver logs COMMAND ...     read archived logs back (ls, cat, verify); archiver logs --help\n  archiver audit COMMAND ...    the audit chain (verify); archiver audit --help\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), "Usage:\n  archiver [flags]              run the controller\n  archiver logs COMMAND ...     read archived logs back (ls, cat, verify); archiver logs --help\n  archiver audit COMMAND ...    the audit chain (verify); archiver audit --help\n  archiver agent [flags]        the node agent: capture logs from the node's files; archiver agent --help\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	flag.Parse()

@@ -49,6 +49,7 @@ type Records interface {
 	ChainEntry(ctx context.Context, jobUID string) (record.ChainEntry, bool, error)
 	FinalizeJob(ctx context.Context, f record.Finalization, seal record.Seal) (record.Finalized, error)
 	capture.Records
+	RunOwners
 }
 
 // KubeLogs is the capture.Source of a real cluster: pods/log with per-line timestamps.

@@ -203,6 +203,9 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 		key, _ := r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, runInstance(ref, previous))
 		return key, r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now())
 	}
+	if r.agentCaptures(ctx, log, job, ref, ctype) {
+		return
+	}
 	retry := time.Second
 	for {
 		whole, err := capture.Capture(ctx, r.Capture, r.Logs, r.Records, r.Store, segKey, ref, func(ctx context.Context) (capture.End, error) {
@@ -409,6 +412,11 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 			}
 		}
 		row.Reason, _ = incompleteReason("", nil, nil, runGaps)
+	}
+	if row.State == record.LogStored {
+		if err := r.recordSources(ctx, ref, instance, segs, whole); err != nil {
+			return err
+		}
 	}
 	if err := r.Records.PutLogObject(ctx, row); err != nil {
 		return err

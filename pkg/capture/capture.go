@@ -269,6 +269,9 @@ type capture struct {
 	segPos     position
 	segHash    hash.Hash
 	segPending bool
+	// segStreams is the stream index of the segment's bytes, when the stream tells them (tags).
+	segStreams streamIndex
+	tags       StreamTagger
 
 	// seen holds the fingerprints of the last lines captured, durable or not.
 	seen ring
@@ -342,6 +345,7 @@ func (c *capture) reset() {
 	c.buf.Reset()
 	c.raw.Reset()
 	c.segBytes, c.segStart, c.segPos, c.segPending = 0, time.Time{}, c.pos, false
+	c.segStreams.reset()
 	c.segHash = cloneHash(c.hash)
 }
 
@@ -355,7 +359,9 @@ func (c *capture) open(ctx context.Context, src Source, opts OpenOptions) (io.Re
 		opts.Since = c.segPos.max.Add(-time.Second)
 	}
 	c.opened = time.Now()
-	return src.Open(ctx, c.ref, opts)
+	rc, err := src.Open(ctx, c.ref, opts)
+	c.tags, _ = rc.(StreamTagger)
+	return rc, err
 }
 
 func cloneHash(h hash.Hash) hash.Hash {
@@ -374,6 +380,8 @@ type line struct {
 	start, end bool
 	// partial: the stream ended before the line's newline (end is set too).
 	partial bool
+	// off is where data starts in the stream (for StreamTagger).
+	off int64
 	// fileBytes is the piece's size in the node's CRI log file: "<timestamp> stdout|stderr F "
 	// (stdout and stderr have the same length) before the content of a line's first piece. Lines
 	// the runtime split into partial records count one prefix only.
@@ -592,6 +600,10 @@ func (c *capture) add(ctx context.Context, l line) error {
 		}
 		c.keep = keep
 	}
+	var streams []StreamRun
+	if c.tags != nil {
+		streams = c.tags.Streams(l.off, l.off+int64(len(l.data))) // asked for every piece: the tagger forgets
+	}
 	if !c.keep {
 		return nil
 	}
@@ -600,6 +612,10 @@ func (c *capture) add(ctx context.Context, l line) error {
 	if c.skip > 0 {
 		n := int(min(c.skip, int64(len(data))))
 		data, c.skip = data[n:], c.skip-int64(n)
+		streams = dropStreamBytes(streams, int64(n))
+	}
+	for _, r := range streams {
+		c.segStreams.add(r)
 	}
 	if err := c.trackStart(ctx, l); err != nil {
 		return err
@@ -929,7 +945,8 @@ func (c *capture) flush(ctx context.Context) error {
 		return err
 	}
 	s := record.Segment{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Seq: c.seq, ObjectKey: key,
-		StoredBytes: stored, Bytes: c.segBytes, TotalBytes: c.total + c.segBytes, LastTime: c.segPos.max, LastTimeLines: c.segPos.maxLines, HashState: state}
+		StoredBytes: stored, Bytes: c.segBytes, TotalBytes: c.total + c.segBytes, LastTime: c.segPos.max, LastTimeLines: c.segPos.maxLines, HashState: state,
+		Streams: c.segStreams.bytes()}
 	if err := c.recs.PutSegment(ctx, s); err != nil {
 		return fmt.Errorf("record segment %d of the log of %s: %w", c.seq, c.ref, err)
 	}
@@ -947,7 +964,8 @@ func (c *capture) flush(ctx context.Context) error {
 // part of a line captured already and skipped; a stream that holds nothing else is an error (the
 // node's reader writes its errors into the stream).
 func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) error {
-	br := bufio.NewReaderSize(r, pieceSize)
+	cr := &countingReader{r: r}
+	br := bufio.NewReaderSize(cr, pieceSize)
 	if resumed {
 		lead, err := skipLead(br)
 		if err != nil {
@@ -973,8 +991,9 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) 
 		}
 		fileBytes := len(tsb) + len("stdout F ")
 		for start := true; ; start = false {
+			off := cr.n - int64(br.Buffered())
 			data, err := br.ReadSlice('\n')
-			l := line{ts: t, data: bytes.Clone(data), start: start, fileBytes: fileBytes + len(data)}
+			l := line{ts: t, data: bytes.Clone(data), start: start, off: off, fileBytes: fileBytes + len(data)}
 			fileBytes = 0
 			switch err {
 			case nil:
@@ -1085,6 +1104,9 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 			return Assembled{}, fmt.Errorf("assemble the log of %s: segment %d: %w", ref, last.Seq, err)
 		}
 		a.Bytes = last.TotalBytes
+		if err := putStreams(ctx, store, ref, key, segs, retainUntil); err != nil {
+			return Assembled{}, err
+		}
 	}
 	a.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return a, nil

@@ -28,6 +28,10 @@ var (
 	// ErrAppendOnly: the write would change or delete a row that never changes once written (a
 	// job's phase transition, a stored log, a log gap). Only the retention pruner deletes them.
 	ErrAppendOnly = errors.New("append-only")
+	// ErrNotOwner: a node agent's write or completion for a run it does not own (any more): the
+	// archiver took it over, or it was the API's from the start. Nothing was written; the agent
+	// must drop the run.
+	ErrNotOwner = errors.New("not the run's owner")
 	// ErrDirty: a migration failed part-way and the schema version is marked dirty. Every migration
 	// runs in one transaction, so the failed one left no changes; an operator must check and
 	// force the version (golang-migrate's `force`) before migrations can run again.

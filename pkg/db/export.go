@@ -29,6 +29,8 @@ var auditViews = map[string]auditView{
 		order: []string{"job_created_at", "job_uid", "pod_uid", "container", "instance"}},
 	"audit_log_gaps": {time: "job_created_at", namespace: "job_namespace",
 		order: []string{"job_created_at", "job_uid", "pod_uid", "container", "run", "missing_after", "missing_before", "reason", "detail", "recorded_at"}},
+	"audit_log_sources": {time: "job_created_at", namespace: "job_namespace",
+		order: []string{"job_created_at", "job_uid", "pod_uid", "container", "run", "from_bytes"}},
 }
 
 // AuditViews lists the views ExportAudit can stream, sorted.

@@ -9,8 +9,15 @@ import (
 
 // PutGap records a missing part of a container run's log, once per (pod, container, run, After,
 // Reason, Before): the same gap again changes nothing (its Detail is not compared), another gap
-// starting at the same time is recorded beside it.
+// starting at the same time is recorded beside it. The node agent's gaps go through AgentRecords,
+// which fences them by the run's owner.
 func (d *DB) PutGap(ctx context.Context, g record.Gap) error {
+	return d.putGap(ctx, g, "")
+}
+
+// putGap records g; for the agent of node (not ""), only while it owns the run (see fence),
+// ErrNotOwner otherwise.
+func (d *DB) putGap(ctx context.Context, g record.Gap, node string) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	if g.PodUID == "" || g.Container == "" || g.Run < 0 || g.Reason == "" {
@@ -20,11 +27,20 @@ func (d *DB) PutGap(ctx context.Context, g record.Gap) error {
 	if !g.Before.IsZero() {
 		before = g.Before.UnixNano()
 	}
-	_, err := d.db.ExecContext(ctx, `
+	args := []any{g.PodUID, g.Container, g.Run, unixNano(g.After), before, string(g.Reason), g.Detail}
+	placeholder := ""
+	if node != "" {
+		args, placeholder = append(args, node), "$8"
+	}
+	var owned, inserted bool
+	err := d.db.QueryRowContext(ctx, fence(placeholder, `
 INSERT INTO log_gaps (pod_uid, container, run, after_ns, before_ns, reason, detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (pod_uid, container, run, after_ns, reason, (coalesce(before_ns, -1))) DO NOTHING`,
-		g.PodUID, g.Container, g.Run, unixNano(g.After), before, string(g.Reason), g.Detail)
+SELECT $1, $2, $3, $4, $5, $6, $7 FROM owned
+ON CONFLICT (pod_uid, container, run, after_ns, reason, (coalesce(before_ns, -1))) DO NOTHING
+RETURNING 1`), args...).Scan(&owned, &inserted)
+	if err == nil && !owned {
+		err = ErrNotOwner
+	}
 	if err != nil {
 		return fmt.Errorf("put gap of %s/%s/%d: %w", g.PodUID, g.Container, g.Run, translate(err))
 	}

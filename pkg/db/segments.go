@@ -1,6 +1,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -11,27 +12,38 @@ import (
 // PutSegment records a captured segment, once: the same segment recorded again (a flush retried
 // after its commit's reply was lost) succeeds and changes nothing; another segment under the same
 // (pod, container, run, seq) fails with ErrSegmentConflict and changes nothing. The pod row must
-// exist.
+// exist. The segment is recorded as s.Source's (CapturedByAPI when empty); the node agent's
+// writes go through AgentRecords, which fences them by the run's owner.
 func (d *DB) PutSegment(ctx context.Context, s record.Segment) error {
+	return d.putSegment(ctx, s, "")
+}
+
+// putSegment records s; for the agent of node (not ""), only while it owns the run (see fence),
+// ErrNotOwner otherwise.
+func (d *DB) putSegment(ctx context.Context, s record.Segment, node string) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	if s.PodUID == "" || s.Container == "" || s.ObjectKey == "" || s.Run < 0 || s.Seq < 0 || len(s.HashState) == 0 {
 		return fmt.Errorf("put segment %s/%s/%d/%d: %w segment: pod UID, container, key and hash state are required, run and seq not negative",
 			s.PodUID, s.Container, s.Run, s.Seq, ErrInvalid)
 	}
-	var inserted bool
-	err := d.db.QueryRowContext(ctx, `
-WITH ins AS (
-    INSERT INTO log_segments (pod_uid, container, run, seq, object_key, stored_bytes, bytes, total_bytes,
-                              last_time_ns, last_time_lines, hash_state)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-    ON CONFLICT (pod_uid, container, run, seq) DO NOTHING
-    RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM ins)`,
-		s.PodUID, s.Container, s.Run, s.Seq, s.ObjectKey, s.StoredBytes, s.Bytes, s.TotalBytes,
-		unixNano(s.LastTime), s.LastTimeLines, s.HashState).Scan(&inserted)
-	if err == nil && !inserted {
+	args := []any{s.PodUID, s.Container, s.Run, s.Seq, s.ObjectKey, s.StoredBytes, s.Bytes, s.TotalBytes,
+		unixNano(s.LastTime), s.LastTimeLines, s.HashState, cmp.Or(s.Source, record.CapturedByAPI), s.Streams, s.SourcePosition}
+	placeholder := ""
+	if node != "" {
+		args, placeholder = append(args, node), "$15"
+	}
+	var owned, inserted bool
+	err := d.db.QueryRowContext(ctx, fence(placeholder, `
+INSERT INTO log_segments (pod_uid, container, run, seq, object_key, stored_bytes, bytes, total_bytes,
+                          last_time_ns, last_time_lines, hash_state, source, streams, source_position)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 FROM owned
+ON CONFLICT (pod_uid, container, run, seq) DO NOTHING
+RETURNING 1`), args...).Scan(&owned, &inserted)
+	switch {
+	case err == nil && !owned:
+		err = ErrNotOwner
+	case err == nil && !inserted:
 		// Rare (a retried flush): a second round trip compares the row already there.
 		var same bool
 		if same, err = d.sameSegment(ctx, s); err == nil && !same {
@@ -48,11 +60,11 @@ SELECT EXISTS (SELECT 1 FROM ins)`,
 func (d *DB) sameSegment(ctx context.Context, s record.Segment) (bool, error) {
 	var same bool
 	err := d.db.QueryRowContext(ctx, `
-SELECT (object_key, stored_bytes, bytes, total_bytes, last_time_ns, last_time_lines, hash_state)
-     = ($5, $6, $7, $8, $9, $10, $11)
+SELECT (object_key, stored_bytes, bytes, total_bytes, last_time_ns, last_time_lines, hash_state, source, streams, source_position)
+       IS NOT DISTINCT FROM ($5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3 AND seq = $4`,
 		s.PodUID, s.Container, s.Run, s.Seq, s.ObjectKey, s.StoredBytes, s.Bytes, s.TotalBytes,
-		unixNano(s.LastTime), s.LastTimeLines, s.HashState).Scan(&same)
+		unixNano(s.LastTime), s.LastTimeLines, s.HashState, cmp.Or(s.Source, record.CapturedByAPI), s.Streams, s.SourcePosition).Scan(&same)
 	return same, err
 }
 
@@ -61,7 +73,7 @@ func (d *DB) Segments(ctx context.Context, podUID, container string, run int32) 
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	rows, err := d.db.QueryContext(ctx, `
-SELECT seq, object_key, stored_bytes, bytes, total_bytes, last_time_ns, last_time_lines, hash_state
+SELECT seq, object_key, stored_bytes, bytes, total_bytes, last_time_ns, last_time_lines, hash_state, source, streams, source_position
 FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3 ORDER BY seq`, podUID, container, run)
 	if err != nil {
 		return nil, fmt.Errorf("get segments of %s/%s/%d: %w", podUID, container, run, translate(err))
@@ -71,7 +83,8 @@ FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3 ORDER BY se
 	for rows.Next() {
 		s := record.Segment{PodUID: podUID, Container: container, Run: run}
 		var last int64
-		if err := rows.Scan(&s.Seq, &s.ObjectKey, &s.StoredBytes, &s.Bytes, &s.TotalBytes, &last, &s.LastTimeLines, &s.HashState); err != nil {
+		if err := rows.Scan(&s.Seq, &s.ObjectKey, &s.StoredBytes, &s.Bytes, &s.TotalBytes, &last, &s.LastTimeLines, &s.HashState,
+			&s.Source, &s.Streams, &s.SourcePosition); err != nil {
 			return nil, fmt.Errorf("get segments of %s/%s/%d: %w", podUID, container, run, translate(err))
 		}
 		s.LastTime = fromUnixNano(last)

@@ -5,6 +5,7 @@
 package record
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -219,6 +220,55 @@ type Segment struct {
 	// HashState is the run's sha256 state after this segment (encoding.BinaryMarshaler), so that
 	// the hash of the whole log survives a restart of the archiver.
 	HashState []byte
+	// Source is the capture that stored the segment: CapturedByAgent or CapturedByAPI (empty:
+	// CapturedByAPI).
+	Source string
+	// Streams, when known (read from the node's files), is the stream of each of the segment's
+	// bytes, run-length encoded by the capture package; nil: unknown (read through pods/log).
+	Streams []byte
+	// SourcePosition is where in its source the segment ends (the node agent: the file and the
+	// offset), opaque to everything but that source; nil: not recorded.
+	SourcePosition []byte
+}
+
+// Captures of a container run's log, the values of Segment.Source and of a run's owner.
+const (
+	// CapturedByAgent: the node agent, from the log files on the node, held open until stored.
+	CapturedByAgent = "agent"
+	// CapturedByAPI: the archiver, through the API server's pods/log.
+	CapturedByAPI = "api"
+)
+
+// SourceRange says which capture stored a byte range [From, To) of a container run's archived
+// log. It outlives the segments, which are deleted once assembled.
+type SourceRange struct {
+	PodUID    string
+	Container string
+	Run       int32
+	// Instance is the log object the run was recorded as (InstanceCurrent or PreviousInstance(n)).
+	Instance string
+	From, To int64
+	Source   string
+}
+
+// SourceRanges are the byte ranges of a run's segments (in Seq order), by the capture that stored
+// them: consecutive segments of one source make one range; empty segments none.
+func SourceRanges(segs []Segment, instance string) []SourceRange {
+	var out []SourceRange
+	for _, s := range segs {
+		if s.Bytes == 0 {
+			continue
+		}
+		src := cmp.Or(s.Source, CapturedByAPI)
+		from := s.TotalBytes - s.Bytes
+		if n := len(out); n > 0 && out[n-1].Source == src && out[n-1].To == from {
+			out[n-1].To = s.TotalBytes
+			continue
+		}
+		out = append(out, SourceRange{PodUID: s.PodUID, Container: s.Container, Run: s.Run, Instance: instance,
+			From: from, To: s.TotalBytes, Source: src})
+	}
+	return out
 }
 
 // GapReason says why part of a container's log could not be captured.
@@ -255,6 +305,10 @@ const (
 	// restarted again in between): those lines are not the run's and were not stored, and the
 	// run's own output from there on was not read.
 	GapOtherRun GapReason = "another run served"
+	// GapAgentLetGo: the node agent let go of a rotated or deleted log file before reading all of
+	// it, because the files it held had reached its held-bytes limit: the file's unread rest is
+	// lost (the node's disk comes first).
+	GapAgentLetGo GapReason = "released by agent: held-bytes limit"
 )
 
 // Gap is a part of a container run's log that is missing from the archive: the output between

@@ -5,7 +5,9 @@
 //     MutatingWebhookConfiguration (Webhook), or a server in the test process registered for one
 //     test's namespaces (ServeWebhook); both from the same configuration (WebhookConfiguration).
 //   - The archiver binary with its own database and object store (NewArchiver), and the Rig: one
-//     archiver with a namespace behind the webhook, and the assertions on what it archived.
+//     archiver with a namespace behind the webhook, and the assertions on what it archived
+//     (CheckJobArchive, CheckSources, CheckCapturedBy: which capture stored what).
+//   - A node agent for a rig's database and store (StartAgent: `archiver agent`).
 //   - Helpers on the cluster (CreateAs, WaitPhase, PodLogs, ReleaseNamespace, ...) and the database
 //     (OpenRecords).
 //

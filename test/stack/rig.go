@@ -180,6 +180,7 @@ func (s *Rig) CheckJobArchive(t testing.TB, job *batchv1alpha1.Job, want map[str
 			t.Errorf("container %s of pod %s wrote %d bytes in run %d, the test meant %d", l.Container, name, len(written), run, len(testbed.Bytes(w)))
 		}
 		s.CheckLog(t, l, written)
+		s.CheckSources(t, l, run)
 		seen[name+"/"+l.Container+"/"+l.Instance] = true
 	}
 	for pod, cs := range want {
@@ -198,6 +199,62 @@ func (s *Rig) CheckJobArchive(t testing.TB, job *batchv1alpha1.Job, want map[str
 		}
 	}
 	return logs
+}
+
+// CheckSources asserts that the record says which capture stored every byte of a stored log, the
+// log of the container's run: ranges that cover it from its first byte to its last, each by the
+// run's first owner or, after a hand-over, by the API capture.
+func (s *Rig) CheckSources(t testing.TB, l record.LogObject, run int32) {
+	t.Helper()
+	k := db.RunKey{PodUID: l.PodUID, Container: l.Container, Run: run}
+	ranges, err := s.Records.Sources(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := s.Records.Run(t.Context(), k, 0)
+	if err != nil {
+		t.Errorf("log %s: run %d: %v", l, run, err)
+		return
+	}
+	var at int64
+	for _, r := range ranges {
+		if r.From != at || r.Instance != l.Instance || (r.Source != owner.ClaimedOwner && r.Source != record.CapturedByAPI) {
+			t.Errorf("log %s: source ranges %+v do not cover it from 0 to %d, each by its run's owner (%s, now %s)", l, ranges, l.Bytes, owner.ClaimedOwner, owner.Owner)
+			return
+		}
+		at = r.To
+	}
+	if at != l.Bytes {
+		t.Errorf("log %s: source ranges %+v cover %d of its %d bytes", l, ranges, at, l.Bytes)
+	}
+}
+
+// CheckCapturedBy asserts that every container run of the job was captured by one capture,
+// owner (record.CapturedByAgent or CapturedByAPI), from its claim on, never handed over, and that
+// every byte of its logs is recorded as that capture's.
+func (s *Rig) CheckCapturedBy(t testing.TB, jobUID, owner string) {
+	t.Helper()
+	runs, err := s.Records.JobRuns(t.Context(), jobUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) == 0 {
+		t.Errorf("job %s: no run recorded with its capture", jobUID)
+	}
+	for _, r := range runs {
+		if r.Owner != owner || r.ClaimedOwner != owner || !r.HandedOverAt.IsZero() {
+			t.Errorf("run %s: owner %s (claimed by %s, handed over at %v: %s), want %s's throughout", r.RunKey, r.Owner, r.ClaimedOwner, r.HandedOverAt, r.HandOverReason, owner)
+		}
+		ranges, err := s.Records.Sources(t.Context(), r.RunKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sr := range ranges {
+			if sr.Source != owner {
+				t.Errorf("run %s: bytes [%d, %d) recorded as captured by %s, want %s", r.RunKey, sr.From, sr.To, sr.Source, owner)
+			}
+		}
+	}
 }
 
 // CheckTransitions asserts that every phase change Volcano recorded is in the database once.

@@ -286,6 +286,9 @@ func (n *RealNode) Pods(containers map[string]Workload) PodOption {
 
 func (n *RealNode) recordDir() string { return filepath.Join(n.dir, "records") }
 
+// PodLogsDir is the kubelet's podLogsDir: where the node agent reads the CRI log files.
+func (n *RealNode) PodLogsDir() string { return filepath.Join(n.dir, "pod-logs") }
+
 // Written is what the container of pod podUID (in ns) wrote in its run (restart count) run, in
 // the order written, both streams; nil if that run wrote nothing or never started.
 func (n *RealNode) Written(ns, podUID, container string, run int32) []byte {

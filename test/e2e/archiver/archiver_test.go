@@ -46,6 +46,8 @@ func TestArchiveCompletedJob(t *testing.T) {
 			if len(logs) != 3 {
 				t.Errorf("%d log objects, want 3", len(logs))
 			}
+			// Issue 25, proof 7: the KWOK nodes run no agent; the API capture owns every run.
+			s.CheckCapturedBy(t, string(j.UID), record.CapturedByAPI)
 			row, _ := s.Records.Job(t.Context(), string(j.UID))
 			if row.Submitter != "alice" {
 				t.Errorf("submitter %q, want alice", row.Submitter)
@@ -184,6 +186,7 @@ func TestArchiveMultiContainerRestart(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(wantRows, " ") {
 		t.Errorf("log rows %v, want %v", got, wantRows)
 	}
+	s.CheckCapturedBy(t, string(j.UID), record.CapturedByAPI)
 }
 
 // Case 5: the archiver is down for the job's whole life; started afterwards it records everything,

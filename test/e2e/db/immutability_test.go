@@ -198,7 +198,7 @@ func TestDBRoles(t *testing.T) {
 	ctx := t.Context()
 	owner, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
-	for _, role := range []string{"jobvault_writer", "jobvault_pruner", "jobvault_auditor"} {
+	for _, role := range []string{"jobvault_writer", "jobvault_pruner", "jobvault_auditor", "jobvault_agent"} {
 		if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname = $1 AND NOT rolcanlogin AND NOT rolsuper`, role); n != 1 {
 			t.Errorf("role %s: %d NOLOGIN non-superuser roles, want 1", role, n)
 		}
@@ -373,7 +373,7 @@ ORDER BY 1`)
 			got = append(got, s)
 		}
 		var want []string
-		for _, v := range append(views, "audit_chain", "audit_chain_heads", "audit_digests", "audit_prunes") {
+		for _, v := range append(views, "audit_chain", "audit_chain_heads", "audit_digests", "audit_prunes", "audit_log_sources") {
 			want = append(want, v+":SELECT")
 		}
 		slices.Sort(want)
@@ -383,7 +383,7 @@ ORDER BY 1`)
 	})
 }
 
-// dropRoles removes jobvault_writer and jobvault_auditor from the Postgres server, with their
+// dropRoles removes the jobvault roles from the Postgres server, with their
 // privileges in every database. Roles belong to the whole server, which the tests of this process
 // share: none of this package's tests runs in parallel.
 func dropRoles(t *testing.T) {
@@ -391,7 +391,7 @@ func dropRoles(t *testing.T) {
 	ctx := t.Context()
 	pg := testbed.PostgresCluster(t)
 	admin := rawDB(t, pg.AdminDSN())
-	if queryInt(t, admin, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_pruner', 'jobvault_auditor')`) != 3 {
+	if queryInt(t, admin, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_pruner', 'jobvault_auditor', 'jobvault_agent')`) != 4 {
 		t.Fatal("the roles should exist before this test drops them")
 	}
 	rows, err := admin.QueryContext(ctx, `SELECT datname FROM pg_database WHERE datallowconn`)
@@ -412,13 +412,13 @@ func dropRoles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.ExecContext(ctx, `DROP OWNED BY jobvault_writer, jobvault_pruner, jobvault_auditor`)
+		_, err = c.ExecContext(ctx, `DROP OWNED BY jobvault_writer, jobvault_pruner, jobvault_auditor, jobvault_agent`)
 		c.Close()
 		if err != nil {
 			t.Fatalf("revoke the roles' privileges in %s: %v", name, err)
 		}
 	}
-	if _, err := admin.ExecContext(ctx, `DROP ROLE jobvault_writer, jobvault_pruner, jobvault_auditor`); err != nil {
+	if _, err := admin.ExecContext(ctx, `DROP ROLE jobvault_writer, jobvault_pruner, jobvault_auditor, jobvault_agent`); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -462,21 +462,21 @@ func TestDBMigrateWithoutCreateRole(t *testing.T) {
 	}
 	defer records.Close()
 	assertVersion(t, records, db.LatestVersion)
-	if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_pruner', 'jobvault_auditor')`); n != 0 {
+	if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_pruner', 'jobvault_auditor', 'jobvault_agent')`); n != 0 {
 		t.Errorf("%d jobvault roles after a migration by a user without CREATEROLE, want 0", n)
 	}
 	pgLog, err := os.ReadFile(testbed.PostgresCluster(t).Proc.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, role := range []string{"jobvault_writer", "jobvault_pruner", "jobvault_auditor"} {
+	for _, role := range []string{"jobvault_writer", "jobvault_pruner", "jobvault_auditor", "jobvault_agent"} {
 		if want := "WARNING:  jobvault: role " + role + " not created: the migrating user " + name + " lacks CREATEROLE"; !strings.Contains(string(pgLog), want) {
 			t.Errorf("Postgres log lacks the warning %q", want)
 		}
 	}
 
 	// The DBA's remedy, as documented.
-	for _, s := range []string{`CREATE ROLE jobvault_writer NOLOGIN`, `CREATE ROLE jobvault_pruner NOLOGIN`, `CREATE ROLE jobvault_auditor NOLOGIN`} {
+	for _, s := range []string{`CREATE ROLE jobvault_writer NOLOGIN`, `CREATE ROLE jobvault_pruner NOLOGIN`, `CREATE ROLE jobvault_auditor NOLOGIN`, `CREATE ROLE jobvault_agent NOLOGIN`} {
 		if _, err := c.ExecContext(ctx, s); err != nil {
 			t.Fatal(err)
 		}
@@ -484,9 +484,11 @@ func TestDBMigrateWithoutCreateRole(t *testing.T) {
 	if _, err := rawDB(t, ownerDSN).ExecContext(ctx, `SELECT jobvault_grant_roles()`); err != nil {
 		t.Fatalf("jobvault_grant_roles() as the owner: %v", err)
 	}
-	// The auditor: the five views, the chain's three tables and audit_prunes (0007). The pruner
-	// (0008): DELETE on jobs and pods, SELECT and INSERT on audit_prunes.
-	for role, want := range map[string]int{"jobvault_auditor": 9, "jobvault_writer": 29, "jobvault_pruner": 4} {
+	// The auditor: the five views, the chain's three tables, audit_prunes (0007) and
+	// audit_log_sources (0013). The pruner (0008): DELETE on jobs and pods, SELECT and INSERT on
+	// audit_prunes. The writer gains 7 with 0013; the agent (0013) has 7 on whole tables (and
+	// UPDATE on some columns, not counted here).
+	for role, want := range map[string]int{"jobvault_auditor": 10, "jobvault_writer": 36, "jobvault_pruner": 4, "jobvault_agent": 7} {
 		if n := queryInt(t, c, `SELECT count(*) FROM information_schema.role_table_grants WHERE grantee = $1 AND table_catalog = current_database()`, role); n != want {
 			t.Errorf("table privileges granted to %s = %d, want %d", role, n, want)
 		}

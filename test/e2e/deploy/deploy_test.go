@@ -45,7 +45,11 @@ const certManagerGroup = "cert-manager.io"
 
 // clusterScoped are the kinds config/ may render without a namespace.
 var clusterScoped = []string{"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-	"ValidatingWebhookConfiguration", "CustomResourceDefinition", "ClusterIssuer"}
+	"ValidatingWebhookConfiguration", "CustomResourceDefinition", "ClusterIssuer", "PriorityClass"}
+
+// agentNamespace is where config/agent installs the node agent: the Pod Security level of
+// jobvault-system refuses its hostPath volume.
+const agentNamespace = "jobvault-agent"
 
 func configDir(t *testing.T) string {
 	t.Helper()
@@ -178,10 +182,17 @@ func toYAMLStream(t *testing.T, objs []*unstructured.Unstructured) []byte {
 // exists, and removes it at the end of the test if it created it.
 func ensureDeployNamespace(t *testing.T, env *testbed.Env) {
 	t.Helper()
+	ensureNamespace(t, env, "default", deployNamespace)
+}
+
+// ensureNamespace creates the namespace name as config/<dir> renders it unless it exists, and
+// removes it at the end of the test if it created it.
+func ensureNamespace(t *testing.T, env *testbed.Env, dir, name string) {
+	t.Helper()
 	ctx := t.Context()
-	rendered := find(render(t, "default"), "Namespace", deployNamespace)
+	rendered := find(render(t, dir), "Namespace", name)
 	if rendered == nil {
-		t.Fatalf("config/default renders no Namespace %s", deployNamespace)
+		t.Fatalf("config/%s renders no Namespace %s", dir, name)
 	}
 	ns := &corev1.Namespace{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(rendered.Object, ns); err != nil {
@@ -192,9 +203,9 @@ func ensureDeployNamespace(t *testing.T, env *testbed.Env) {
 		return
 	}
 	if err != nil {
-		t.Fatalf("create namespace %s: %v", deployNamespace, err)
+		t.Fatalf("create namespace %s: %v", name, err)
 	}
-	t.Cleanup(func() { deleteNamespace(t, env, deployNamespace) })
+	t.Cleanup(func() { deleteNamespace(t, env, name) })
 }
 
 // deleteNamespace deletes an (empty) namespace and waits until it is gone, so that a later test
@@ -235,12 +246,13 @@ func deleteNamespace(t *testing.T, env *testbed.Env, name string) {
 func TestDeployManifests(t *testing.T) {
 	env := testbed.Cluster(t)
 	dirs := kustomizations(t)
-	for _, want := range []string{"archiver", "certmanager", "default", "overlays/gcs", "overlays/s3", "overlays/sharded", "selfsigned", "webhook"} {
+	for _, want := range []string{"agent", "archiver", "certmanager", "default", "overlays/gcs", "overlays/s3", "overlays/sharded", "selfsigned", "webhook"} {
 		if !slices.Contains(dirs, want) {
 			t.Errorf("config/%s has no kustomization (found %q)", want, dirs)
 		}
 	}
 	ensureDeployNamespace(t, env)
+	ensureNamespace(t, env, "agent", agentNamespace)
 
 	for _, dir := range dirs {
 		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
@@ -249,6 +261,7 @@ func TestDeployManifests(t *testing.T) {
 			checkReferences(t, objs)
 			checkCertManagerRefs(t, objs)
 			checkArchiverDeployment(t, dir, objs)
+			checkAgentDaemonSet(t, objs)
 
 			var apply []*unstructured.Unstructured
 			for _, o := range objs {
@@ -273,9 +286,14 @@ func TestDeployManifests(t *testing.T) {
 	}
 }
 
-// checkNamespaces: every namespaced object lands in jobvault-system.
+// checkNamespaces: every namespaced object lands in jobvault-system, or every one in
+// jobvault-agent for the node agent's kustomization (which renders that Namespace).
 func checkNamespaces(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
+	want := deployNamespace
+	if find(objs, "Namespace", agentNamespace) != nil {
+		want = agentNamespace
+	}
 	for _, o := range objs {
 		ns := o.GetNamespace()
 		if slices.Contains(clusterScoped, o.GetKind()) {
@@ -284,15 +302,16 @@ func checkNamespaces(t *testing.T, objs []*unstructured.Unstructured) {
 			}
 			continue
 		}
-		if ns != deployNamespace {
-			t.Errorf("%s %s is in namespace %q, want %s", o.GetKind(), o.GetName(), ns, deployNamespace)
+		if ns != want {
+			t.Errorf("%s %s is in namespace %q, want %s", o.GetKind(), o.GetName(), ns, want)
 		}
 	}
 }
 
-// workloads are the Deployments and StatefulSets (config/overlays/sharded's archiver) rendered.
+// workloads are the Deployments, StatefulSets (config/overlays/sharded's archiver) and DaemonSets
+// (config/agent's) rendered.
 func workloads(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-	return append(ofKind(objs, "Deployment"), ofKind(objs, "StatefulSet")...)
+	return slices.Concat(ofKind(objs, "Deployment"), ofKind(objs, "StatefulSet"), ofKind(objs, "DaemonSet"))
 }
 
 // checkReferences: every ServiceAccount a workload runs as or a binding names is rendered, every
@@ -405,11 +424,7 @@ func archiverContainer(t *testing.T, objs []*unstructured.Unstructured) (*corev1
 	if d == nil {
 		return nil, nil
 	}
-	spec := &corev1.PodSpec{}
-	raw, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, spec); err != nil {
-		t.Fatal(err)
-	}
+	spec := podTemplate(t, d)
 	for i := range spec.Containers {
 		if spec.Containers[i].Name == "archiver" {
 			return spec, &spec.Containers[i]
@@ -417,6 +432,17 @@ func archiverContainer(t *testing.T, objs []*unstructured.Unstructured) (*corev1
 	}
 	t.Fatalf("Deployment jobvault-archiver has no container archiver")
 	return nil, nil
+}
+
+// podTemplate is a workload's pod spec.
+func podTemplate(t *testing.T, workload *unstructured.Unstructured) *corev1.PodSpec {
+	t.Helper()
+	spec := &corev1.PodSpec{}
+	raw, _, _ := unstructured.NestedMap(workload.Object, "spec", "template", "spec")
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
 
 // checkArchiverDeployment: the store each kustomization selects, files named by flags are mounted,

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"os"
@@ -77,9 +78,11 @@ func TestMonitoring(t *testing.T) {
 	stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
 	stack.CreateAs(t, s.Env, "alice", job)
 	s.WaitArchived(t, job, 2*time.Minute)
-	exported := exportedNames(t, s.Metrics(t)).Union(exportedNames(t, stack.WebhookMetrics(t)))
+	// A node agent for a node without pods (config/agent), on the rig's database and store.
+	agent := stack.StartAgent(t, s, "monitoring-node", t.TempDir())
+	exported := exportedNames(t, s.Metrics(t)).Union(exportedNames(t, stack.WebhookMetrics(t))).Union(exportedNames(t, agent.Metrics(t)))
 	if unknown := sets.List(ruleMetrics.Union(dashMetrics).Difference(exported)); len(unknown) > 0 {
-		t.Errorf("config/monitoring names series that neither the archiver nor the webhook exports: %q", unknown)
+		t.Errorf("config/monitoring names series that neither the archiver, the webhook nor the agent exports: %q", unknown)
 	}
 	// The check can fail: a name nobody exports is caught.
 	if exported.Has("jobvault_archiver_no_such_series_total") || !exported.Has("jobvault_archiver_capture_lag_seconds_bucket") {
@@ -263,7 +266,7 @@ func dashboardMetrics(t *testing.T, cm *unstructured.Unstructured) sets.Set[stri
 // of them names.
 func checkPodMonitor(t *testing.T, pm *unstructured.Unstructured) {
 	t.Helper()
-	webhook, archiver := render(t, "webhook"), render(t, "archiver")
+	webhook, archiver, agent := render(t, "webhook"), render(t, "archiver"), render(t, "agent")
 	sel, _, _ := unstructured.NestedMap(pm.Object, "spec", "selector")
 	selRaw, _ := json.Marshal(sel)
 	var selector struct {
@@ -277,9 +280,14 @@ func checkPodMonitor(t *testing.T, pm *unstructured.Unstructured) {
 		t.Fatal(err)
 	}
 	endpoints, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
-	for _, d := range []*unstructured.Unstructured{find(webhook, "Deployment", "jobvault-webhook"), find(archiver, "Deployment", "jobvault-archiver")} {
+	namespaces, _, _ := unstructured.NestedStringSlice(pm.Object, "spec", "namespaceSelector", "matchNames")
+	for _, d := range []*unstructured.Unstructured{find(webhook, "Deployment", "jobvault-webhook"), find(archiver, "Deployment", "jobvault-archiver"),
+		find(agent, "DaemonSet", "jobvault-agent")} {
 		if d == nil {
-			t.Fatalf("config/webhook or config/archiver renders no Deployment")
+			t.Fatalf("config/webhook, config/archiver or config/agent renders no workload")
+		}
+		if ns := cmp.Or(d.GetNamespace(), deployNamespace); len(namespaces) > 0 && !slices.Contains(namespaces, ns) {
+			t.Errorf("PodMonitor jobvault looks in namespaces %q, not in %s of %s", namespaces, ns, d.GetName())
 		}
 		podLabels, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
 		selected := true

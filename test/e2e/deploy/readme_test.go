@@ -21,7 +21,7 @@ func TestReadmeFlagReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, prog := range []string{"archiver", "webhook", "archiver audit verify", "archiver audit export"} {
+	for _, prog := range []string{"archiver", "webhook", "archiver agent", "archiver audit verify", "archiver audit export"} {
 		t.Run(prog, func(t *testing.T) {
 			bin, sub, _ := strings.Cut(prog, " ")
 			args := append(strings.Fields(sub), "--help")

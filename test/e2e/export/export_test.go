@@ -96,6 +96,16 @@ func seed(t *testing.T, records *db.DB) {
 				t.Fatal(err)
 			}
 		}
+		// Which capture stored the stored log's bytes (no agent on node-1: the API capture).
+		claim := db.RunClaim{RunKey: db.RunKey{PodUID: pod.UID, Container: "main"}, Node: pod.Node, Namespace: s.ns, Pod: pod.Name,
+			JobName: j.Name, JobUID: s.uid}
+		if _, _, err := records.ClaimRun(ctx, claim, db.AgentHealthyWithin); err != nil {
+			t.Fatal(err)
+		}
+		if err := records.PutSources(ctx, []record.SourceRange{{PodUID: pod.UID, Container: "main", Instance: record.InstanceCurrent,
+			To: 1234, Source: record.CapturedByAPI}}); err != nil {
+			t.Fatal(err)
+		}
 		reason := ""
 		if s.released {
 			reason = oddReason
