@@ -160,6 +160,64 @@ func TestNodeModelMatchesRealNode(t *testing.T) {
 			t.Errorf("pods/log of a collected container: the model answers %s, the real node %s", onModel.Answer, onReal.Answer)
 		}
 	})
+
+	// containerd holds a line without its newline until the newline comes, 16 KiB fill up or the
+	// stream closes at the container's exit; only then does pods/log serve it.
+	t.Run("unfinished line", func(t *testing.T) {
+		onReal, onModel := onBoth(t, func(t *testing.T) held {
+			pod := realPod(rn, ns, "unfinished-real", nil, map[string]testbed.Workload{"main": {Bytes: 300, Lines: []int{100}, NoFinalNewline: true, Hold: 3 * time.Second}})
+			create(t, pod)
+			var uid string
+			waitPod(t, env, pod, "written", time.Minute, func(p *corev1.Pod) bool {
+				uid = string(p.UID)
+				return len(rn.Written(ns, uid, "main", 0)) == 300 && running(p)
+			})
+			written := rn.Written(ns, uid, "main", 0)
+			var h held
+			h.Running = servedOf(ask(t, cs, pod, "main"), written)
+			waitPod(t, env, pod, "exited", time.Minute, func(p *corev1.Pod) bool { return mainState(p).Terminated != nil })
+			h.Exited = servedOf(ask(t, cs, pod, "main"), written)
+			return h
+		}, func(t *testing.T) held {
+			// Its own runtime, whose GC waits: the pod is deleted to end its container.
+			rt := env.Runtime(t, testbed.RuntimeOptions{GCDelay: time.Minute})
+			rt.Run(t, ns, "unfinished-model", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{
+				{Stream: "stdout", Data: []byte("line 1\nline 2\nunfin")}, {Stream: "stdout", Data: []byte("ished")}}}}})
+			pod := barePod(ns, "unfinished-model", node, 1, map[string]string{"sigterm-exit.stage.jobvault.io/after": "0s"})
+			create(t, pod)
+			waitPod(t, env, pod, "running", time.Minute, running)
+			written := rt.Written(ns, pod.Name, "main", 0)
+			var h held
+			h.Running = servedOf(ask(t, cs, pod, "main"), written)
+			if err := env.Client.Delete(t.Context(), pod); err != nil {
+				t.Fatal(err)
+			}
+			waitPod(t, env, pod, "exited", time.Minute, func(p *corev1.Pod) bool { return mainState(p).Terminated != nil })
+			h.Exited = servedOf(ask(t, cs, pod, "main"), written)
+			return h
+		})
+		t.Logf("real node: served %+v", onReal)
+		if onModel != onReal {
+			t.Errorf("an unfinished line: the model served %+v, the real node %+v", onModel, onReal)
+		}
+	})
+}
+
+// held is what a scenario saw of an unfinished line (no newline) at the end of a container's
+// output: what pods/log served of it while the container ran, and after it exited.
+type held struct{ Running, Exited string }
+
+// servedOf says which part of written a pods/log answer served: "all", "all but the unfinished
+// line", or what it was.
+func servedOf(a answer, written []byte) string {
+	complete := written[:bytes.LastIndexByte(written, '\n')+1]
+	switch {
+	case a.Code == 200 && a.Body == string(written):
+		return "all"
+	case a.Code == 200 && a.Body == string(complete):
+		return "all but the unfinished line"
+	}
+	return a.String()
 }
 
 // modelGCMargin is how far the model's collection of a deleted pod's logs may be from the real

@@ -102,6 +102,9 @@ type containerRun struct {
 	size     int64
 	files    map[int32][]string // per run: rotated files oldest first, then the current file
 	written  map[int32]*bytes.Buffer
+	// held is, per stream, the end of the run's output not yet in its file: a line without its
+	// newline, as containerd holds it (see append).
+	held map[string][]byte
 }
 
 // runtimePoll is how often the runtime looks at its pods: it bounds how late output starts after
@@ -215,17 +218,31 @@ func (r *Runtime) run(ns, pod string, outputs map[string]Output) error {
 // container the runtime does not run.
 func (r *Runtime) logSource(ns, pod, container string, previous bool) (path string, running func() bool, known bool, err error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	p := r.pods[ns+"/"+pod]
 	if p == nil || p.containers[container] == nil {
+		r.mu.Unlock()
 		return "", nil, false, nil
 	}
-	c := p.containers[container]
+	seen := r.lastSeen[ns][pod]
+	r.mu.Unlock()
 	if !previous {
-		if err := notStarted(r.lastSeen[ns][pod], pod, container); err != nil {
+		// The pod as last listed may lag the API, where the client saw it; a kubelet's status is
+		// ahead of the API's, never behind. The request is served on the pod as the API has it
+		// now: a container it shows started is served, one it shows stopped has closed its
+		// streams.
+		if now := r.current(ns, pod); now != nil {
+			seen = now
+			r.mu.Lock()
+			p.catchUp(now)
+			r.mu.Unlock()
+		}
+		if err := notStarted(seen, pod, container); err != nil {
 			return "", nil, true, err
 		}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := p.containers[container]
 	if previous {
 		files := c.files[c.run-1]
 		if c.run == 0 || len(files) == 0 {
@@ -240,6 +257,29 @@ func (r *Runtime) logSource(ns, pod, container string, previous bool) (path stri
 		defer r.mu.Unlock()
 		return c.gen == gen && !c.stopped && !p.collected
 	}, true, nil
+}
+
+// current is the pod as the API has it now; nil if it cannot be read.
+func (r *Runtime) current(ns, pod string) *corev1.Pod {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var p corev1.Pod
+	if err := r.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod}, &p); err != nil {
+		return nil
+	}
+	return &p
+}
+
+// catchUp stops the runs the pod's status shows stopped, as step does at its next poll.
+func (p *podRun) catchUp(pod *corev1.Pod) {
+	if _, lost := lostNodes.Load(pod.Spec.NodeName); pod.UID != p.uid || p.collected || p.restarting || lost {
+		return
+	}
+	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if c := p.containers[s.Name]; c != nil && s.State.Running == nil {
+			c.seenNotRunning(s)
+		}
+	}
 }
 
 // notStarted is the kubelet's refusal (validateContainerLogStatus) of a log request for a
@@ -307,7 +347,9 @@ func (r *Runtime) step(ctx context.Context) {
 		if pod == nil {
 			for _, c := range p.containers {
 				// Gone, if it ever existed: a pod handed to Run before it is created is not.
-				c.stopped = c.stopped || p.uid != ""
+				if p.uid != "" {
+					c.stop()
+				}
 			}
 			if !p.collected && (!p.stoppedAt.IsZero() || p.anyStarted()) {
 				p.collect() // the pod object is gone: the kubelet removes its containers and logs
@@ -503,8 +545,20 @@ func (p *podRun) collect() {
 // an earlier run is stale (the runtime restarted it since); a run not started yet waits.
 func (c *containerRun) seenNotRunning(s corev1.ContainerStatus) {
 	if s.RestartCount >= c.run && (s.State.Terminated != nil || c.started) {
-		c.stopped = true
+		c.stop()
 	}
+}
+
+// stop marks the current run stopped, its streams closed: what they held is in its file first,
+// before a follow of it can end.
+func (c *containerRun) stop() {
+	if c.stopped {
+		return
+	}
+	if err := c.closeStreams(); err != nil {
+		fmt.Fprintf(os.Stderr, "testbed runtime: close the streams of container %s: %v\n", c.name, err)
+	}
+	c.stopped = true
 }
 
 func (c *containerRun) output() []Chunk {
@@ -519,6 +573,12 @@ func (c *containerRun) current() string { f := c.files[c.run]; return f[len(f)-1
 // newRun starts the log file of run n, as the runtime does for each new container. The kubelet
 // keeps the last dead run's log only: older ones go.
 func (c *containerRun) newRun(dir string, n int32) error {
+	if len(c.files[c.run]) > 0 {
+		// The run before ended: its streams closed.
+		if err := c.closeStreams(); err != nil {
+			return err
+		}
+	}
 	for old, files := range c.files {
 		if old < n-1 {
 			for _, f := range files {
@@ -530,6 +590,7 @@ func (c *containerRun) newRun(dir string, n int32) error {
 	path := filepath.Join(dir, fmt.Sprintf("%s-%d.log", c.name, n))
 	c.files[n] = []string{path}
 	c.written[n] = &bytes.Buffer{}
+	c.held = map[string][]byte{}
 	c.run, c.size, c.next, c.shutNext, c.lastAt, c.started, c.stopped = n, 0, 0, 0, time.Time{}, false, false
 	c.gen++
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
@@ -586,8 +647,42 @@ func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOption
 	}
 }
 
-// append writes one chunk in the CRI format, rotating the file first if it would outgrow MaxSize.
+// append writes one chunk of the run's output. As containerd, which reads each stream line by
+// line, it writes only whole lines and 16 KiB pieces of longer ones: the rest, a line without its
+// newline, is held (at most 16 KiB) until its newline comes, it grows past 16 KiB, or the run
+// ends (closeStreams).
 func (c *containerRun) append(chunk Chunk, opts RuntimeOptions) error {
+	data := append(c.held[chunk.Stream], chunk.Data...)
+	cut := bytes.LastIndexByte(data, '\n') + 1
+	if rest := len(data) - cut; rest > criMaxEntry {
+		cut += (rest - 1) / criMaxEntry * criMaxEntry
+	}
+	c.held[chunk.Stream] = bytes.Clone(data[cut:])
+	c.written[c.run].Write(chunk.Data)
+	chunk.Data = data[:cut]
+	return c.appendRecords(chunk, opts)
+}
+
+// closeStreams writes what the streams hold as a last partial record each, as containerd does
+// when a container's stream closes at its exit.
+func (c *containerRun) closeStreams() error {
+	for _, stream := range []string{"stdout", "stderr"} {
+		if data := c.held[stream]; len(data) > 0 {
+			c.held[stream] = nil
+			if err := c.appendRecords(Chunk{Stream: stream, Data: data}, c.opts); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// appendRecords writes the chunk in the CRI format, rotating the file first if it would outgrow
+// MaxSize.
+func (c *containerRun) appendRecords(chunk Chunk, opts RuntimeOptions) error {
+	if len(chunk.Data) == 0 {
+		return nil
+	}
 	start := time.Now()
 	if !start.After(c.lastTS) {
 		start = c.lastTS // the encoder adds a microsecond per entry, so timestamps keep increasing
@@ -608,7 +703,6 @@ func (c *containerRun) append(chunk Chunk, opts RuntimeOptions) error {
 		return err
 	}
 	c.size += int64(len(rec))
-	c.written[c.run].Write(chunk.Data)
 	return f.Close()
 }
 
