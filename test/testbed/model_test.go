@@ -161,6 +161,46 @@ func TestNodeModelMatchesRealNode(t *testing.T) {
 		}
 	})
 
+	// A follow open while its deleted pod's container stops and is collected: how it ends.
+	t.Run("follow of a deleted pod", func(t *testing.T) {
+		followEnd := func(t *testing.T, pod *corev1.Pod, written func() []byte) string {
+			done := follow(t, cs, ns, pod.Name, "main", false)
+			time.Sleep(500 * time.Millisecond) // the stream is open, at the end of the file
+			if err := env.Client.Delete(t.Context(), pod); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case s := <-done:
+				if rest, ok := bytes.CutPrefix(s.data, written()); ok && s.err == nil {
+					return fmt.Sprintf("ended cleanly after everything written, then %q", containerIDs.ReplaceAllString(string(rest), "containerd://<id>"))
+				}
+				return fmt.Sprintf("ended with %d bytes (%v), written %d", len(s.data), s.err, len(written()))
+			case <-time.After(collectionWait):
+				return "still open"
+			}
+		}
+		onReal, onModel := onBoth(t, func(t *testing.T) string {
+			pod := realPod(rn, ns, "followed-real", nil, map[string]testbed.Workload{"main": {Bytes: 1 << 10, Hold: time.Hour}})
+			create(t, pod)
+			var uid string
+			waitPod(t, env, pod, "written", time.Minute, func(p *corev1.Pod) bool {
+				uid = string(p.UID)
+				return len(rn.Written(ns, uid, "main", 0)) == 1<<10 && running(p)
+			})
+			return followEnd(t, pod, func() []byte { return rn.Written(ns, uid, "main", 0) })
+		}, func(t *testing.T) string {
+			rt.Run(t, ns, "followed-model", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: bytes.Repeat([]byte("x\n"), 512)}}}}})
+			pod := barePod(ns, "followed-model", node, 1, map[string]string{"sigterm-exit.stage.jobvault.io/after": "0s"})
+			create(t, pod)
+			waitPod(t, env, pod, "running", time.Minute, running)
+			return followEnd(t, pod, func() []byte { return rt.Written(ns, pod.Name, "main", 0) })
+		})
+		t.Logf("real node: %s", onReal)
+		if onModel != onReal {
+			t.Errorf("a follow of a deleted pod: on the model it %s; on the real node it %s", onModel, onReal)
+		}
+	})
+
 	// containerd holds a line without its newline until the newline comes, 16 KiB fill up or the
 	// stream closes at the container's exit; only then does pods/log serve it.
 	t.Run("unfinished line", func(t *testing.T) {
