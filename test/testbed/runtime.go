@@ -52,9 +52,10 @@ type Output struct {
 
 // Runtime stands in for the container runtime and the kubelet's log handling of the pods handed to
 // it with Run: while KWOK shows a container running it appends the container's output to its log
-// file in the CRI format, one file per run as the kubelet keeps them, rotates that file at
-// MaxSize, and removes a deleted pod's files once its containers have stopped and the GC delay has
-// passed, even while a finalizer holds the pod. The nodes' kubelet endpoint serves the files
+// file in the CRI format, one file per run as the kubelet keeps them (a line without its newline
+// held back until it ends, as containerd holds it), rotates that file at MaxSize, and removes a
+// deleted pod's files once its containers have stopped and the GC delay has passed, even while a
+// finalizer holds the pod. The nodes' kubelet endpoint serves the files
 // through the real pods/log path with the kubelet's own reader, told whether each run still runs
 // (see nodeEndpoint), so a follow stream ends once its run stopped. The runtime keeps an exact
 // copy of every byte each run wrote, the truth an archive is compared with. While the API server
