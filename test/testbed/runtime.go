@@ -349,7 +349,7 @@ func (r *Runtime) step(ctx context.Context) {
 			for _, c := range p.containers {
 				// Gone, if it ever existed: a pod handed to Run before it is created is not.
 				if p.uid != "" {
-					c.stop()
+					c.stop(time.Time{})
 				}
 			}
 			if !p.collected && (!p.stoppedAt.IsZero() || p.anyStarted()) {
@@ -546,17 +546,21 @@ func (p *podRun) collect() {
 // an earlier run is stale (the runtime restarted it since); a run not started yet waits.
 func (c *containerRun) seenNotRunning(s corev1.ContainerStatus) {
 	if s.RestartCount >= c.run && (s.State.Terminated != nil || c.started) {
-		c.stop()
+		var exited time.Time
+		if s.State.Terminated != nil {
+			exited = s.State.Terminated.FinishedAt.Time
+		}
+		c.stop(exited)
 	}
 }
 
 // stop marks the current run stopped, its streams closed: what they held is in its file first,
-// before a follow of it can end.
-func (c *containerRun) stop() {
+// before a follow of it can end. exited is when the status says the run finished, if it says.
+func (c *containerRun) stop(exited time.Time) {
 	if c.stopped {
 		return
 	}
-	if err := c.closeStreams(); err != nil {
+	if err := c.closeStreams(exited); err != nil {
 		fmt.Fprintf(os.Stderr, "testbed runtime: close the streams of container %s: %v\n", c.name, err)
 	}
 	c.stopped = true
@@ -576,7 +580,7 @@ func (c *containerRun) current() string { f := c.files[c.run]; return f[len(f)-1
 func (c *containerRun) newRun(dir string, n int32) error {
 	if len(c.files[c.run]) > 0 {
 		// The run before ended: its streams closed.
-		if err := c.closeStreams(); err != nil {
+		if err := c.closeStreams(time.Time{}); err != nil {
 			return err
 		}
 	}
@@ -665,17 +669,36 @@ func (c *containerRun) append(chunk Chunk, opts RuntimeOptions) error {
 }
 
 // closeStreams writes what the streams hold as a last partial record each, as containerd does
-// when a container's stream closes at its exit.
-func (c *containerRun) closeStreams() error {
+// when a container's stream closes at its exit. containerd stamps those records at the exit; the
+// model sees the exit later (its poll, the list's latency), so it stamps them no later than the
+// second the status says the run finished in (exited, whole seconds), if it says: a reader that
+// takes lines stamped well after a run's finish for the next run's takes these as the run's own.
+func (c *containerRun) closeStreams(exited time.Time) error {
+	stamp := time.Time{}
+	if !exited.IsZero() {
+		stamp = exited.Truncate(time.Second).Add(time.Second - time.Microsecond)
+	}
 	for _, stream := range []string{"stdout", "stderr"} {
 		if data := c.held[stream]; len(data) > 0 {
 			c.held[stream] = nil
-			if err := c.appendRecords(Chunk{Stream: stream, Data: data}, c.opts); err != nil {
+			if err := c.appendRecords(Chunk{Stream: stream, Data: data, Time: stampAt(stamp, c.lastTS)}, c.opts); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// stampAt is the stamp for a record due at most at due (none if zero or not before now): never
+// before the last record's, last.
+func stampAt(due, last time.Time) time.Time {
+	if due.IsZero() || !due.Before(time.Now()) {
+		return time.Time{}
+	}
+	if !due.After(last) {
+		return last.Add(time.Microsecond)
+	}
+	return due
 }
 
 // appendRecords writes the chunk in the CRI format, rotating the file first if it would outgrow
