@@ -148,13 +148,13 @@ func TestNodeModelMatchesRealNode(t *testing.T) {
 			create(t, pod)
 			return collected(t, env, cs, pod, func() bool { return rt.Collected(ns, pod.Name) })
 		})
-		t.Logf("real node: logs gone %s after the container stopped; then %s", onReal.After.Round(100*time.Millisecond), onReal.Answer)
+		t.Logf("real node: logs gone %s after the container stopped; then %s", onReal.after(), onReal.Answer)
 		if onReal.After < 0 {
 			t.Fatalf("the real node did not collect the deleted pod's logs within %s", collectionWait)
 		}
 		if onModel.After < 0 || onModel.After > onReal.After+modelGCMargin || onModel.After < onReal.After-modelGCMargin {
-			t.Errorf("the model collected the deleted pod's logs %s after its container stopped (-1: not within %s), the real node %s; want within %s of it",
-				onModel.After.Round(100*time.Millisecond), collectionWait, onReal.After.Round(100*time.Millisecond), modelGCMargin)
+			t.Errorf("the model collected the deleted pod's logs %s after its container stopped, the real node %s; want within %s of it",
+				onModel.after(), onReal.after(), modelGCMargin)
 		}
 		if onModel.Answer != onReal.Answer {
 			t.Errorf("pods/log of a collected container: the model answers %s, the real node %s", onModel.Answer, onReal.Answer)
@@ -270,6 +270,13 @@ const modelGCMargin = 2 * time.Second
 type collection struct {
 	After  time.Duration
 	Answer answer
+}
+
+func (c collection) after() string {
+	if c.After < 0 {
+		return fmt.Sprintf("not within %s", collectionWait)
+	}
+	return c.After.Round(100 * time.Millisecond).String()
 }
 
 // collectionWait bounds the wait for a deleted pod's logs to be collected.
