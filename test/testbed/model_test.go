@@ -105,6 +105,27 @@ func TestNodeModelMatchesRealNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// writing starts a pod whose container writes 1 KiB and runs until deleted, on the real node,
+	// and waits until it has written; it returns the pod and its UID.
+	writing := func(t *testing.T, name string) (*corev1.Pod, string) {
+		t.Helper()
+		pod := realPod(rn, ns, name, nil, map[string]testbed.Workload{"main": {Bytes: 1 << 10, Hold: time.Hour}})
+		create(t, pod)
+		var uid string
+		waitPod(t, env, pod, "written", time.Minute, func(p *corev1.Pod) bool {
+			uid = string(p.UID)
+			return len(rn.Written(ns, uid, "main", 0)) == 1<<10 && running(p)
+		})
+		return pod, uid
+	}
+	// modelWriting is writing on the model: a container that exits at once on SIGTERM.
+	modelWriting := func(t *testing.T, name string) *corev1.Pod {
+		t.Helper()
+		rt.Run(t, ns, name, map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: bytes.Repeat([]byte("x\n"), 512)}}}}})
+		pod := barePod(ns, name, node, 1, map[string]string{"sigterm-exit.stage.jobvault.io/after": "0s"})
+		create(t, pod)
+		return pod
+	}
 
 	// A container whose init container still runs has not started: the kubelet refuses its log.
 	t.Run("container not started", func(t *testing.T) {
@@ -134,18 +155,10 @@ func TestNodeModelMatchesRealNode(t *testing.T) {
 	// and its logs within seconds, and answers pods/log 200 with an error text as the body.
 	t.Run("deleted pod collected", func(t *testing.T) {
 		onReal, onModel := onBoth(t, func(t *testing.T) collection {
-			pod := realPod(rn, ns, "gone-real", nil, map[string]testbed.Workload{"main": {Bytes: 1 << 10, Hold: time.Hour}})
-			create(t, pod)
-			var uid string
-			waitPod(t, env, pod, "written", time.Minute, func(p *corev1.Pod) bool {
-				uid = string(p.UID)
-				return len(rn.Written(ns, uid, "main", 0)) == 1<<10
-			})
+			pod, uid := writing(t, "gone-real")
 			return collected(t, env, cs, pod, func() bool { return rn.Collected(ns, pod.Name, uid) })
 		}, func(t *testing.T) collection {
-			rt.Run(t, ns, "gone-model", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: bytes.Repeat([]byte("x\n"), 512)}}}}})
-			pod := barePod(ns, "gone-model", node, 1, map[string]string{"sigterm-exit.stage.jobvault.io/after": "0s"})
-			create(t, pod)
+			pod := modelWriting(t, "gone-model")
 			return collected(t, env, cs, pod, func() bool { return rt.Collected(ns, pod.Name) })
 		})
 		t.Logf("real node: logs gone %s after the container stopped; then %s", onReal.after(), onReal.Answer)
@@ -185,18 +198,10 @@ func TestNodeModelMatchesRealNode(t *testing.T) {
 			}
 		}
 		onReal, onModel := onBoth(t, func(t *testing.T) string {
-			pod := realPod(rn, ns, "followed-real", nil, map[string]testbed.Workload{"main": {Bytes: 1 << 10, Hold: time.Hour}})
-			create(t, pod)
-			var uid string
-			waitPod(t, env, pod, "written", time.Minute, func(p *corev1.Pod) bool {
-				uid = string(p.UID)
-				return len(rn.Written(ns, uid, "main", 0)) == 1<<10 && running(p)
-			})
+			pod, uid := writing(t, "followed-real")
 			return followEnd(t, pod, func() []byte { return rn.Written(ns, uid, "main", 0) })
 		}, func(t *testing.T) string {
-			rt.Run(t, ns, "followed-model", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: bytes.Repeat([]byte("x\n"), 512)}}}}})
-			pod := barePod(ns, "followed-model", node, 1, map[string]string{"sigterm-exit.stage.jobvault.io/after": "0s"})
-			create(t, pod)
+			pod := modelWriting(t, "followed-model")
 			waitPod(t, env, pod, "running", time.Minute, running)
 			return followEnd(t, pod, func() []byte { return rt.Written(ns, pod.Name, "main", 0) })
 		})
