@@ -96,14 +96,20 @@ bench-sustained: testbed ## Run the sustained-load benchmark (20 VcJobs/s of 5 p
 	$(GO) test -count=1 -run '^$$' -bench 'Sustained' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 
 # DEMO_ARGS: --store=s3 archives to a local MinIO instead of .demo/archive; --exit stops after the summary.
+# REALNODE=1 (--real-node) also runs a job on the testbed's real node: kubelet, containerd, runc; root.
 DEMO_ARGS ?=
+REALNODE ?=
+ifneq ($(REALNODE),)
+DEMO_ARGS += --real-node
+endif
 
-# The demo needs the control plane and KWOK, and MinIO only with --store=s3; never the GCS emulator.
+# The demo needs the control plane and KWOK, MinIO only with --store=s3 and the kubelet only with
+# --real-node; never the GCS emulator.
 DEMO_BINARIES := kube-apiserver kube-controller-manager etcd vc-controller-manager vc-scheduler vc-webhook-manager kwok \
-	$(if $(findstring --store=s3,$(DEMO_ARGS)),minio)
+	$(if $(findstring --store=s3,$(DEMO_ARGS)),minio) $(if $(findstring --real-node,$(DEMO_ARGS)),kubelet)
 
 .PHONY: demo
-demo: ## Start a local stack, run sample jobs, print what was archived; Ctrl-C stops it
+demo: ## Start a local stack, run sample jobs, print what was archived; Ctrl-C stops it (REALNODE=1: one job on a real kubelet)
 	test/tools/build.sh $(DEMO_BINARIES)
 	$(GO) run ./test/demo $(DEMO_ARGS)
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,6 +31,8 @@ type options struct {
 	FSRoot  string
 	// Explore prints how to look around the running stack.
 	Explore bool
+	// RealNode runs one more job on the testbed's real node (kubelet, containerd, runc).
+	RealNode bool
 }
 
 // jobSummary is one line of the summary, as read back from the database.
@@ -40,6 +43,8 @@ type jobSummary struct {
 	Retries    int32
 	Pods, Logs int
 	Keys       []string
+	// Nodes are the nodes its pods ran on, as recorded.
+	Nodes []string
 }
 
 // sample is one of the demo's jobs and what happens to it.
@@ -47,16 +52,28 @@ type sample struct {
 	job *batchv1alpha1.Job
 	// deleteWhenRunning deletes the job once it runs, as a user cancelling it would.
 	deleteWhenRunning bool
+	// real: its pods run on the real node, whose containers write their own output.
+	real bool
 }
 
-func samples(ns string) []sample {
-	return []sample{
+// realNodeJob is the job the demo runs on the real node (RealNode): the workload program writes
+// 4 KiB to stdout over a second and exits 0.
+const realNodeJob = "on-real-node"
+
+// samples are the demo's jobs; with rn, one more whose pods run on the real node.
+func samples(ns string, rn *testbed.RealNode) []sample {
+	s := []sample{
 		{job: testbed.Job(ns, "train-ok").Task("ps", 1, []string{"main"}).Task("worker", 2, []string{"main"}).Obj()},
 		{job: testbed.Job(ns, "flaky").Task("worker", 1, []string{"main"}, testbed.Fails()).
 			Policy(busv1alpha1.PodFailedEvent, busv1alpha1.RestartJobAction).MaxRetry(2).Obj()},
 		{job: testbed.Job(ns, "cancelled").Task("worker", 2, []string{"main"}, testbed.RunsFor("1h")).Obj(), deleteWhenRunning: true},
 		{job: testbed.Job(ns, "multi").Task("main", 1, []string{"app", "sidecar"}, testbed.InitContainers("fetch"), testbed.RestartsOnce()).Obj()},
 	}
+	if rn != nil {
+		s = append(s, sample{real: true, job: testbed.Job(ns, realNodeJob).Task("worker", 1, []string{"main"},
+			rn.Pods(map[string]testbed.Workload{"main": {Bytes: 4 << 10, For: time.Second, Lines: []int{64}}})).Obj()})
+	}
+	return s
 }
 
 // demoOutput is what a container of the demo writes.
@@ -74,6 +91,8 @@ type result struct {
 	Jobs     []jobSummary
 	DSN      string
 	Archiver *stack.Archiver
+	// RealNode is the real node, if the demo ran a job on it.
+	RealNode *testbed.RealNode
 }
 
 // run starts the stack, runs the sample jobs through it and prints the summary.
@@ -89,6 +108,12 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 	if err := env.Client.Create(context.Background(), namespace(ns)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
+	var rn *testbed.RealNode
+	if o.RealNode {
+		step(w, start, "starting the real node %s (kubelet %s, containerd and runc; needs root)", testbed.RealNodeName, testbed.Versions["KUBE_VERSION"])
+		rn = env.RealNode(t, testbed.RealNodeOptions{})
+		step(w, start, "real node %s ready in %.1fs", rn.Name, rn.StartedIn.Seconds())
+	}
 	step(w, start, "building and starting the archiver (store: %s)", o.Backend)
 	a := stack.NewArchiver(t, env, dsn, stack.Options{Backend: o.Backend, FSRoot: o.FSRoot})
 	a.Start(t)
@@ -98,9 +123,12 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	jobs := samples(ns)
+	jobs := samples(ns, rn)
 	for _, s := range jobs {
 		for _, task := range s.job.Spec.Tasks {
+			if s.real {
+				break // the real node's containers write their own output
+			}
 			for i := range int(task.Replicas) {
 				pod := testbed.PodName(s.job.Name, task.Name, i)
 				logs := map[string]testbed.ContainerLogs{}
@@ -121,7 +149,11 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 		if err := user.Create(ctx, s.job); err != nil {
 			return nil, fmt.Errorf("submit %s: %w", s.job.Name, err)
 		}
-		step(w, start, "submitted job %s/%s as alice@example.com", ns, s.job.Name)
+		where := "KWOK's nodes"
+		if s.real {
+			where = "the real node " + rn.Name
+		}
+		step(w, start, "submitted job %s/%s as alice@example.com (its pods run on %s)", ns, s.job.Name, where)
 	}
 	for _, s := range jobs {
 		if err := waitFor(s, env.Client, w, start); err != nil {
@@ -153,7 +185,7 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 			fmt.Fprintln(w, "  "+c)
 		}
 	}
-	return &result{Jobs: out, DSN: dsn, Archiver: a}, nil
+	return &result{Jobs: out, DSN: dsn, Archiver: a, RealNode: rn}, nil
 }
 
 // exploreCommands are the commands the demo prints for a look around, each to be run as printed
@@ -227,6 +259,12 @@ func summarise(ctx context.Context, records *db.DB, job *batchv1alpha1.Job) (job
 	}
 	js := jobSummary{Name: row.Name, UID: row.UID, Phase: row.Phase, Submitter: row.Submitter, Location: row.ArchiveLocation,
 		Retries: row.RetryCount, Pods: len(pods), Logs: len(logs)}
+	for _, p := range pods {
+		if !slices.Contains(js.Nodes, p.Node) {
+			js.Nodes = append(js.Nodes, p.Node)
+		}
+	}
+	slices.Sort(js.Nodes)
 	for _, l := range logs {
 		if l.State == record.LogStored {
 			js.Keys = append(js.Keys, l.ObjectKey)
@@ -238,13 +276,13 @@ func summarise(ctx context.Context, records *db.DB, job *batchv1alpha1.Job) (job
 func printSummary(w io.Writer, jobs []jobSummary) {
 	fmt.Fprintln(w, "\nArchived jobs:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tOUTCOME\tRETRIES\tSUBMITTER\tPODS\tLOGS\tARCHIVE")
+	fmt.Fprintln(tw, "JOB\tOUTCOME\tRETRIES\tSUBMITTER\tPODS\tLOGS\tNODES\tARCHIVE")
 	for _, j := range jobs {
 		outcome := j.Phase
 		if j.Deleted {
 			outcome = "deleted while " + j.Phase
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\n", j.Name, outcome, j.Retries, j.Submitter, j.Pods, j.Logs, j.Location)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", j.Name, outcome, j.Retries, j.Submitter, j.Pods, j.Logs, strings.Join(j.Nodes, ","), j.Location)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nLog objects (gzip; uncompressed size and sha256 in the database):")

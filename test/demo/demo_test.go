@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,25 +16,27 @@ import (
 	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
 func TestMain(m *testing.M) { testbed.Main(m) }
 
-// TestDemo runs the demo's job set end to end and checks the summary it prints against the
-// database and the store; then every command it prints under "Explore", exactly as printed, and
-// every audit example of the README against the data the demo's archiver recorded.
+// TestDemo runs the demo's job set end to end, with the real node (`make demo REALNODE=1`), and
+// checks the summary it prints against the database and the store; then every command it prints
+// under "Explore", exactly as printed, and every audit example of the README against the data the
+// demo's archiver recorded.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
-	res, err := run(t, &out, options{Backend: objstore.BackendFS, FSRoot: t.TempDir(), Explore: true})
+	res, err := run(t, &out, options{Backend: objstore.BackendFS, FSRoot: t.TempDir(), Explore: true, RealNode: true})
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	printed := out.String()
 	t.Log(printed)
-	wantPhase := map[string]string{"train-ok": "Completed", "flaky": "Failed", "multi": "Completed"}
-	if len(res.Jobs) != 4 {
-		t.Fatalf("%d jobs in the summary, want 4", len(res.Jobs))
+	wantPhase := map[string]string{"train-ok": "Completed", "flaky": "Failed", "multi": "Completed", realNodeJob: "Completed"}
+	if len(res.Jobs) != 5 {
+		t.Fatalf("%d jobs in the summary, want 5", len(res.Jobs))
 	}
 	records, err := db.Open(context.Background(), res.DSN, db.Options{})
 	if err != nil {
@@ -52,13 +55,7 @@ func TestDemo(t *testing.T) {
 		if err != nil || row.Phase != j.Phase || row.ArchiveLocation != j.Location {
 			t.Errorf("job %s: database says phase %s at %s (%v), summary says %s at %s", j.Name, row.Phase, row.ArchiveLocation, err, j.Phase, j.Location)
 		}
-		line := ""
-		for _, l := range strings.Split(printed, "\n") {
-			if strings.HasPrefix(l, j.Name+" ") {
-				line = l
-			}
-		}
-		if !strings.Contains(line, j.Phase) || !strings.Contains(line, j.Location) {
+		if line := summaryLine(printed, j.Name); !strings.Contains(line, j.Phase) || !strings.Contains(line, j.Location) {
 			t.Errorf("summary line for %s is %q, want its phase %s and location %s", j.Name, line, j.Phase, j.Location)
 		}
 		for _, k := range j.Keys {
@@ -73,6 +70,7 @@ func TestDemo(t *testing.T) {
 			t.Errorf("verify %s (%v): %s", j.Name, err, b.String())
 		}
 	}
+	t.Run("real node", func(t *testing.T) { testRealNodeJob(t, printed, res, records, store) })
 	if flaky := res.Jobs[1]; flaky.Retries < 1 || flaky.Pods < 2 {
 		t.Errorf("flaky: %d retries, %d pods; want its restarts recorded", flaky.Retries, flaky.Pods)
 	}
@@ -83,6 +81,47 @@ func TestDemo(t *testing.T) {
 	t.Run("explore commands", func(t *testing.T) { testExplore(t, printed, res) })
 	t.Run("README audit SQL", func(t *testing.T) { testReadmeSQL(t, res) })
 	t.Run("README logs commands", func(t *testing.T) { testReadmeLogs(t, res) })
+}
+
+// testRealNodeJob: the demo says which job ran where, its real-node job ran there and no other,
+// and that job's archived log is byte for byte what its container wrote.
+func testRealNodeJob(t *testing.T, printed string, res *result, records *db.DB, store objstore.Store) {
+	if !strings.Contains(printed, "submitted job demo/"+realNodeJob+" as alice@example.com (its pods run on the real node "+testbed.RealNodeName+")") {
+		t.Errorf("the demo does not say that job %s runs on the real node", realNodeJob)
+	}
+	for _, j := range res.Jobs {
+		onReal := slices.Contains(j.Nodes, testbed.RealNodeName)
+		if onReal != (j.Name == realNodeJob) || (onReal && len(j.Nodes) != 1) {
+			t.Errorf("job %s ran on nodes %v", j.Name, j.Nodes)
+		}
+		if line := summaryLine(printed, j.Name); !strings.Contains(line, strings.Join(j.Nodes, ",")) {
+			t.Errorf("summary line for %s is %q, want its nodes %v", j.Name, line, j.Nodes)
+		}
+		if j.Name != realNodeJob {
+			continue
+		}
+		pods, err := records.Pods(t.Context(), j.UID)
+		if err != nil || len(pods) != 1 {
+			t.Fatalf("pods of %s: %v (%v), want one", j.Name, pods, err)
+		}
+		written := res.RealNode.Written("demo", pods[0].UID, "main", 0)
+		logs, err := records.LogObjects(t.Context(), j.UID)
+		if err != nil || len(logs) != 1 || len(written) != 4<<10 {
+			t.Fatalf("logs of %s: %v (%v), want one; the container wrote %d bytes, want 4 KiB", j.Name, logs, err, len(written))
+		}
+		(&stack.Rig{Store: store}).CheckLog(t, logs[0], written)
+	}
+}
+
+// summaryLine is the summary's line of the job.
+func summaryLine(printed, job string) string {
+	line := ""
+	for _, l := range strings.Split(printed, "\n") {
+		if strings.HasPrefix(l, job+" ") {
+			line = l
+		}
+	}
+	return line
 }
 
 // testExplore runs each command printed under "Explore:" with bash from the repository's root, as

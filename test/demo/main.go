@@ -4,7 +4,10 @@
 // cluster, submits sample VcJobs, prints what was archived and waits for Ctrl-C (or
 // `make demo-down`) to stop everything.
 //
-//	go run ./test/demo [--store=fs|s3] [--exit]
+// With --real-node it also runs one job on the testbed's real node (a kubelet with containerd and
+// runc; needs root) and says which job ran where.
+//
+//	go run ./test/demo [--store=fs|s3] [--exit] [--real-node]
 package main
 
 import (
@@ -23,6 +26,7 @@ func main() {
 	store := flag.String("store", objstore.BackendFS, "Object store for the archive: fs (a directory, browsable after the demo) or s3 (a local MinIO).")
 	dir := flag.String("dir", ".demo", "Directory for the demo's PID file and the fs store's archive.")
 	exit := flag.Bool("exit", false, "Stop as soon as the summary is printed instead of waiting for Ctrl-C.")
+	realNode := flag.Bool("real-node", false, "Also run a job on the testbed's real node (kubelet, containerd, runc; needs root and `apt-get install containerd runc containernetworking-plugins`).")
 	flag.Parse()
 
 	r := &runner{}
@@ -47,7 +51,7 @@ func main() {
 	if err != nil {
 		r.Fatal(err)
 	}
-	if _, err := run(r, os.Stdout, options{Backend: *store, FSRoot: root, Explore: !*exit}); err != nil {
+	if _, err := run(r, os.Stdout, options{Backend: *store, FSRoot: root, Explore: !*exit, RealNode: *realNode}); err != nil {
 		r.Fatal(err)
 	}
 	if !*exit {

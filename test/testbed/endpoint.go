@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"net/http"
@@ -128,7 +129,10 @@ func (n *nodeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		n.kwok.ServeHTTP(w, r)
 		return
 	case err != nil:
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		// The kubelet's WriteError: the error's text, without a newline.
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, err.Error())
 		return
 	}
 	stdout, stderr := io.Writer(flushWriter{w}), io.Writer(flushWriter{w})
@@ -140,16 +144,18 @@ func (n *nodeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			stdout = nil
 		}
 	}
-	if _, err := os.Stat(path); err != nil {
-		// Collected (container GC): an error status, as KWOK answers. A kubelet answers 200 here,
-		// its body "unable to retrieve container logs for containerd://<id>" (see API.md).
-		http.Error(w, fmt.Sprintf("failed to try resolving symlinks in path %q: %v", path, err), http.StatusBadRequest)
-		return
-	}
 	w.Header().Set("Transfer-Encoding", "chunked")
 	// As the kubelet: a zero-byte write before reading, so the response starts even while the
 	// reader waits for the container's first output.
 	if _, err := (flushWriter{w}).Write(nil); err != nil {
+		return
+	}
+	if _, err := os.Stat(path); err != nil {
+		// Collected (container GC) while the pod is still in the API: the kubelet still has the
+		// container's ID in its status, but its runtime no longer has the container. Its
+		// ContainerStatus fails after the zero-byte write: the stream has started (200) and the
+		// error's text is its body.
+		_, _ = fmt.Fprintf(w, "unable to retrieve container logs for containerd://%x", sha256.Sum256([]byte(path)))
 		return
 	}
 	err = crilogs.ReadLogs(r.Context(), nil, path, "", crilogs.NewLogOptions(opts, time.Now()), runStatus{running: running}, stdout, stderr)

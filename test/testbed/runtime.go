@@ -22,8 +22,10 @@ const (
 	DefaultLogMaxSize  = 10 << 20 // containerLogMaxSize
 	DefaultLogMaxFiles = 5        // containerLogMaxFiles
 	// DefaultGCDelay is how long after a deleted pod's containers stop its logs survive: the
-	// kubelet's container GC runs every minute.
-	DefaultGCDelay = time.Minute
+	// kubelet removes a deleted pod's dead containers, and their logs, as soon as it has finished
+	// the pod (not at its one-minute container GC); on the real node they were gone 0.6 s after
+	// the API showed the container terminated (TestNodeModelMatchesRealNode).
+	DefaultGCDelay = 500 * time.Millisecond
 )
 
 // RuntimeOptions model a node's log handling.
@@ -50,9 +52,10 @@ type Output struct {
 
 // Runtime stands in for the container runtime and the kubelet's log handling of the pods handed to
 // it with Run: while KWOK shows a container running it appends the container's output to its log
-// file in the CRI format, one file per run as the kubelet keeps them, rotates that file at
-// MaxSize, and removes a deleted pod's files once its containers have stopped and the GC delay has
-// passed, even while a finalizer holds the pod. The nodes' kubelet endpoint serves the files
+// file in the CRI format, one file per run as the kubelet keeps them (a line without its newline
+// held back until it ends, as containerd holds it), rotates that file at MaxSize, and removes a
+// deleted pod's files once its containers have stopped and the GC delay has passed, even while a
+// finalizer holds the pod. The nodes' kubelet endpoint serves the files
 // through the real pods/log path with the kubelet's own reader, told whether each run still runs
 // (see nodeEndpoint), so a follow stream ends once its run stopped. The runtime keeps an exact
 // copy of every byte each run wrote, the truth an archive is compared with. While the API server
@@ -100,6 +103,9 @@ type containerRun struct {
 	size     int64
 	files    map[int32][]string // per run: rotated files oldest first, then the current file
 	written  map[int32]*bytes.Buffer
+	// held is, per stream, the end of the run's output not yet in its file: a line without its
+	// newline, as containerd holds it (see append).
+	held map[string][]byte
 }
 
 // runtimePoll is how often the runtime looks at its pods: it bounds how late output starts after
@@ -213,11 +219,30 @@ func (r *Runtime) run(ns, pod string, outputs map[string]Output) error {
 // container the runtime does not run.
 func (r *Runtime) logSource(ns, pod, container string, previous bool) (path string, running func() bool, known bool, err error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	p := r.pods[ns+"/"+pod]
 	if p == nil || p.containers[container] == nil {
+		r.mu.Unlock()
 		return "", nil, false, nil
 	}
+	seen := r.lastSeen[ns][pod]
+	r.mu.Unlock()
+	if !previous {
+		// The pod as last listed may lag the API, where the client saw it; a kubelet's status is
+		// ahead of the API's, never behind. The request is served on the pod as the API has it
+		// now: a container it shows started is served, one it shows stopped has closed its
+		// streams.
+		if now := r.current(ns, pod); now != nil {
+			seen = now
+			r.mu.Lock()
+			p.catchUp(now)
+			r.mu.Unlock()
+		}
+		if err := notStarted(seen, pod, container); err != nil {
+			return "", nil, true, err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	c := p.containers[container]
 	if previous {
 		files := c.files[c.run-1]
@@ -233,6 +258,56 @@ func (r *Runtime) logSource(ns, pod, container string, previous bool) (path stri
 		defer r.mu.Unlock()
 		return c.gen == gen && !c.stopped && !p.collected
 	}, true, nil
+}
+
+// current is the pod as the API has it now; nil if it cannot be read.
+func (r *Runtime) current(ns, pod string) *corev1.Pod {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var p corev1.Pod
+	if err := r.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod}, &p); err != nil {
+		return nil
+	}
+	return &p
+}
+
+// catchUp stops the runs the pod's status shows stopped, as step does at its next poll.
+func (p *podRun) catchUp(pod *corev1.Pod) {
+	if _, lost := lostNodes.Load(pod.Spec.NodeName); pod.UID != p.uid || p.collected || p.restarting || lost {
+		return
+	}
+	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if c := p.containers[s.Name]; c != nil && s.State.Running == nil {
+			c.seenNotRunning(s)
+		}
+	}
+}
+
+// notStarted is the kubelet's refusal (validateContainerLogStatus) of a log request for a
+// container whose status shows no run to read: not in the status at all (or the pod not listed
+// yet), or waiting to start with no run before. The kubelet picks the run by its container ID;
+// KWOK's statuses have none, so the model does not refuse, as the kubelet does, a terminated
+// status without one.
+func notStarted(p *corev1.Pod, pod, container string) error {
+	var status *corev1.ContainerStatus
+	if p != nil {
+		for _, list := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+			for i := range list {
+				if list[i].Name == container {
+					status = &list[i]
+				}
+			}
+		}
+	}
+	switch {
+	case status == nil:
+		return fmt.Errorf("container %q in pod %q is not available", container, pod)
+	case status.State.Running != nil, status.State.Terminated != nil, status.LastTerminationState.Terminated != nil:
+		return nil
+	case status.State.Waiting != nil:
+		return fmt.Errorf("container %q in pod %q is waiting to start: %v", container, pod, status.State.Waiting.Reason)
+	}
+	return nil
 }
 
 // Written returns every byte the container's run (its restart count when it ran) wrote so far, as
@@ -273,7 +348,9 @@ func (r *Runtime) step(ctx context.Context) {
 		if pod == nil {
 			for _, c := range p.containers {
 				// Gone, if it ever existed: a pod handed to Run before it is created is not.
-				c.stopped = c.stopped || p.uid != ""
+				if p.uid != "" {
+					c.stop(time.Time{})
+				}
 			}
 			if !p.collected && (!p.stoppedAt.IsZero() || p.anyStarted()) {
 				p.collect() // the pod object is gone: the kubelet removes its containers and logs
@@ -469,8 +546,24 @@ func (p *podRun) collect() {
 // an earlier run is stale (the runtime restarted it since); a run not started yet waits.
 func (c *containerRun) seenNotRunning(s corev1.ContainerStatus) {
 	if s.RestartCount >= c.run && (s.State.Terminated != nil || c.started) {
-		c.stopped = true
+		var exited time.Time
+		if s.State.Terminated != nil {
+			exited = s.State.Terminated.FinishedAt.Time
+		}
+		c.stop(exited)
 	}
+}
+
+// stop marks the current run stopped, its streams closed: what they held is in its file first,
+// before a follow of it can end. exited is when the status says the run finished, if it says.
+func (c *containerRun) stop(exited time.Time) {
+	if c.stopped {
+		return
+	}
+	if err := c.closeStreams(exited); err != nil {
+		fmt.Fprintf(os.Stderr, "testbed runtime: close the streams of container %s: %v\n", c.name, err)
+	}
+	c.stopped = true
 }
 
 func (c *containerRun) output() []Chunk {
@@ -485,6 +578,12 @@ func (c *containerRun) current() string { f := c.files[c.run]; return f[len(f)-1
 // newRun starts the log file of run n, as the runtime does for each new container. The kubelet
 // keeps the last dead run's log only: older ones go.
 func (c *containerRun) newRun(dir string, n int32) error {
+	if len(c.files[c.run]) > 0 {
+		// The run before ended: its streams closed.
+		if err := c.closeStreams(time.Time{}); err != nil {
+			return err
+		}
+	}
 	for old, files := range c.files {
 		if old < n-1 {
 			for _, f := range files {
@@ -496,6 +595,7 @@ func (c *containerRun) newRun(dir string, n int32) error {
 	path := filepath.Join(dir, fmt.Sprintf("%s-%d.log", c.name, n))
 	c.files[n] = []string{path}
 	c.written[n] = &bytes.Buffer{}
+	c.held = map[string][]byte{}
 	c.run, c.size, c.next, c.shutNext, c.lastAt, c.started, c.stopped = n, 0, 0, 0, time.Time{}, false, false
 	c.gen++
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
@@ -552,8 +652,61 @@ func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOption
 	}
 }
 
-// append writes one chunk in the CRI format, rotating the file first if it would outgrow MaxSize.
+// append writes one chunk of the run's output. As containerd, which reads each stream line by
+// line, it writes only whole lines and 16 KiB pieces of longer ones: the rest, a line without its
+// newline, is held (at most 16 KiB) until its newline comes, it grows past 16 KiB, or the run
+// ends (closeStreams).
 func (c *containerRun) append(chunk Chunk, opts RuntimeOptions) error {
+	data := append(c.held[chunk.Stream], chunk.Data...)
+	cut := bytes.LastIndexByte(data, '\n') + 1
+	if rest := len(data) - cut; rest > criMaxEntry {
+		cut += (rest - 1) / criMaxEntry * criMaxEntry
+	}
+	c.held[chunk.Stream] = bytes.Clone(data[cut:])
+	c.written[c.run].Write(chunk.Data)
+	chunk.Data = data[:cut]
+	return c.appendRecords(chunk, opts)
+}
+
+// closeStreams writes what the streams hold as a last partial record each, as containerd does
+// when a container's stream closes at its exit. containerd stamps those records at the exit; the
+// model sees the exit later (its poll, the list's latency), so it stamps them no later than the
+// second the status says the run finished in (exited, whole seconds), if it says: a reader that
+// takes lines stamped well after a run's finish for the next run's takes these as the run's own.
+func (c *containerRun) closeStreams(exited time.Time) error {
+	stamp := time.Time{}
+	if !exited.IsZero() {
+		stamp = exited.Truncate(time.Second).Add(time.Second - time.Microsecond)
+	}
+	for _, stream := range []string{"stdout", "stderr"} {
+		if data := c.held[stream]; len(data) > 0 {
+			c.held[stream] = nil
+			if err := c.appendRecords(Chunk{Stream: stream, Data: data, Time: stampAt(stamp, c.lastTS)}, c.opts); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stampAt is the stamp for a record due at most at due (none if zero or not before now): never
+// before the last record's, last.
+func stampAt(due, last time.Time) time.Time {
+	if due.IsZero() || !due.Before(time.Now()) {
+		return time.Time{}
+	}
+	if !due.After(last) {
+		return last.Add(time.Microsecond)
+	}
+	return due
+}
+
+// appendRecords writes the chunk in the CRI format, rotating the file first if it would outgrow
+// MaxSize.
+func (c *containerRun) appendRecords(chunk Chunk, opts RuntimeOptions) error {
+	if len(chunk.Data) == 0 {
+		return nil
+	}
 	start := time.Now()
 	if !start.After(c.lastTS) {
 		start = c.lastTS // the encoder adds a microsecond per entry, so timestamps keep increasing
@@ -574,7 +727,6 @@ func (c *containerRun) append(chunk Chunk, opts RuntimeOptions) error {
 		return err
 	}
 	c.size += int64(len(rec))
-	c.written[c.run].Write(chunk.Data)
 	return f.Close()
 }
 
