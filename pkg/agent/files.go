@@ -605,9 +605,12 @@ func firstTime(f *heldFile) time.Time {
 func (s *FileSource) Open(ctx context.Context, ref capture.Ref, opts capture.OpenOptions) (io.ReadCloser, error) {
 	k := RunKey{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run}
 	s.mu.Lock()
-	_, ok := s.runs[k]
+	r := s.runs[k]
+	// An entry without files is a follow reader's wait for them (newReader makes it): the node
+	// never held a file of the run, so a read to the end has nothing to say but that.
+	none := r == nil || len(r.files) == 0
 	s.mu.Unlock()
-	if !ok && !opts.Follow {
+	if none && !opts.Follow {
 		return nil, fmt.Errorf("open log of %s: no such file or directory: the node holds no file of it", ref)
 	}
 	return newReader(ctx, s, k, opts), nil
