@@ -440,14 +440,21 @@ func (s *FileSource) Durable(k RunKey, t time.Time) {
 		return
 	}
 	r.durable = t
-	// A resumed capture asks from the second before its position (capture.open), whole seconds.
-	since := t.Add(-time.Second).Truncate(time.Second)
 	for i, f := range r.files {
-		if i == len(r.files)-1 || !f.drained || !f.lastTS.Before(since) {
+		if i == len(r.files)-1 || !r.stored(f) {
 			break // in order: a later file is not released before an earlier one
 		}
 		f.close()
 	}
+}
+
+// stored reports whether every byte of f is durable: it was drained (or let go: its rest is a
+// gap, nothing more of it will be read) and its last line is before what a resumed capture asks
+// for again (s.mu held).
+func (r *runFiles) stored(f *heldFile) bool {
+	// A resumed capture asks from the second before its position (capture.open), whole seconds.
+	since := r.durable.Add(-time.Second).Truncate(time.Second)
+	return (f.drained || f.letGo) && f.lastTS.Before(since)
 }
 
 // Forget closes every file of the run: its capture is complete.
@@ -560,6 +567,15 @@ func (s *FileSource) bound() {
 	for _, c := range cands {
 		if held <= s.maxHeld {
 			break
+		}
+		if c.r.stored(c.f) {
+			// Its bytes are durable (an earlier file kept it from being released): closing it
+			// loses nothing, so it records no gap.
+			c.f.close()
+			held -= c.f.size
+			s.held = held
+			heldBytes.Set(float64(held))
+			continue
 		}
 		lg := LetGo{Name: c.f.name, After: c.r.durable, Bytes: c.f.size}
 		if i := slices.Index(c.r.files, c.f); i+1 < len(c.r.files) {
