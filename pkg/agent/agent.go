@@ -98,8 +98,15 @@ type Agent struct {
 	log   logr.Logger
 	src   *FileSource
 
+	// recs are the agent's fenced records (db.AgentRecords of its node).
+	recs capture.Records
+
 	mu       sync.Mutex
 	captures map[db.RunKey]*ownedRun
+	// notes are the gaps of files let go that are not recorded yet, by run: the run was not
+	// claimed yet (the write is fenced by its owner) or the database failed. They are recorded
+	// once the agent owns the run (poll, and before the run is completed).
+	notes map[db.RunKey][]record.Gap
 	// beat is when the last heartbeat was recorded (zero: none yet), for /healthz.
 	beat time.Time
 }
@@ -121,7 +128,8 @@ func New(cfg Config, records DB, store objstore.Store, log logr.Logger) (*Agent,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, db: records, store: store, log: log, captures: map[db.RunKey]*ownedRun{}}
+	a := &Agent{cfg: cfg, db: records, recs: records.AgentRecords(cfg.Node), store: store, log: log,
+		captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}}
 	src, err := NewFileSource(cfg.PodLogsDir, cfg.MaxHeldBytes, a.letGo, log.WithName("files"))
 	if err != nil {
 		return nil, err
@@ -190,6 +198,19 @@ func (a *Agent) poll(ctx context.Context, wg *sync.WaitGroup) {
 		a.log.Error(err, "Reading the agent's runs failed")
 		return
 	}
+	owned := a.start(ctx, wg, runs)
+	for k := range owned {
+		if err := a.recordNotes(ctx, db.RunKey(k)); err != nil {
+			a.log.Error(err, "Recording the gap of a file let go failed, will retry")
+		}
+	}
+	a.src.forgetUnowned(owned, a.cfg.UnownedGrace)
+	a.dropNotes(owned)
+}
+
+// start starts a capture for each run not captured yet and tells those over; it returns the runs
+// owned.
+func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, runs []db.AgentRun) map[RunKey]bool {
 	owned := map[RunKey]bool{}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -214,7 +235,7 @@ func (a *Agent) poll(ctx context.Context, wg *sync.WaitGroup) {
 			a.mu.Unlock()
 		}()
 	}
-	a.src.forgetUnowned(owned, a.cfg.UnownedGrace)
+	return owned
 }
 
 // captureRun captures one owned run from its files until it is complete, or no longer the agent's.
@@ -241,7 +262,7 @@ func (a *Agent) captureRun(ctx context.Context, r db.AgentRun, o *ownedRun) {
 	}
 	cfg := a.cfg.Capture
 	cfg.NodeLogMaxSize = 0 // no guessing what rotation took: the files hold every byte
-	recs := a.src.Records(a.db.AgentRecords(a.cfg.Node))
+	recs := a.src.Records(a.recs)
 	k := RunKey(r.RunKey)
 	retry := time.Second
 	for {
@@ -256,7 +277,9 @@ func (a *Agent) captureRun(ctx context.Context, r db.AgentRun, o *ownedRun) {
 			a.src.Forget(k)
 			return
 		case err == nil:
-			err = a.complete(ctx, r.RunKey)
+			if err = a.recordNotes(ctx, r.RunKey); err == nil {
+				err = a.complete(ctx, r.RunKey)
+			}
 			if err == nil || errors.Is(err, db.ErrNotOwner) {
 				a.src.Forget(k)
 				return
@@ -302,6 +325,9 @@ func (a *Agent) lost(ctx context.Context, recs capture.Records, k db.RunKey, unr
 	if err := recs.PutGap(ctx, g); err != nil {
 		return err
 	}
+	if err := a.recordNotes(ctx, k); err != nil {
+		return err
+	}
 	return a.complete(ctx, k)
 }
 
@@ -317,10 +343,55 @@ func (a *Agent) release(ctx context.Context, k db.RunKey, why string) {
 func (a *Agent) letGo(k RunKey, lg LetGo) {
 	g := record.Gap{PodUID: k.PodUID, Container: k.Container, Run: k.Run, After: lg.After, Before: lg.Before, Reason: record.GapAgentLetGo,
 		Detail: fmt.Sprintf("file %s (%d bytes, deleted from the node's disk) let go at the agent's held-bytes limit of %d before its bytes were stored", lg.Name, lg.Bytes, a.cfg.MaxHeldBytes)}
+	key := db.RunKey(k)
+	a.mu.Lock()
+	a.notes[key] = append(a.notes[key], g)
+	a.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := a.db.AgentRecords(a.cfg.Node).PutGap(ctx, g); err != nil && !errors.Is(err, db.ErrNotOwner) {
-		a.log.Error(err, "Recording the gap of a file let go failed", "run", k.String())
+	switch err := a.recordNotes(ctx, key); {
+	case errors.Is(err, db.ErrNotOwner):
+		a.log.Info("A file let go belongs to a run not claimed by the agent (yet): its gap is kept until it is", "run", k.String(), "file", lg.Name)
+	case err != nil:
+		a.log.Error(err, "Recording the gap of a file let go failed, will retry", "run", k.String())
+	}
+}
+
+// recordNotes records the gaps noted for run k; those not recorded stay noted.
+func (a *Agent) recordNotes(ctx context.Context, k db.RunKey) error {
+	a.mu.Lock()
+	gs := a.notes[k]
+	delete(a.notes, k)
+	a.mu.Unlock()
+	for i, g := range gs {
+		if err := a.recs.PutGap(ctx, g); err != nil {
+			a.mu.Lock()
+			a.notes[k] = append(gs[i:], a.notes[k]...)
+			a.mu.Unlock()
+			return fmt.Errorf("record the gap of a file let go of %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// dropNotes drops the notes of runs that are not the agent's and whose files it forgot (the API
+// captures them, or they are complete): their gaps cannot be recorded by the agent. Said, not
+// silent.
+func (a *Agent) dropNotes(owned map[RunKey]bool) {
+	held := map[RunKey]bool{}
+	for _, k := range a.src.Runs() {
+		held[k] = true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, gs := range a.notes {
+		if owned[RunKey(k)] || held[RunKey(k)] {
+			continue
+		}
+		for _, g := range gs {
+			a.log.Error(errors.New("run not the agent's"), "The gap of a file let go cannot be recorded by the agent", "run", k.String(), "gap", g.Detail)
+		}
+		delete(a.notes, k)
 	}
 }
 

@@ -7,10 +7,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/record"
 
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
@@ -85,5 +90,114 @@ func TestLetGoFileDoesNotBlockRelease(t *testing.T) {
 	s.bound()
 	if len(lets) != 1 || lets[0].Name != filepath.Base(a) {
 		t.Errorf("let go %+v, want only A", lets)
+	}
+}
+
+// fakeDB is the agent's database in memory: the runs it owns (runsErr fails AgentRuns) and its
+// records (gaps refused with db.ErrNotOwner until claimed).
+type fakeDB struct {
+	mu       sync.Mutex
+	runs     []db.AgentRun
+	runsErr  error
+	beats    int
+	released []db.RunKey
+}
+
+func (f *fakeDB) Heartbeat(context.Context, string, int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.beats++
+	return nil
+}
+
+func (f *fakeDB) AgentRuns(context.Context, string) ([]db.AgentRun, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]db.AgentRun(nil), f.runs...), f.runsErr
+}
+
+func (f *fakeDB) CompleteRun(context.Context, db.RunKey) error { return nil }
+
+func (f *fakeDB) ReleaseRun(_ context.Context, k db.RunKey, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = append(f.released, k)
+	return nil
+}
+
+func (f *fakeDB) AgentRecords(string) db.AgentRecords { return db.AgentRecords{} }
+
+// fencedRecords refuses gaps with db.ErrNotOwner (or err) until claimed.
+type fencedRecords struct {
+	memRecords
+	claimed atomic.Bool
+	err     error
+}
+
+func (f *fencedRecords) PutGap(ctx context.Context, g record.Gap) error {
+	if f.err != nil {
+		return f.err
+	}
+	if !f.claimed.Load() {
+		return fmt.Errorf("put gap: %w", db.ErrNotOwner)
+	}
+	return f.memRecords.PutGap(ctx, g)
+}
+
+// newTestAgent makes an agent over root with fake records, as New does.
+func newTestAgent(t *testing.T, root string, fdb *fakeDB, recs capture.Records) *Agent {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Node, cfg.PodLogsDir, cfg.MaxHeldBytes = "node1", root, 1
+	store, err := objstore.NewFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{cfg: cfg, db: fdb, recs: recs, store: store, log: logr.Discard(), captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}}
+	src, err := NewFileSource(root, cfg.MaxHeldBytes, a.letGo, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.close)
+	a.src = src
+	return a
+}
+
+// TestLetGoGapKeptUntilClaimed: a file of a run the archiver has not claimed yet is let go: the
+// gap's write is refused (not the agent's run yet), so it is kept in memory and recorded once the
+// run is claimed, and a database failure is retried; it is never dropped silently.
+func TestLetGoGapKeptUntilClaimed(t *testing.T) {
+	dir := logDir(t)
+	root := filepath.Dir(filepath.Dir(dir))
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	rot := filepath.Join(dir, "0.log.20261125-010000")
+	c.rec("stdout", "rotated", false)
+	c.flush(t, rot, false)
+	c.rec("stdout", "current", false)
+	c.flush(t, filepath.Join(dir, "0.log"), false)
+	fdb := &fakeDB{}
+	recs := &fencedRecords{err: errors.New("database down")}
+	a := newTestAgent(t, root, fdb, recs)
+	if err := os.Remove(rot); err != nil {
+		t.Fatal(err)
+	}
+	a.src.bound() // let go while the database is down
+	recs.err = nil
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	a.poll(ctx, &wg) // not claimed yet: refused, kept
+	if n := len(recs.gaps); n != 0 {
+		t.Fatalf("%d gaps recorded before the run is claimed", n)
+	}
+	recs.claimed.Store(true)
+	fdb.mu.Lock()
+	fdb.runs = []db.AgentRun{{RunClaim: db.RunClaim{RunKey: db.RunKey{PodUID: "uid1", Container: "main"}, Namespace: "ns", Pod: "pod"}}}
+	fdb.mu.Unlock()
+	a.poll(ctx, &wg)
+	recs.mu.Lock()
+	defer recs.mu.Unlock()
+	if len(recs.gaps) != 1 || recs.gaps[0].Reason != record.GapAgentLetGo {
+		t.Errorf("gaps %+v once the run is claimed, want the let-go gap", recs.gaps)
 	}
 }
