@@ -31,8 +31,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Poll is how often the agent reads its runs from the database.
 	Poll time.Duration
-	// UnownedGrace is how long the files of a run that the agent does not own, all deleted from
-	// the disk, stay held (the archiver may not have claimed the run yet).
+	// UnownedGrace is how long the files of a run that the agent does not own stay held once one
+	// of them is deleted from the disk (the archiver may not have claimed the run yet).
 	UnownedGrace time.Duration
 	// Capture tunes the captures (NodeLogMaxSize is ignored: the files hold every byte).
 	Capture capture.Config

@@ -75,8 +75,8 @@ type runFiles struct {
 	durable time.Time
 	// changed is closed (and replaced) whenever a file of the run appears or grows.
 	changed chan struct{}
-	// goneSince is when every file of the run was first seen deleted or closed, while the agent
-	// does not own the run (zero: not so).
+	// goneSince is when a file of the run was first seen held only by the agent (deleted from the
+	// disk), or every file gone, while the agent does not own the run (zero: not so).
 	goneSince time.Time
 }
 
@@ -469,9 +469,11 @@ func (s *FileSource) Forget(k RunKey) {
 	}
 }
 
-// forgetUnowned closes the files of the runs not in owned once every one of them has been deleted
-// from the disk (or closed) for grace: the archiver claims a run when it first captures it, so a
-// run unclaimed that long after its files are gone is not the agent's (the API captures it).
+// forgetUnowned closes every file of a run not in owned once, for grace, a file of it has been
+// held only by the agent (deleted from the disk) or every file gone: the archiver claims a run
+// when it first captures it, so a run unclaimed that long is not the agent's (the API captures
+// it), and its deleted files must not take the disk (the held bytes are the owned runs'). Its
+// files still on the disk are taken again by the next scan, costing nothing held.
 func (s *FileSource) forgetUnowned(owned map[RunKey]bool, grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -482,20 +484,40 @@ func (s *FileSource) forgetUnowned(owned map[RunKey]bool, grace time.Duration) {
 			r.goneSince = time.Time{}
 			continue
 		}
-		gone := true
+		pinned, gone := false, true
 		for _, f := range r.files {
+			f.refresh()
+			pinned = pinned || (f.f != nil && f.deleted)
 			gone = gone && (f.f == nil || f.deleted)
 		}
 		switch {
-		case !gone:
+		case !pinned && !gone:
 			r.goneSince = time.Time{}
 		case r.goneSince.IsZero():
 			r.goneSince = now
 		case now.Sub(r.goneSince) > grace:
 			for _, f := range r.files {
+				if f.deleted {
+					f.close() // the deleted ones first: they are what the disk holds for the agent
+				}
+			}
+			for _, f := range r.files {
 				f.close()
 			}
 			delete(s.runs, k)
+		}
+	}
+}
+
+// refresh updates the size of an open file and whether it is deleted from the disk (s.mu held).
+func (f *heldFile) refresh() {
+	if f.f == nil {
+		return
+	}
+	if st, err := f.f.Stat(); err == nil {
+		f.size = st.Size()
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			f.deleted = sys.Nlink == 0
 		}
 	}
 }
@@ -534,12 +556,7 @@ func (s *FileSource) bound() {
 			if f.f == nil {
 				continue
 			}
-			if st, err := f.f.Stat(); err == nil {
-				f.size = st.Size()
-				if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-					f.deleted = sys.Nlink == 0
-				}
-			}
+			f.refresh()
 			if f.deleted {
 				held += f.size
 				cands = append(cands, cand{k, r, f})

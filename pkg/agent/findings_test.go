@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -199,5 +200,55 @@ func TestLetGoGapKeptUntilClaimed(t *testing.T) {
 	defer recs.mu.Unlock()
 	if len(recs.gaps) != 1 || recs.gaps[0].Reason != record.GapAgentLetGo {
 		t.Errorf("gaps %+v once the run is claimed, want the let-go gap", recs.gaps)
+	}
+}
+
+// TestUnownedDeletedFileReleased: a run the agent does not own (any other pod on the node) whose
+// rotated file the kubelet deleted while its current file lives on: after the grace the agent
+// closes its files, so the held bytes are only those of runs it owns.
+func TestUnownedDeletedFileReleased(t *testing.T) {
+	dir := logDir(t)
+	root := filepath.Dir(filepath.Dir(dir))
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	cur := filepath.Join(dir, "0.log")
+	c.rec("stdout", strings.Repeat("x", 100000), false)
+	c.flush(t, cur, false)
+	s, err := NewFileSource(root, 0, nil, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	rot := filepath.Join(dir, "0.log.20261125-010000")
+	if err := os.Rename(cur, rot); err != nil {
+		t.Fatal(err)
+	}
+	c.rec("stdout", "new", false)
+	c.flush(t, cur, false)
+	s.scanContainer(dir)
+	if err := os.Remove(rot); err != nil {
+		t.Fatal(err)
+	}
+	const grace = 20 * time.Millisecond
+	s.forgetUnowned(map[RunKey]bool{}, grace) // the grace starts
+	s.bound()
+	if held, _ := s.Held(); held == 0 {
+		t.Fatal("the deleted file is not held before the grace ends")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		s.forgetUnowned(map[RunKey]bool{}, grace)
+		s.bound()
+		held, _ := s.Held()
+		if held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unowned run's deleted file still held (%d bytes) long after the grace", held)
+		}
+		time.Sleep(grace)
+	}
+	s.scanContainer(dir) // the current file is taken again: it costs nothing held
+	s.bound()
+	if held, _ := s.Held(); held != 0 {
+		t.Errorf("held %d bytes after the rescan, want 0", held)
 	}
 }
