@@ -115,6 +115,8 @@ type Agent struct {
 type ownedRun struct {
 	mu   sync.Mutex
 	over bool
+	// cancel stops the capture: the run is no longer the agent's (taken over).
+	cancel context.CancelFunc
 }
 
 // New makes an agent; Run starts it.
@@ -222,18 +224,32 @@ func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, runs []db.AgentRu
 			o.mu.Unlock()
 			continue
 		}
-		o := &ownedRun{over: r.Over}
+		rctx, cancel := context.WithCancel(ctx)
+		o := &ownedRun{over: r.Over, cancel: cancel}
 		a.captures[r.RunKey] = o
 		capturesRunning.Inc()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer capturesRunning.Dec()
-			a.captureRun(ctx, r, o)
+			defer cancel()
+			a.captureRun(rctx, r, o)
+			if ctx.Err() == nil && rctx.Err() != nil {
+				a.src.Forget(RunKey(r.RunKey)) // taken over: its files are the API capture's concern
+			}
 			a.mu.Lock()
 			delete(a.captures, r.RunKey)
 			a.mu.Unlock()
 		}()
+	}
+	// A run captured that is no longer listed was taken over (or completed, its capture then
+	// done already): its capture stops and its files are closed, rather than being refused at its
+	// next write only.
+	for k, o := range a.captures {
+		if !owned[RunKey(k)] {
+			a.log.Info("Run no longer the agent's; stopping its capture", "run", k.String())
+			o.cancel()
+		}
 	}
 	return owned
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -250,5 +251,43 @@ func TestUnownedDeletedFileReleased(t *testing.T) {
 	s.bound()
 	if held, _ := s.Held(); held != 0 {
 		t.Errorf("held %d bytes after the rescan, want 0", held)
+	}
+}
+
+// TestTakenOverCaptureStopped: a run the archiver took over is no longer among the agent's runs:
+// the next poll stops its capture and closes its files.
+func TestTakenOverCaptureStopped(t *testing.T) {
+	dir := logDir(t)
+	root := filepath.Dir(filepath.Dir(dir))
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	c.rec("stdout", "line", false)
+	c.flush(t, filepath.Join(dir, "0.log"), false)
+	k := db.RunKey{PodUID: "uid1", Container: "main"}
+	fdb := &fakeDB{runs: []db.AgentRun{{RunClaim: db.RunClaim{RunKey: k, Namespace: "ns", Pod: "pod", JobName: "job", JobUID: "ju1"}}}}
+	a := newTestAgent(t, root, fdb, &fencedRecords{})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	a.poll(ctx, &wg)
+	a.mu.Lock()
+	running := a.captures[k] != nil
+	a.mu.Unlock()
+	if !running {
+		t.Fatal("no capture started for the run owned")
+	}
+	fdb.mu.Lock()
+	fdb.runs = nil // taken over
+	fdb.mu.Unlock()
+	a.poll(ctx, &wg)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		a.mu.Lock()
+		running = a.captures[k] != nil
+		a.mu.Unlock()
+		if !running && !slices.Contains(a.src.Runs(), RunKey(k)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("capture of the run taken over still running: %v, its files held: %v", running, slices.Contains(a.src.Runs(), RunKey(k)))
+		}
 	}
 }
