@@ -50,7 +50,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Node, "node", c.Node, "The node the agent runs on (from the downward API: spec.nodeName). Required.")
 	fs.StringVar(&c.PodLogsDir, "pod-logs-dir", c.PodLogsDir, "The kubelet's podLogsDir, mounted read-only.")
 	fs.Int64Var(&c.MaxHeldBytes, "agent-max-held-bytes", c.MaxHeldBytes, "Bytes of log files deleted from the node's disk (rotated away or collected) that the agent may keep open until their bytes are stored; past it the oldest is let go and its unread rest recorded as a gap ('released by agent: held-bytes limit'). 0: no bound.")
-	fs.DurationVar(&c.HeartbeatInterval, "agent-heartbeat-interval", c.HeartbeatInterval, "How often the agent records that it is alive; the archiver takes its runs over once it has not for 15 s.")
+	fs.DurationVar(&c.HeartbeatInterval, "agent-heartbeat-interval", c.HeartbeatInterval, "How often the agent records that it is alive; the archiver takes its runs over once it has not for 15 s. The agent records none while it cannot store: its last 3 segment stores, or its last 3 reads of its runs, failed in a row.")
 	fs.DurationVar(&c.Poll, "agent-poll", c.Poll, "How often the agent reads the runs it owns from the database.")
 	fs.Int64Var(&c.Capture.SegmentBytes, "capture-segment-bytes", c.Capture.SegmentBytes, "A log is stored in segments of about this many uncompressed bytes.")
 	fs.DurationVar(&c.Capture.SegmentAge, "capture-segment-age", c.Capture.SegmentAge, "A log's segment is stored once this old, however small.")
@@ -109,7 +109,14 @@ type Agent struct {
 	notes map[db.RunKey][]record.Gap
 	// beat is when the last heartbeat was recorded (zero: none yet), for /healthz.
 	beat time.Time
+	// storeFails and runsFails count the captures that failed to store and the reads of the
+	// agent's runs that failed, in a row: past maxFails the agent does not beat (canStore).
+	storeFails, runsFails int
 }
+
+// maxFails is how many segment stores, or reads of its runs, may fail in a row before the agent
+// stops beating, so that the archiver takes its runs over in 15 s rather than at --log-deadline.
+const maxFails = 3
 
 // ownedRun is a run the agent captures: over once the archiver said so.
 type ownedRun struct {
@@ -181,6 +188,11 @@ func (a *Agent) Healthy() error {
 }
 
 func (a *Agent) heartbeat(ctx context.Context) {
+	if err := a.canStore(); err != nil {
+		heartbeatsFailed.Inc()
+		a.log.Error(err, "Not recording the heartbeat: the archiver is to take the runs over")
+		return
+	}
 	held, _ := a.src.Held()
 	if err := a.db.Heartbeat(ctx, a.cfg.Node, held); err != nil {
 		heartbeatsFailed.Inc()
@@ -192,10 +204,41 @@ func (a *Agent) heartbeat(ctx context.Context) {
 	a.mu.Unlock()
 }
 
+// canStore reports whether the agent can store what it captures: a heartbeat says so.
+func (a *Agent) canStore() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.storeFails >= maxFails:
+		return fmt.Errorf("the last %d captures failed to store", a.storeFails)
+	case a.runsFails >= maxFails:
+		return fmt.Errorf("the last %d reads of the agent's runs failed", a.runsFails)
+	}
+	return nil
+}
+
+// stored counts a store that succeeded (ok) or failed, in a row.
+func (a *Agent) stored(ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ok {
+		a.storeFails = 0
+	} else {
+		a.storeFails++
+	}
+}
+
 // poll reads the runs the agent owns: it starts a capture for each new one, tells those over, and
 // forgets the files of runs it does not own that are gone from the disk.
 func (a *Agent) poll(ctx context.Context, wg *sync.WaitGroup) {
 	runs, err := a.db.AgentRuns(ctx, a.cfg.Node)
+	a.mu.Lock()
+	if err != nil {
+		a.runsFails++
+	} else {
+		a.runsFails = 0
+	}
+	a.mu.Unlock()
 	if err != nil {
 		a.log.Error(err, "Reading the agent's runs failed")
 		return
@@ -278,7 +321,7 @@ func (a *Agent) captureRun(ctx context.Context, r db.AgentRun, o *ownedRun) {
 	}
 	cfg := a.cfg.Capture
 	cfg.NodeLogMaxSize = 0 // no guessing what rotation took: the files hold every byte
-	recs := a.src.Records(a.recs)
+	recs := a.src.Records(countedRecords{Records: a.recs, a: a})
 	k := RunKey(r.RunKey)
 	retry := time.Second
 	for {
@@ -309,6 +352,7 @@ func (a *Agent) captureRun(ctx context.Context, r db.AgentRun, o *ownedRun) {
 			}
 		}
 		captureFailures.Inc()
+		a.stored(false)
 		log.Error(err, "Capture failed, will retry")
 		select {
 		case <-ctx.Done():
@@ -353,6 +397,20 @@ func (a *Agent) release(ctx context.Context, k db.RunKey, why string) {
 		logr.FromContextOrDiscard(ctx).Error(err, "Giving the run up failed")
 	}
 	a.src.Forget(RunKey(k))
+}
+
+// countedRecords counts each segment recorded (Agent.stored).
+type countedRecords struct {
+	capture.Records
+	a *Agent
+}
+
+func (c countedRecords) PutSegment(ctx context.Context, seg record.Segment) error {
+	err := c.Records.PutSegment(ctx, seg)
+	if err == nil {
+		c.a.stored(true)
+	}
+	return err
 }
 
 // letGo records the gap of a file let go past the held-bytes limit.

@@ -291,3 +291,67 @@ func TestTakenOverCaptureStopped(t *testing.T) {
 		}
 	}
 }
+
+// failingRecords refuses every segment: the database (or the store behind it) is down.
+type failingRecords struct{ fencedRecords }
+
+func (f *failingRecords) PutSegment(context.Context, record.Segment) error {
+	return errors.New("database down")
+}
+
+// TestNoHeartbeatWhileStoresFail: an agent whose every store fails (or whose reads of its runs
+// fail) stops beating, so the archiver takes its runs over in 15 s, not at --log-deadline; it
+// beats again once it can store.
+func TestNoHeartbeatWhileStoresFail(t *testing.T) {
+	dir := logDir(t)
+	root := filepath.Dir(filepath.Dir(dir))
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	c.rec("stdout", "line", false)
+	c.flush(t, filepath.Join(dir, "0.log"), false)
+	k := db.RunKey{PodUID: "uid1", Container: "main"}
+	fdb := &fakeDB{runs: []db.AgentRun{{RunClaim: db.RunClaim{RunKey: k, Namespace: "ns", Pod: "pod", JobName: "job", JobUID: "ju1"}, Over: true}}}
+	recs := &failingRecords{}
+	recs.claimed.Store(true)
+	a := newTestAgent(t, root, fdb, recs)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	beats := func() int {
+		fdb.mu.Lock()
+		defer fdb.mu.Unlock()
+		return fdb.beats
+	}
+	a.heartbeat(ctx)
+	if beats() != 1 {
+		t.Fatal("no heartbeat while all is well")
+	}
+	a.poll(ctx, &wg)
+	for deadline := time.Now().Add(15 * time.Second); a.canStore() == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent still says it can store after its stores failed for 15 s")
+		}
+	}
+	a.heartbeat(ctx)
+	if n := beats(); n != 1 {
+		t.Errorf("heartbeat recorded while every store fails (%d beats)", n)
+	}
+	a.stored(true)
+	fdb.mu.Lock()
+	fdb.runsErr = errors.New("database down")
+	fdb.mu.Unlock()
+	for range maxFails {
+		a.poll(ctx, &wg)
+	}
+	a.heartbeat(ctx)
+	if n := beats(); n != 1 {
+		t.Errorf("heartbeat recorded while the agent cannot read its runs (%d beats)", n)
+	}
+	fdb.mu.Lock()
+	fdb.runsErr = nil
+	fdb.mu.Unlock()
+	a.poll(ctx, &wg)
+	a.heartbeat(ctx)
+	if n := beats(); n != 2 {
+		t.Errorf("%d beats once the agent can store again, want 2", n)
+	}
+}
