@@ -209,6 +209,9 @@ func (s *FileSource) scanAll() error {
 
 // scanDir scans a directory at depth (0: the pod logs dir, 1: a pod's, 2: a container's).
 func (s *FileSource) scanDir(dir string, depth int) {
+	if depth > 0 && !realDir(dir) {
+		return
+	}
 	if depth == 2 {
 		s.scanContainer(dir)
 		return
@@ -260,6 +263,9 @@ func (s *FileSource) scanContainer(dir string) {
 		return
 	}
 	container := filepath.Base(dir)
+	if !realDir(dir) || !realDir(filepath.Dir(dir)) {
+		return
+	}
 	if err := s.watch(dir); err != nil && !os.IsNotExist(errors.Unwrap(err)) {
 		s.log.V(1).Info("Not watching a container log directory", "dir", dir, "error", err.Error())
 	}
@@ -320,10 +326,16 @@ func boolKey(b bool) string {
 }
 
 // take holds the file dir/name of run k, unless it holds it already (then it updates its order).
+// Only a regular file is taken: a symlink (it would serve another pod's log, or any file the
+// agent can read, as this run's) or a special file (a FIFO would block the agent) is not.
 func (s *FileSource) take(k RunKey, dir, name string, order int64, gz bool) {
 	path := filepath.Join(dir, name)
-	st, err := os.Stat(path)
+	st, err := os.Lstat(path)
 	if err != nil {
+		return
+	}
+	if !st.Mode().IsRegular() {
+		s.log.V(1).Info("Not a regular file; not taken", "file", path, "mode", st.Mode().String())
 		return
 	}
 	ino := inode(st)
@@ -344,7 +356,7 @@ func (s *FileSource) take(k RunKey, dir, name string, order int64, gz bool) {
 		}
 	}
 	s.mu.Unlock()
-	fh, err := os.Open(path)
+	fh, err := openRegular(path)
 	if err != nil {
 		return
 	}
@@ -390,7 +402,7 @@ func readHead(f *os.File) string {
 }
 
 func headOf(path string) string {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return ""
 	}
@@ -420,6 +432,28 @@ func (s *FileSource) wake(dir string) {
 			r.signal()
 		}
 	}
+}
+
+// openRegular opens path for reading only if it is a regular file: no symlink followed, no
+// special file (O_NONBLOCK: opening a FIFO does not wait for a writer).
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open log file: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, fmt.Errorf("open log file %s: not a regular file", path)
+	}
+	return f, nil
+}
+
+// realDir reports whether dir is a directory and not a symlink to one: the agent follows no
+// symlink below the pod logs directory (it could lead anywhere the agent can read).
+func realDir(dir string) bool {
+	st, err := os.Lstat(dir)
+	return err == nil && st.IsDir()
 }
 
 func inode(st os.FileInfo) uint64 {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -353,5 +354,42 @@ func TestNoHeartbeatWhileStoresFail(t *testing.T) {
 	a.heartbeat(ctx)
 	if n := beats(); n != 2 {
 		t.Errorf("%d beats once the agent can store again, want 2", n)
+	}
+}
+
+// TestOnlyRegularFilesTaken: a symlink in a container directory (to another pod's log), a
+// symlinked pod directory, and a FIFO are not taken: another pod's log is never served as this
+// run's, and a FIFO does not block the agent.
+func TestOnlyRegularFilesTaken(t *testing.T) {
+	dir := logDir(t)
+	root := filepath.Dir(filepath.Dir(dir))
+	other := filepath.Join(root, "victim_pod_uid2", "c")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	c.rec("stdout", "victim secret", false)
+	c.flush(t, filepath.Join(other, "0.log"), false)
+	if err := os.Symlink(filepath.Join(other, "0.log"), filepath.Join(dir, "0.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "victim_pod_uid2"), filepath.Join(root, "ns_link_uid3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "1.log"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startSource(t, root)
+	for _, k := range s.Runs() {
+		if k.PodUID == "uid3" || (k.PodUID == "uid1" && k.Run == 1) {
+			t.Errorf("%s is held: a symlinked directory or a FIFO was taken", k)
+		}
+	}
+	rc, err := s.Open(t.Context(), ref, capture.OpenOptions{})
+	if err == nil {
+		b, _ := io.ReadAll(rc)
+		if strings.Contains(string(b), "victim secret") {
+			t.Errorf("symlink followed: another pod's log served as uid1's: %q", b)
+		}
 	}
 }
