@@ -143,6 +143,7 @@ func New(cfg Config, records DB, store objstore.Store, log logr.Logger) (*Agent,
 	if err != nil {
 		return nil, err
 	}
+	src.onGap = a.noteGap
 	a.src = src
 	return a, nil
 }
@@ -417,6 +418,11 @@ func (c countedRecords) PutSegment(ctx context.Context, seg record.Segment) erro
 func (a *Agent) letGo(k RunKey, lg LetGo) {
 	g := record.Gap{PodUID: k.PodUID, Container: k.Container, Run: k.Run, After: lg.After, Before: lg.Before, Reason: record.GapAgentLetGo,
 		Detail: fmt.Sprintf("file %s (%d bytes, deleted from the node's disk) let go at the agent's held-bytes limit of %d before its bytes were stored", lg.Name, lg.Bytes, a.cfg.MaxHeldBytes)}
+	a.noteGap(k, g)
+}
+
+// noteGap records a gap the file source found, keeping it noted until recorded (recordNotes).
+func (a *Agent) noteGap(k RunKey, g record.Gap) {
 	key := db.RunKey(k)
 	a.mu.Lock()
 	a.notes[key] = append(a.notes[key], g)
@@ -425,13 +431,14 @@ func (a *Agent) letGo(k RunKey, lg LetGo) {
 	defer cancel()
 	switch err := a.recordNotes(ctx, key); {
 	case errors.Is(err, db.ErrNotOwner):
-		a.log.Info("A file let go belongs to a run not claimed by the agent (yet): its gap is kept until it is", "run", k.String(), "file", lg.Name)
+		a.log.Info("A gap belongs to a run not claimed by the agent (yet): it is kept until it is", "run", k.String(), "gap", g.Detail)
 	case err != nil:
-		a.log.Error(err, "Recording the gap of a file let go failed, will retry", "run", k.String())
+		a.log.Error(err, "Recording a gap failed, will retry", "run", k.String())
 	}
 }
 
-// recordNotes records the gaps noted for run k; those not recorded stay noted.
+// recordNotes records the gaps noted for run k (files let go or truncated); those not recorded
+// stay noted.
 func (a *Agent) recordNotes(ctx context.Context, k db.RunKey) error {
 	a.mu.Lock()
 	gs := a.notes[k]
@@ -442,7 +449,7 @@ func (a *Agent) recordNotes(ctx context.Context, k db.RunKey) error {
 			a.mu.Lock()
 			a.notes[k] = append(gs[i:], a.notes[k]...)
 			a.mu.Unlock()
-			return fmt.Errorf("record the gap of a file let go of %s: %w", k, err)
+			return fmt.Errorf("record a gap of %s: %w", k, err)
 		}
 	}
 	return nil
@@ -463,7 +470,7 @@ func (a *Agent) dropNotes(owned map[RunKey]bool) {
 			continue
 		}
 		for _, g := range gs {
-			a.log.Error(errors.New("run not the agent's"), "The gap of a file let go cannot be recorded by the agent", "run", k.String(), "gap", g.Detail)
+			a.log.Error(errors.New("run not the agent's"), "A gap cannot be recorded by the agent", "run", k.String(), "gap", g.Detail)
 		}
 		delete(a.notes, k)
 	}

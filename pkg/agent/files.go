@@ -94,6 +94,8 @@ type FileSource struct {
 	// the oldest is let go and OnLetGo told.
 	maxHeld int64
 	onLetGo func(RunKey, LetGo)
+	// onGap is told of a gap the source found (a file truncated in place); nil: none recorded.
+	onGap func(RunKey, record.Gap)
 
 	mu      sync.Mutex
 	runs    map[RunKey]*runFiles

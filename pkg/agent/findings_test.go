@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -161,6 +162,7 @@ func newTestAgent(t *testing.T, root string, fdb *fakeDB, recs capture.Records) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	src.onGap = a.noteGap
 	t.Cleanup(src.close)
 	a.src = src
 	return a
@@ -391,5 +393,74 @@ func TestOnlyRegularFilesTaken(t *testing.T) {
 		if strings.Contains(string(b), "victim secret") {
 			t.Errorf("symlink followed: another pod's log served as uid1's: %q", b)
 		}
+	}
+}
+
+// TestTruncatedFileReadAgain: the current file is truncated in place (copytruncate, an operator
+// freeing disk) while followed: the reader notices its size below its position, records a gap
+// (truncated on the node), and reads the file again from its start: what is written after is
+// served.
+func TestTruncatedFileReadAgain(t *testing.T) {
+	dir := logDir(t)
+	root := filepath.Dir(filepath.Dir(dir))
+	cur := filepath.Join(dir, "0.log")
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	c.rec("stdout", strings.Repeat("old", 100), false)
+	c.flush(t, cur, false)
+	s := startSource(t, root)
+	gaps := make(chan record.Gap, 4)
+	s.mu.Lock()
+	s.onGap = func(_ RunKey, g record.Gap) { gaps <- g }
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rc, err := s.Open(ctx, ref, capture.OpenOptions{Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 16)
+	go func() {
+		br := bufio.NewReader(rc)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- l
+		}
+	}()
+	timeout := time.After(10 * time.Second)
+	select {
+	case l := <-lines:
+		if !strings.Contains(l, "oldold") {
+			t.Fatalf("first line %q", l)
+		}
+	case <-timeout:
+		t.Fatal("first line not served")
+	}
+	if err := os.Truncate(cur, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.rec("stdout", "after truncate", false)
+	c.flush(t, cur, false)
+	for served := false; !served; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("reader ended")
+			}
+			served = strings.Contains(l, "after truncate")
+		case <-timeout:
+			t.Fatal("line written after the truncation never served")
+		}
+	}
+	select {
+	case g := <-gaps:
+		if g.Reason != record.GapTruncatedOnNode {
+			t.Errorf("gap %+v, want reason %q", g, record.GapTruncatedOnNode)
+		}
+	default:
+		t.Error("no gap recorded for the truncation")
 	}
 }
