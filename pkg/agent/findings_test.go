@@ -257,16 +257,23 @@ func TestUnownedDeletedFileReleased(t *testing.T) {
 	}
 }
 
-// TestTakenOverCaptureStopped: a run the archiver took over is no longer among the agent's runs:
-// the next poll stops its capture and closes its files.
-func TestTakenOverCaptureStopped(t *testing.T) {
+// oneLineRun writes a run of one line under a new pod logs dir: its root, and the run as the
+// agent owns it.
+func oneLineRun(t *testing.T) (string, db.AgentRun) {
 	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
 	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
 	c.rec("stdout", "line", false)
 	c.flush(t, filepath.Join(dir, "0.log"), false)
 	k := db.RunKey{PodUID: "uid1", Container: "main"}
-	fdb := &fakeDB{runs: []db.AgentRun{{RunClaim: db.RunClaim{RunKey: k, Namespace: "ns", Pod: "pod", JobName: "job", JobUID: "ju1"}}}}
+	return filepath.Dir(filepath.Dir(dir)), db.AgentRun{RunClaim: db.RunClaim{RunKey: k, Namespace: "ns", Pod: "pod", JobName: "job", JobUID: "ju1"}}
+}
+
+// TestTakenOverCaptureStopped: a run the archiver took over is no longer among the agent's runs:
+// the next poll stops its capture and closes its files.
+func TestTakenOverCaptureStopped(t *testing.T) {
+	root, run := oneLineRun(t)
+	k := run.RunKey
+	fdb := &fakeDB{runs: []db.AgentRun{run}}
 	a := newTestAgent(t, root, fdb, &fencedRecords{})
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
@@ -306,13 +313,9 @@ func (f *failingRecords) PutSegment(context.Context, record.Segment) error {
 // fail) stops beating, so the archiver takes its runs over in 15 s, not at --log-deadline; it
 // beats again once it can store.
 func TestNoHeartbeatWhileStoresFail(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
-	c.rec("stdout", "line", false)
-	c.flush(t, filepath.Join(dir, "0.log"), false)
-	k := db.RunKey{PodUID: "uid1", Container: "main"}
-	fdb := &fakeDB{runs: []db.AgentRun{{RunClaim: db.RunClaim{RunKey: k, Namespace: "ns", Pod: "pod", JobName: "job", JobUID: "ju1"}, Over: true}}}
+	root, run := oneLineRun(t)
+	run.Over = true
+	fdb := &fakeDB{runs: []db.AgentRun{run}}
 	recs := &failingRecords{}
 	recs.claimed.Store(true)
 	a := newTestAgent(t, root, fdb, recs)
