@@ -31,8 +31,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Poll is how often the agent reads its runs from the database.
 	Poll time.Duration
-	// UnownedGrace is how long the files of a run that the agent does not own, all deleted from
-	// the disk, stay held (the archiver may not have claimed the run yet).
+	// UnownedGrace is how long the files of a run that the agent does not own stay held once one
+	// of them is deleted from the disk (the archiver may not have claimed the run yet).
 	UnownedGrace time.Duration
 	// Capture tunes the captures (NodeLogMaxSize is ignored: the files hold every byte).
 	Capture capture.Config
@@ -50,7 +50,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Node, "node", c.Node, "The node the agent runs on (from the downward API: spec.nodeName). Required.")
 	fs.StringVar(&c.PodLogsDir, "pod-logs-dir", c.PodLogsDir, "The kubelet's podLogsDir, mounted read-only.")
 	fs.Int64Var(&c.MaxHeldBytes, "agent-max-held-bytes", c.MaxHeldBytes, "Bytes of log files deleted from the node's disk (rotated away or collected) that the agent may keep open until their bytes are stored; past it the oldest is let go and its unread rest recorded as a gap ('released by agent: held-bytes limit'). 0: no bound.")
-	fs.DurationVar(&c.HeartbeatInterval, "agent-heartbeat-interval", c.HeartbeatInterval, "How often the agent records that it is alive; the archiver takes its runs over once it has not for 15 s.")
+	fs.DurationVar(&c.HeartbeatInterval, "agent-heartbeat-interval", c.HeartbeatInterval, "How often the agent records that it is alive; the archiver takes its runs over once it has not for 15 s. The agent records none while it cannot store: its last 3 segment stores, or its last 3 reads of its runs, failed in a row.")
 	fs.DurationVar(&c.Poll, "agent-poll", c.Poll, "How often the agent reads the runs it owns from the database.")
 	fs.Int64Var(&c.Capture.SegmentBytes, "capture-segment-bytes", c.Capture.SegmentBytes, "A log is stored in segments of about this many uncompressed bytes.")
 	fs.DurationVar(&c.Capture.SegmentAge, "capture-segment-age", c.Capture.SegmentAge, "A log's segment is stored once this old, however small.")
@@ -98,16 +98,32 @@ type Agent struct {
 	log   logr.Logger
 	src   *FileSource
 
+	// recs are the agent's fenced records (db.AgentRecords of its node).
+	recs capture.Records
+
 	mu       sync.Mutex
 	captures map[db.RunKey]*ownedRun
+	// notes are the gaps of files let go that are not recorded yet, by run: the run was not
+	// claimed yet (the write is fenced by its owner) or the database failed. They are recorded
+	// once the agent owns the run (poll, and before the run is completed).
+	notes map[db.RunKey][]record.Gap
 	// beat is when the last heartbeat was recorded (zero: none yet), for /healthz.
 	beat time.Time
+	// storeFails and runsFails count the captures that failed to store and the reads of the
+	// agent's runs that failed, in a row: past maxFails the agent does not beat (canStore).
+	storeFails, runsFails int
 }
+
+// maxFails is how many segment stores, or reads of its runs, may fail in a row before the agent
+// stops beating, so that the archiver takes its runs over in 15 s rather than at --log-deadline.
+const maxFails = 3
 
 // ownedRun is a run the agent captures: over once the archiver said so.
 type ownedRun struct {
 	mu   sync.Mutex
 	over bool
+	// cancel stops the capture: the run is no longer the agent's (taken over).
+	cancel context.CancelFunc
 }
 
 // New makes an agent; Run starts it.
@@ -121,11 +137,13 @@ func New(cfg Config, records DB, store objstore.Store, log logr.Logger) (*Agent,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, db: records, store: store, log: log, captures: map[db.RunKey]*ownedRun{}}
+	a := &Agent{cfg: cfg, db: records, recs: records.AgentRecords(cfg.Node), store: store, log: log,
+		captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}}
 	src, err := NewFileSource(cfg.PodLogsDir, cfg.MaxHeldBytes, a.letGo, log.WithName("files"))
 	if err != nil {
 		return nil, err
 	}
+	src.onGap = a.noteGap
 	a.src = src
 	return a, nil
 }
@@ -171,6 +189,11 @@ func (a *Agent) Healthy() error {
 }
 
 func (a *Agent) heartbeat(ctx context.Context) {
+	if err := a.canStore(); err != nil {
+		heartbeatsFailed.Inc()
+		a.log.Error(err, "Not recording the heartbeat: the archiver is to take the runs over")
+		return
+	}
 	held, _ := a.src.Held()
 	if err := a.db.Heartbeat(ctx, a.cfg.Node, held); err != nil {
 		heartbeatsFailed.Inc()
@@ -182,14 +205,58 @@ func (a *Agent) heartbeat(ctx context.Context) {
 	a.mu.Unlock()
 }
 
+// canStore reports whether the agent can store what it captures: a heartbeat says so.
+func (a *Agent) canStore() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.storeFails >= maxFails:
+		return fmt.Errorf("the last %d captures failed to store", a.storeFails)
+	case a.runsFails >= maxFails:
+		return fmt.Errorf("the last %d reads of the agent's runs failed", a.runsFails)
+	}
+	return nil
+}
+
+// stored counts a store that succeeded (ok) or failed, in a row.
+func (a *Agent) stored(ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ok {
+		a.storeFails = 0
+	} else {
+		a.storeFails++
+	}
+}
+
 // poll reads the runs the agent owns: it starts a capture for each new one, tells those over, and
 // forgets the files of runs it does not own that are gone from the disk.
 func (a *Agent) poll(ctx context.Context, wg *sync.WaitGroup) {
 	runs, err := a.db.AgentRuns(ctx, a.cfg.Node)
+	a.mu.Lock()
+	if err != nil {
+		a.runsFails++
+	} else {
+		a.runsFails = 0
+	}
+	a.mu.Unlock()
 	if err != nil {
 		a.log.Error(err, "Reading the agent's runs failed")
 		return
 	}
+	owned := a.start(ctx, wg, runs)
+	for k := range owned {
+		if err := a.recordNotes(ctx, db.RunKey(k)); err != nil {
+			a.log.Error(err, "Recording the gap of a file let go failed, will retry")
+		}
+	}
+	a.src.forgetUnowned(owned, a.cfg.UnownedGrace)
+	a.dropNotes(owned)
+}
+
+// start starts a capture for each run not captured yet and tells those over; it returns the runs
+// owned.
+func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, runs []db.AgentRun) map[RunKey]bool {
 	owned := map[RunKey]bool{}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -201,20 +268,34 @@ func (a *Agent) poll(ctx context.Context, wg *sync.WaitGroup) {
 			o.mu.Unlock()
 			continue
 		}
-		o := &ownedRun{over: r.Over}
+		rctx, cancel := context.WithCancel(ctx)
+		o := &ownedRun{over: r.Over, cancel: cancel}
 		a.captures[r.RunKey] = o
 		capturesRunning.Inc()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer capturesRunning.Dec()
-			a.captureRun(ctx, r, o)
+			defer cancel()
+			a.captureRun(rctx, r, o)
+			if ctx.Err() == nil && rctx.Err() != nil {
+				a.src.Forget(RunKey(r.RunKey)) // taken over: its files are the API capture's concern
+			}
 			a.mu.Lock()
 			delete(a.captures, r.RunKey)
 			a.mu.Unlock()
 		}()
 	}
-	a.src.forgetUnowned(owned, a.cfg.UnownedGrace)
+	// A run captured that is no longer listed was taken over (or completed, its capture then
+	// done already): its capture stops and its files are closed, rather than being refused at its
+	// next write only.
+	for k, o := range a.captures {
+		if !owned[RunKey(k)] {
+			a.log.Info("Run no longer the agent's; stopping its capture", "run", k.String())
+			o.cancel()
+		}
+	}
+	return owned
 }
 
 // captureRun captures one owned run from its files until it is complete, or no longer the agent's.
@@ -241,7 +322,7 @@ func (a *Agent) captureRun(ctx context.Context, r db.AgentRun, o *ownedRun) {
 	}
 	cfg := a.cfg.Capture
 	cfg.NodeLogMaxSize = 0 // no guessing what rotation took: the files hold every byte
-	recs := a.src.Records(a.db.AgentRecords(a.cfg.Node))
+	recs := a.src.Records(countedRecords{Records: a.recs, a: a})
 	k := RunKey(r.RunKey)
 	retry := time.Second
 	for {
@@ -256,7 +337,9 @@ func (a *Agent) captureRun(ctx context.Context, r db.AgentRun, o *ownedRun) {
 			a.src.Forget(k)
 			return
 		case err == nil:
-			err = a.complete(ctx, r.RunKey)
+			if err = a.recordNotes(ctx, r.RunKey); err == nil {
+				err = a.complete(ctx, r.RunKey)
+			}
 			if err == nil || errors.Is(err, db.ErrNotOwner) {
 				a.src.Forget(k)
 				return
@@ -270,6 +353,7 @@ func (a *Agent) captureRun(ctx context.Context, r db.AgentRun, o *ownedRun) {
 			}
 		}
 		captureFailures.Inc()
+		a.stored(false)
 		log.Error(err, "Capture failed, will retry")
 		select {
 		case <-ctx.Done():
@@ -302,6 +386,9 @@ func (a *Agent) lost(ctx context.Context, recs capture.Records, k db.RunKey, unr
 	if err := recs.PutGap(ctx, g); err != nil {
 		return err
 	}
+	if err := a.recordNotes(ctx, k); err != nil {
+		return err
+	}
 	return a.complete(ctx, k)
 }
 
@@ -313,14 +400,79 @@ func (a *Agent) release(ctx context.Context, k db.RunKey, why string) {
 	a.src.Forget(RunKey(k))
 }
 
+// countedRecords counts each segment recorded (Agent.stored).
+type countedRecords struct {
+	capture.Records
+	a *Agent
+}
+
+func (c countedRecords) PutSegment(ctx context.Context, seg record.Segment) error {
+	err := c.Records.PutSegment(ctx, seg)
+	if err == nil {
+		c.a.stored(true)
+	}
+	return err
+}
+
 // letGo records the gap of a file let go past the held-bytes limit.
 func (a *Agent) letGo(k RunKey, lg LetGo) {
 	g := record.Gap{PodUID: k.PodUID, Container: k.Container, Run: k.Run, After: lg.After, Before: lg.Before, Reason: record.GapAgentLetGo,
 		Detail: fmt.Sprintf("file %s (%d bytes, deleted from the node's disk) let go at the agent's held-bytes limit of %d before its bytes were stored", lg.Name, lg.Bytes, a.cfg.MaxHeldBytes)}
+	a.noteGap(k, g)
+}
+
+// noteGap records a gap the file source found, keeping it noted until recorded (recordNotes).
+func (a *Agent) noteGap(k RunKey, g record.Gap) {
+	key := db.RunKey(k)
+	a.mu.Lock()
+	a.notes[key] = append(a.notes[key], g)
+	a.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := a.db.AgentRecords(a.cfg.Node).PutGap(ctx, g); err != nil && !errors.Is(err, db.ErrNotOwner) {
-		a.log.Error(err, "Recording the gap of a file let go failed", "run", k.String())
+	switch err := a.recordNotes(ctx, key); {
+	case errors.Is(err, db.ErrNotOwner):
+		a.log.Info("A gap belongs to a run not claimed by the agent (yet): it is kept until it is", "run", k.String(), "gap", g.Detail)
+	case err != nil:
+		a.log.Error(err, "Recording a gap failed, will retry", "run", k.String())
+	}
+}
+
+// recordNotes records the gaps noted for run k (files let go or truncated); those not recorded
+// stay noted.
+func (a *Agent) recordNotes(ctx context.Context, k db.RunKey) error {
+	a.mu.Lock()
+	gs := a.notes[k]
+	delete(a.notes, k)
+	a.mu.Unlock()
+	for i, g := range gs {
+		if err := a.recs.PutGap(ctx, g); err != nil {
+			a.mu.Lock()
+			a.notes[k] = append(gs[i:], a.notes[k]...)
+			a.mu.Unlock()
+			return fmt.Errorf("record a gap of %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// dropNotes drops the notes of runs that are not the agent's and whose files it forgot (the API
+// captures them, or they are complete): their gaps cannot be recorded by the agent. Said, not
+// silent.
+func (a *Agent) dropNotes(owned map[RunKey]bool) {
+	held := map[RunKey]bool{}
+	for _, k := range a.src.Runs() {
+		held[k] = true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, gs := range a.notes {
+		if owned[RunKey(k)] || held[RunKey(k)] {
+			continue
+		}
+		for _, g := range gs {
+			a.log.Error(errors.New("run not the agent's"), "A gap cannot be recorded by the agent", "run", k.String(), "gap", g.Detail)
+		}
+		delete(a.notes, k)
 	}
 }
 

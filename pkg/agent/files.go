@@ -75,8 +75,8 @@ type runFiles struct {
 	durable time.Time
 	// changed is closed (and replaced) whenever a file of the run appears or grows.
 	changed chan struct{}
-	// goneSince is when every file of the run was first seen deleted or closed, while the agent
-	// does not own the run (zero: not so).
+	// goneSince is when a file of the run was first seen held only by the agent (deleted from the
+	// disk), or every file gone, while the agent does not own the run (zero: not so).
 	goneSince time.Time
 }
 
@@ -94,6 +94,8 @@ type FileSource struct {
 	// the oldest is let go and OnLetGo told.
 	maxHeld int64
 	onLetGo func(RunKey, LetGo)
+	// onGap is told of a gap the source found (a file truncated in place); nil: none recorded.
+	onGap func(RunKey, record.Gap)
 
 	mu      sync.Mutex
 	runs    map[RunKey]*runFiles
@@ -209,6 +211,9 @@ func (s *FileSource) scanAll() error {
 
 // scanDir scans a directory at depth (0: the pod logs dir, 1: a pod's, 2: a container's).
 func (s *FileSource) scanDir(dir string, depth int) {
+	if depth > 0 && !realDir(dir) {
+		return
+	}
 	if depth == 2 {
 		s.scanContainer(dir)
 		return
@@ -260,6 +265,9 @@ func (s *FileSource) scanContainer(dir string) {
 		return
 	}
 	container := filepath.Base(dir)
+	if !realDir(dir) || !realDir(filepath.Dir(dir)) {
+		return
+	}
 	if err := s.watch(dir); err != nil && !os.IsNotExist(errors.Unwrap(err)) {
 		s.log.V(1).Info("Not watching a container log directory", "dir", dir, "error", err.Error())
 	}
@@ -320,10 +328,16 @@ func boolKey(b bool) string {
 }
 
 // take holds the file dir/name of run k, unless it holds it already (then it updates its order).
+// Only a regular file is taken: a symlink (it would serve another pod's log, or any file the
+// agent can read, as this run's) or a special file (a FIFO would block the agent) is not.
 func (s *FileSource) take(k RunKey, dir, name string, order int64, gz bool) {
 	path := filepath.Join(dir, name)
-	st, err := os.Stat(path)
+	st, err := os.Lstat(path)
 	if err != nil {
+		return
+	}
+	if !st.Mode().IsRegular() {
+		s.log.V(1).Info("Not a regular file; not taken", "file", path, "mode", st.Mode().String())
 		return
 	}
 	ino := inode(st)
@@ -344,7 +358,7 @@ func (s *FileSource) take(k RunKey, dir, name string, order int64, gz bool) {
 		}
 	}
 	s.mu.Unlock()
-	fh, err := os.Open(path)
+	fh, err := openRegular(path)
 	if err != nil {
 		return
 	}
@@ -390,7 +404,7 @@ func readHead(f *os.File) string {
 }
 
 func headOf(path string) string {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return ""
 	}
@@ -422,6 +436,28 @@ func (s *FileSource) wake(dir string) {
 	}
 }
 
+// openRegular opens path for reading only if it is a regular file: no symlink followed, no
+// special file (O_NONBLOCK: opening a FIFO does not wait for a writer).
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open log file: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, fmt.Errorf("open log file %s: not a regular file", path)
+	}
+	return f, nil
+}
+
+// realDir reports whether dir is a directory and not a symlink to one: the agent follows no
+// symlink below the pod logs directory (it could lead anywhere the agent can read).
+func realDir(dir string) bool {
+	st, err := os.Lstat(dir)
+	return err == nil && st.IsDir()
+}
+
 func inode(st os.FileInfo) uint64 {
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		return sys.Ino
@@ -440,14 +476,21 @@ func (s *FileSource) Durable(k RunKey, t time.Time) {
 		return
 	}
 	r.durable = t
-	// A resumed capture asks from the second before its position (capture.open), whole seconds.
-	since := t.Add(-time.Second).Truncate(time.Second)
 	for i, f := range r.files {
-		if i == len(r.files)-1 || !f.drained || !f.lastTS.Before(since) {
+		if i == len(r.files)-1 || !r.stored(f) {
 			break // in order: a later file is not released before an earlier one
 		}
 		f.close()
 	}
+}
+
+// stored reports whether every byte of f is durable: it was drained (or let go: its rest is a
+// gap, nothing more of it will be read) and its last line is before what a resumed capture asks
+// for again (s.mu held).
+func (r *runFiles) stored(f *heldFile) bool {
+	// A resumed capture asks from the second before its position (capture.open), whole seconds.
+	since := r.durable.Add(-time.Second).Truncate(time.Second)
+	return (f.drained || f.letGo) && f.lastTS.Before(since)
 }
 
 // Forget closes every file of the run: its capture is complete.
@@ -462,9 +505,11 @@ func (s *FileSource) Forget(k RunKey) {
 	}
 }
 
-// forgetUnowned closes the files of the runs not in owned once every one of them has been deleted
-// from the disk (or closed) for grace: the archiver claims a run when it first captures it, so a
-// run unclaimed that long after its files are gone is not the agent's (the API captures it).
+// forgetUnowned closes every file of a run not in owned once, for grace, a file of it has been
+// held only by the agent (deleted from the disk) or every file gone: the archiver claims a run
+// when it first captures it, so a run unclaimed that long is not the agent's (the API captures
+// it), and its deleted files must not take the disk (the held bytes are the owned runs'). Its
+// files still on the disk are taken again by the next scan, costing nothing held.
 func (s *FileSource) forgetUnowned(owned map[RunKey]bool, grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -475,20 +520,40 @@ func (s *FileSource) forgetUnowned(owned map[RunKey]bool, grace time.Duration) {
 			r.goneSince = time.Time{}
 			continue
 		}
-		gone := true
+		pinned, gone := false, true
 		for _, f := range r.files {
+			f.refresh()
+			pinned = pinned || (f.f != nil && f.deleted)
 			gone = gone && (f.f == nil || f.deleted)
 		}
 		switch {
-		case !gone:
+		case !pinned && !gone:
 			r.goneSince = time.Time{}
 		case r.goneSince.IsZero():
 			r.goneSince = now
 		case now.Sub(r.goneSince) > grace:
 			for _, f := range r.files {
+				if f.deleted {
+					f.close() // the deleted ones first: they are what the disk holds for the agent
+				}
+			}
+			for _, f := range r.files {
 				f.close()
 			}
 			delete(s.runs, k)
+		}
+	}
+}
+
+// refresh updates the size of an open file and whether it is deleted from the disk (s.mu held).
+func (f *heldFile) refresh() {
+	if f.f == nil {
+		return
+	}
+	if st, err := f.f.Stat(); err == nil {
+		f.size = st.Size()
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			f.deleted = sys.Nlink == 0
 		}
 	}
 }
@@ -527,12 +592,7 @@ func (s *FileSource) bound() {
 			if f.f == nil {
 				continue
 			}
-			if st, err := f.f.Stat(); err == nil {
-				f.size = st.Size()
-				if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-					f.deleted = sys.Nlink == 0
-				}
-			}
+			f.refresh()
 			if f.deleted {
 				held += f.size
 				cands = append(cands, cand{k, r, f})
@@ -560,6 +620,15 @@ func (s *FileSource) bound() {
 	for _, c := range cands {
 		if held <= s.maxHeld {
 			break
+		}
+		if c.r.stored(c.f) {
+			// Its bytes are durable (an earlier file kept it from being released): closing it
+			// loses nothing, so it records no gap.
+			c.f.close()
+			held -= c.f.size
+			s.held = held
+			heldBytes.Set(float64(held))
+			continue
 		}
 		lg := LetGo{Name: c.f.name, After: c.r.durable, Bytes: c.f.size}
 		if i := slices.Index(c.r.files, c.f); i+1 < len(c.r.files) {
@@ -605,9 +674,12 @@ func firstTime(f *heldFile) time.Time {
 func (s *FileSource) Open(ctx context.Context, ref capture.Ref, opts capture.OpenOptions) (io.ReadCloser, error) {
 	k := RunKey{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run}
 	s.mu.Lock()
-	_, ok := s.runs[k]
+	r := s.runs[k]
+	// An entry without files is a follow reader's wait for them (newReader makes it): the node
+	// never held a file of the run, so a read to the end has nothing to say but that.
+	none := r == nil || len(r.files) == 0
 	s.mu.Unlock()
-	if !ok && !opts.Follow {
+	if none && !opts.Follow {
 		return nil, fmt.Errorf("open log of %s: no such file or directory: the node holds no file of it", ref)
 	}
 	return newReader(ctx, s, k, opts), nil

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // pieceSize is the most a reader holds of one record: longer content is served in pieces, as
@@ -39,6 +41,7 @@ const recheck = time.Second
 type reader struct {
 	ctx    context.Context
 	s      *FileSource
+	k      RunKey
 	rf     *runFiles
 	follow bool
 	since  time.Time
@@ -49,6 +52,9 @@ type reader struct {
 	curName string
 	br      *bufio.Reader
 	zr      *gzip.Reader
+	// file reads cur's file from its start: its position past the file's size says it was
+	// truncated.
+	file *io.SectionReader
 	// drainEOF: a later file had bytes when cur was last at its end, so cur's next end is its last.
 	drainEOF bool
 	lastTS   time.Time
@@ -84,7 +90,7 @@ func newReader(ctx context.Context, s *FileSource, k RunKey, opts capture.OpenOp
 	s.mu.Lock()
 	rf := s.run(k, "")
 	s.mu.Unlock()
-	r := &reader{ctx: ctx, s: s, rf: rf, follow: opts.Follow, done: map[*heldFile]bool{}, newLine: true}
+	r := &reader{ctx: ctx, s: s, k: k, rf: rf, follow: opts.Follow, done: map[*heldFile]bool{}, newLine: true}
 	if !opts.Since.IsZero() {
 		r.since = opts.Since.Truncate(time.Second) // pods/log takes sinceTime in whole seconds
 	}
@@ -202,7 +208,8 @@ func (r *reader) next() bool {
 			continue
 		}
 		r.cur, r.curName, r.drainEOF, r.lastTS, r.servedGz = f, f.name, false, time.Time{}, false
-		var src io.Reader = io.NewSectionReader(f.f, 0, math.MaxInt64)
+		r.file = io.NewSectionReader(f.f, 0, math.MaxInt64)
+		var src io.Reader = r.file
 		if f.gz {
 			zr, err := gzip.NewReader(src)
 			if err != nil {
@@ -248,6 +255,9 @@ func (r *reader) atEnd(changed chan struct{}) error {
 		r.finishFile()
 		return nil
 	}
+	if r.truncated() {
+		return nil
+	}
 	if r.laterHasBytes() {
 		r.drainEOF = true // read on to the end once more: what was written before the switch
 		return nil
@@ -260,6 +270,39 @@ func (r *reader) atEnd(changed chan struct{}) error {
 		return io.EOF
 	}
 	return r.wait(changed)
+}
+
+// truncated reports whether cur was truncated in place (its size is below what was read of it):
+// the bytes written past the reader's position before the truncation are lost, which is recorded
+// as a gap, and the file is read again from its start.
+func (r *reader) truncated() bool {
+	r.s.mu.Lock()
+	f := r.cur.f
+	r.s.mu.Unlock()
+	if f == nil {
+		return false
+	}
+	read, _ := r.file.Seek(0, io.SeekCurrent)
+	st, err := f.Stat()
+	if err != nil || st.Size() >= read {
+		return false
+	}
+	if r.inContent {
+		r.endRecord()
+	}
+	r.s.mu.Lock()
+	g := record.Gap{PodUID: r.k.PodUID, Container: r.k.Container, Run: r.k.Run, After: r.lastTS, Before: firstTime(r.cur),
+		Reason: record.GapTruncatedOnNode,
+		Detail: fmt.Sprintf("file %s truncated in place from %d bytes read to %d bytes: what was written past the agent's position before it is lost", r.curName, read, st.Size())}
+	onGap := r.s.onGap
+	r.s.mu.Unlock()
+	r.s.log.Info("Log file truncated in place; reading it again from its start", "file", filepath.Join(r.rf.dir, r.curName), "read", read, "size", st.Size())
+	if onGap != nil {
+		onGap(r.k, g)
+	}
+	r.file = io.NewSectionReader(f, 0, math.MaxInt64)
+	r.br = bufio.NewReaderSize(r.file, pieceSize)
+	return true
 }
 
 // wait waits for the run's files to change (or the recheck period), or returns io.EOF for a read

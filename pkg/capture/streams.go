@@ -45,17 +45,30 @@ type StreamTagger interface {
 // stderr). Adjacent runs may share a stream, so that segments' indexes concatenate. A reader
 // splits the archived log back into stdout and stderr with it (SplitStreams). Bytes captured
 // through pods/log have stream 0.
+//
+// A segment's index is at most MaxSegmentStreams bytes: how often the streams alternate is the
+// tenant's to choose (short lines on stdout and stderr in turn make an index half the log's
+// size), and every segment's index is loaded at assembly. Past the bound, the rest of the
+// segment's bytes are one run of stream 0 (unknown): a clear record, in bounded memory.
 const StreamsSuffix = ".streams"
+
+// MaxSegmentStreams bounds a segment's stream index, in bytes.
+const MaxSegmentStreams = 64 << 10
 
 // streamIndex builds a segment's stream index, merging adjacent runs of one stream.
 type streamIndex struct {
 	enc  []byte
 	last StreamRun
+	// full: the index reached MaxSegmentStreams; the rest of the segment is of unknown stream.
+	full bool
 }
 
 func (x *streamIndex) add(r StreamRun) {
 	if r.Bytes <= 0 {
 		return
+	}
+	if x.full {
+		r.Stream = StreamUnknown
 	}
 	if r.Stream == x.last.Stream || x.last.Bytes == 0 {
 		x.last.Stream, x.last.Bytes = r.Stream, x.last.Bytes+r.Bytes
@@ -63,6 +76,11 @@ func (x *streamIndex) add(r StreamRun) {
 	}
 	x.enc = appendStreamRun(x.enc, x.last)
 	x.last = r
+	// Room is kept for the run being built and the unknown one after it.
+	if len(x.enc)+2*binary.MaxVarintLen64 > MaxSegmentStreams {
+		x.full = true
+		x.last.Stream = StreamUnknown
+	}
 }
 
 // bytes is a copy of the index so far (nil: nothing added).
@@ -77,7 +95,7 @@ func (x *streamIndex) bytes() []byte {
 	return b
 }
 
-func (x *streamIndex) reset() { x.enc, x.last = x.enc[:0], StreamRun{} }
+func (x *streamIndex) reset() { x.enc, x.last, x.full = x.enc[:0], StreamRun{}, false }
 
 func appendStreamRun(b []byte, r StreamRun) []byte {
 	return binary.AppendUvarint(b, uint64(r.Bytes)<<2|uint64(r.Stream))

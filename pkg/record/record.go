@@ -309,6 +309,10 @@ const (
 	// it, because the files it held had reached its held-bytes limit: the file's unread rest is
 	// lost (the node's disk comes first).
 	GapAgentLetGo GapReason = "released by agent: held-bytes limit"
+	// GapTruncatedOnNode: a log file the node agent was reading was truncated in place (an
+	// operator or a copytruncate rotation): what was written to it past the agent's position and
+	// before the truncation is lost; the agent reads the file again from its start.
+	GapTruncatedOnNode GapReason = "truncated on the node"
 )
 
 // Gap is a part of a container run's log that is missing from the archive: the output between
