@@ -285,8 +285,10 @@ func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLo
 	return out, nil
 }
 
-// segmentObject matches the name of a segment object (archive.Layout.Segment).
-var segmentObject = regexp.MustCompile(`^[^/]+\.run-[0-9]+\.seg-[0-9]{6,}\.gz$`)
+// segmentObject matches the name of a segment object (archive.Layout.Segment), the API
+// capture's or the node agent's (the same key plus ".agent", pkg/agent: its upload may race the
+// archiver's after a take-over, so it must not share the key).
+var segmentObject = regexp.MustCompile(`^[^/]+\.run-[0-9]+\.seg-[0-9]{6,}\.gz(\.agent)?$`)
 
 // sweepSegments deletes the segment objects left in the job's directory by its finished pods
 // (archived or released: every log of theirs is recorded, and no capture of theirs writes any
