@@ -2,10 +2,12 @@ package realnode
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
+	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -164,6 +167,17 @@ func TestRealNodeAgentInterleavedStreams(t *testing.T) {
 		t.Errorf("gaps %+v, want none", g)
 	}
 	s.CheckCapturedBy(t, row.JobUID, record.CapturedByAgent)
+	// The index is part of the archive: sealed into the manifest, and audit verify checks it.
+	var m archive.Manifest
+	if err := json.Unmarshal(readObject(t, s, "archive/"+job.Namespace+"/"+job.Name+"/"+row.JobUID+"/manifest.json"), &m); err != nil {
+		t.Fatalf("manifest.json: %v", err)
+	}
+	if !slices.ContainsFunc(m.Objects, func(o archive.ObjectEntry) bool {
+		return o.Key == row.ObjectKey+capture.StreamsSuffix && o.Bytes == int64(len(index))
+	}) {
+		t.Errorf("the manifest's objects %+v do not list the stream index %s (%d bytes)", m.Objects, row.ObjectKey+capture.StreamsSuffix, len(index))
+	}
+	s.AuditVerify(t)
 }
 
 // TestRealNodeAgentRestart is issue 25's proof 3: the agent is killed while the kubelet rotates a
