@@ -136,9 +136,7 @@ func logsVerify(t *testing.T, r *chainRig, ref archive.JobRef) inspect.Report {
 // fsUnlocked replaces a locked object of the fs store with b, as an attacker with the disk would.
 func fsUnlocked(t *testing.T, r *chainRig, key string, b []byte) {
 	t.Helper()
-	if err := r.Store.(interface {
-		DeleteExpired(ctx context.Context, key string, now time.Time) error
-	}).DeleteExpired(t.Context(), key, base.Add(10*retention)); err != nil {
+	if err := r.Store.(objstore.ExpiredDeleter).DeleteExpired(t.Context(), key, base.Add(10*retention)); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Store.Put(t.Context(), key, bytes.NewReader(b), objstore.PutOptions{}); err != nil {
