@@ -3,12 +3,15 @@ package realnode
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,7 +141,7 @@ func TestRealNodeAgentRotation(t *testing.T) {
 // wrote.
 func TestRealNodeAgentInterleavedStreams(t *testing.T) {
 	t.Parallel()
-	s, rn := rig(t)
+	s, rn := rig(t, "--retention=2h", "--store-lock-mode="+objstore.LockGovernance)
 	startAgent(t, s, rn)
 	job := agentJob(s, rn, "streams", testbed.Workload{Bytes: 768 << 10, For: time.Second, Delay: 2 * time.Second, Stream: "both",
 		Lines: []int{100, 300, 17 << 10}})
@@ -178,6 +181,18 @@ func TestRealNodeAgentInterleavedStreams(t *testing.T) {
 		t.Errorf("the manifest's objects %+v do not list the stream index %s (%d bytes)", m.Objects, row.ObjectKey+capture.StreamsSuffix, len(index))
 	}
 	s.AuditVerify(t)
+	// Locked as its log: the fs backend's read-only file, its retain-until date its time.
+	var locks []string
+	for _, key := range []string{row.ObjectKey, row.ObjectKey + capture.StreamsSuffix} {
+		fi, err := os.Stat(filepath.Join(s.StoreConfig.FSRoot, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, fmt.Sprintf("%v until %s", fi.Mode().Perm(), fi.ModTime().UTC()))
+	}
+	if locks[0] != locks[1] || !strings.HasPrefix(locks[0], "-r--r--r-- ") {
+		t.Errorf("the log is %s, its stream index %s: want both read-only until the same date", locks[0], locks[1])
+	}
 }
 
 // TestRealNodeAgentRestart is issue 25's proof 3: the agent is killed while the kubelet rotates a
