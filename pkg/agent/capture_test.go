@@ -15,6 +15,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
+	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -67,7 +68,7 @@ func TestCaptureStreamIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := readObject(t, store, "log", true)
-	index := readObject(t, store, "log"+capture.StreamsSuffix, false)
+	index := readObject(t, store, "log"+archive.StreamsSuffix, false)
 	if want := stripTimestamps(c.served.String()); string(got) != want {
 		t.Fatalf("archived %d bytes, pods/log serves %d", len(got), len(want))
 	}

@@ -171,6 +171,10 @@ func JobDirOfLog(key string) string {
 	return path.Dir(path.Dir(path.Dir(path.Dir(key))))
 }
 
+// StreamsSuffix ends the key of a log's stream index, stored beside the log (its key plus this
+// suffix; see pkg/capture's stream index).
+const StreamsSuffix = ".streams"
+
 // Segment is the key of one segment of a container run's log (run: its restart count) while the
 // run is captured; segments are deleted once assembled into the run's PodLog object.
 func (l Layout) Segment(j JobRef, pod, podUID, container string, run, seq int32) (string, error) {

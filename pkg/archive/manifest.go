@@ -32,8 +32,9 @@ type Manifest struct {
 	Cluster    string `json:"cluster"`
 	Seq        int64  `json:"seq"`
 	PrevSHA256 string `json:"prevSHA256"`
-	// Objects lists every object of the archive but this manifest (job.json and each stored log)
-	// with the size and sha256 of its stored bytes, as read back when the job was finalized.
+	// Objects lists every object of the archive but this manifest (job.json, each stored log and
+	// each log's stream index) with the size and sha256 of its stored bytes, as read back when
+	// the job was finalized.
 	Objects []ObjectEntry `json:"objects"`
 	// RecordDigest is the sha256 of the job's database rows, Rows the digest of each (see
 	// audit.RecordDigest).
@@ -97,6 +98,9 @@ type LogEntry struct {
 	StoredBytes int64  `json:"storedBytes"`
 	SHA256      string `json:"sha256,omitempty"`
 	Reason      string `json:"reason,omitempty"`
+	// Streams is the key of the log's stream index (the node agent's, beside it), if it has one;
+	// Objects lists it with its size and sha256.
+	Streams string `json:"streams,omitempty"`
 }
 
 // BuildManifest assembles a manifest from the database records of a job's pods and logs.

@@ -173,6 +173,7 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 	}
 	m := archive.BuildManifest(ref, row, rec.Pods, rec.Logs, rec.Gaps, keys.object, out.At)
 	m.Cluster, m.Objects, m.RecordDigest, m.Rows = s.Cluster, objects, digest, rows
+	nameStreams(&m)
 	// The rows were read, and the objects hashed, before the finalizing transaction: it checks,
 	// with the rows locked, that they are still the ones digested, so that the chain seals exactly
 	// what it finalizes.
@@ -192,6 +193,22 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 		chainLockSeconds.Observe(fin.LockHeld.Seconds())
 	}
 	return fin.Entry, nil
+}
+
+// nameStreams names, in each log entry of m, the stream index beside its log when m's objects list
+// one (hashed there, as every object of the archive).
+func nameStreams(m *archive.Manifest) {
+	listed := map[string]bool{}
+	for _, o := range m.Objects {
+		listed[o.Key] = true
+	}
+	for _, p := range m.Pods {
+		for i, l := range p.Logs {
+			if l.Key != "" && listed[l.Key+archive.StreamsSuffix] {
+				p.Logs[i].Streams = l.Key + archive.StreamsSuffix
+			}
+		}
+	}
 }
 
 // errRowsChanged fails a finalization whose job's rows changed after the Sealer read them; the
@@ -236,7 +253,9 @@ func (h hashedLogs) unreadableReason() string {
 // (one after the other, a job of 1,000 pods waited for 1,000 reads before its release), hashes
 // what the store holds, and checks that it decompresses to what the log's record says. A log gone
 // or not what its record says is unreadable (one that is there is listed, as it is); a failure to
-// read is returned, to be tried again, unless s.GiveUp.
+// read is returned, to be tried again, unless s.GiveUp. A log's stream index (the node agent's,
+// beside it: archive.StreamsSuffix) is listed after it, hashed as stored; a log without one (captured
+// through pods/log) lists none.
 func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLogs, error) {
 	var stored []record.LogObject
 	for _, l := range logs {
@@ -244,7 +263,7 @@ func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLo
 			stored = append(stored, l)
 		}
 	}
-	objects := make([]*archive.ObjectEntry, len(stored))
+	objects := make([][]archive.ObjectEntry, len(stored))
 	unreadable := make([]string, len(stored))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(hashReaders)
@@ -266,7 +285,16 @@ func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLo
 				unreadable[i] = fmt.Sprintf("%s: holds %d bytes with sha256 %s, its record says %d bytes with %s", l.ObjectKey,
 					h.ContentBytes, h.ContentSHA256, l.Bytes, l.SHA256)
 			}
-			objects[i] = &h.ObjectEntry
+			objects[i] = append(objects[i], h.ObjectEntry)
+			index, err := s.hashStreams(gctx, l.ObjectKey)
+			switch {
+			case err != nil && s.GiveUp:
+				unreadable[i] = strings.TrimPrefix(unreadable[i]+"; ", "; ") + fmt.Sprintf("%s: %v", l.ObjectKey+archive.StreamsSuffix, err)
+			case err != nil:
+				return err
+			case index != nil:
+				objects[i] = append(objects[i], *index)
+			}
 			return nil
 		})
 	}
@@ -275,9 +303,7 @@ func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLo
 	}
 	var out hashedLogs
 	for i := range stored {
-		if objects[i] != nil {
-			out.objects = append(out.objects, *objects[i])
-		}
+		out.objects = append(out.objects, objects[i]...)
 		if unreadable[i] != "" {
 			out.unreadable = append(out.unreadable, unreadable[i])
 		}
@@ -285,8 +311,23 @@ func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLo
 	return out, nil
 }
 
-// segmentObject matches the name of a segment object (archive.Layout.Segment).
-var segmentObject = regexp.MustCompile(`^[^/]+\.run-[0-9]+\.seg-[0-9]{6,}\.gz$`)
+// hashStreams hashes the stream index beside the stored log under key, as stored (nil: the log
+// has none).
+func (s Sealer) hashStreams(ctx context.Context, key string) (*archive.ObjectEntry, error) {
+	h, err := audit.HashObject(ctx, s.Store, key+archive.StreamsSuffix, false)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read back the stream index of log %s: %w", key, err)
+	}
+	return &h.ObjectEntry, nil
+}
+
+// segmentObject matches the name of a segment object (archive.Layout.Segment), the API
+// capture's or the node agent's (the same key plus ".agent", pkg/agent: its upload may race the
+// archiver's after a take-over, so it must not share the key).
+var segmentObject = regexp.MustCompile(`^[^/]+\.run-[0-9]+\.seg-[0-9]{6,}\.gz(\.agent)?$`)
 
 // sweepSegments deletes the segment objects left in the job's directory by its finished pods
 // (archived or released: every log of theirs is recorded, and no capture of theirs writes any

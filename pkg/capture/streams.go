@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
@@ -39,7 +40,7 @@ type StreamTagger interface {
 	Streams(from, to int64) []StreamRun
 }
 
-// The stream index: beside a run's log (its key plus StreamsSuffix) and in each segment
+// The stream index: beside a run's log (its key plus archive.StreamsSuffix) and in each segment
 // (record.Segment.Streams), the log's bytes as a run-length list, in order: each run is one
 // uvarint, its length in bytes shifted left by 2, or'ed with its Stream (0 unknown, 1 stdout, 2
 // stderr). Adjacent runs may share a stream, so that segments' indexes concatenate. A reader
@@ -50,7 +51,6 @@ type StreamTagger interface {
 // tenant's to choose (short lines on stdout and stderr in turn make an index half the log's
 // size), and every segment's index is loaded at assembly. Past the bound, the rest of the
 // segment's bytes are one run of stream 0 (unknown): a clear record, in bounded memory.
-const StreamsSuffix = ".streams"
 
 // MaxSegmentStreams bounds a segment's stream index, in bytes.
 const MaxSegmentStreams = 64 << 10
@@ -170,7 +170,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// putStreams stores the stream index of an assembled log beside it (key plus StreamsSuffix), if
+// putStreams stores the stream index of an assembled log beside it (key plus archive.StreamsSuffix), if
 // any of its segments knows its streams: the segments' indexes concatenated, a segment without
 // one (captured through pods/log) as one run of unknown stream.
 func putStreams(ctx context.Context, store objstore.Store, ref Ref, key string, segs []record.Segment, retainUntil time.Time) error {
@@ -187,7 +187,7 @@ func putStreams(ctx context.Context, store objstore.Store, ref Ref, key string, 
 		}
 	}
 	opts := objstore.PutOptions{ContentType: "application/octet-stream", RetainUntil: retainUntil}
-	if err := lockedElse(store.Put(ctx, key+StreamsSuffix, bytes.NewReader(index), opts)); err != nil {
+	if err := lockedElse(store.Put(ctx, key+archive.StreamsSuffix, bytes.NewReader(index), opts)); err != nil {
 		return fmt.Errorf("store the stream index of the log of %s: %w", ref, err)
 	}
 	return nil

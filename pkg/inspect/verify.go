@@ -516,7 +516,52 @@ func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job re
 			add("pod %s (uid %s) is listed but not recorded in the database", gp.Name, gp.UID)
 		}
 	}
+	return append(problems, v.checkStreams(ctx, got, logs)...)
+}
+
+// checkStreams re-reads the stream index of each stored log that manifest.json lists (the node
+// agent's, beside its log: no row records it, the seal hashed it into the manifest) and compares
+// its size and sha256 with the manifest's.
+func (v *verifier) checkStreams(ctx context.Context, got archive.Manifest, logs []record.LogObject) []Problem {
+	byIndex := map[string]record.LogObject{}
+	for _, l := range logs {
+		if l.State == record.LogStored && l.ObjectKey != "" {
+			byIndex[l.ObjectKey+archive.StreamsSuffix] = l
+		}
+	}
+	var problems []Problem
+	for _, o := range got.Objects {
+		if l, ok := byIndex[o.Key]; ok {
+			if p := v.checkStreamsObject(ctx, l, o); p != nil {
+				problems = append(problems, *p)
+			}
+		}
+	}
 	return problems
+}
+
+// checkStreamsObject hashes the stream index o of the log l and compares it with o.
+func (v *verifier) checkStreamsObject(ctx context.Context, l record.LogObject, o archive.ObjectEntry) *Problem {
+	problem := func(kind ProblemKind, format string, args ...any) *Problem {
+		return &Problem{Kind: kind, Subject: "stream index of the " + v.logSubject(l), Key: o.Key, Detail: fmt.Sprintf(format, args...)}
+	}
+	rc, err := v.store.Get(ctx, o.Key)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return problem(ProblemMissing, "no object under the key manifest.json lists")
+	case err != nil:
+		return problem(ProblemUnreadable, "%v", err)
+	}
+	defer rc.Close()
+	hash := sha256.New()
+	n, err := io.Copy(hash, rc)
+	if err != nil {
+		return problem(ProblemUnreadable, "read after %d bytes: %v", n, err)
+	}
+	if sum := hex.EncodeToString(hash.Sum(nil)); n != o.Bytes || sum != o.SHA256 {
+		return problem(ProblemMismatch, "%d bytes with sha256 %s, manifest.json says %d bytes with %s", n, sum, o.Bytes, o.SHA256)
+	}
+	return nil
 }
 
 // diffLogEntry describes how a manifest's log entry differs from the database's, "" if it does not.
@@ -546,7 +591,8 @@ func (v *verifier) unreferenced(ctx context.Context, ref archive.JobRef, logs []
 	known := map[string]bool{object: true, manifest: true}
 	for _, l := range logs {
 		if l.ObjectKey != "" {
-			known[l.ObjectKey] = true
+			// A log's stream index is beside it (checkStreams checks it against manifest.json).
+			known[l.ObjectKey], known[l.ObjectKey+archive.StreamsSuffix] = true, true
 		}
 	}
 	var keys []string

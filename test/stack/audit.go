@@ -1,13 +1,17 @@
 package stack
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
 )
 
 // AuditKeys writes a fresh ed25519 key pair for the audit chain's signed digests as PEM files
@@ -36,4 +40,25 @@ func AuditKeys(t testing.TB) (private, public string) {
 		t.Fatal(err)
 	}
 	return private, public
+}
+
+// AuditVerify runs `archiver audit verify` against the rig's database and store, with the
+// archiver's flags, and fails the test unless it finds nothing.
+func (s *Rig) AuditVerify(t *testing.T) {
+	t.Helper()
+	var args []string
+	for _, a := range s.Archiver.Args {
+		if strings.HasPrefix(a, "--store-") || strings.HasPrefix(a, "--db-dsn=") || strings.HasPrefix(a, "--cluster-name=") {
+			args = append(args, a)
+		}
+	}
+	for _, e := range s.Archiver.Environ {
+		if k, v, _ := strings.Cut(e, "="); !strings.HasPrefix(k, "JOBVAULT_TEST_") {
+			t.Setenv(k, v)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := auditcli.Main(t.Context(), append([]string{"verify"}, args...), &out, &errOut); code != auditcli.ExitOK {
+		t.Errorf("audit verify: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
 }

@@ -2,10 +2,12 @@ package archiver
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -16,9 +18,10 @@ import (
 // TestAgentRunHandedOver (issue 25): a run the archiver gave to its node's agent goes to the API
 // capture when the agent gives it up, when it goes silent, or when it has not completed the run
 // by the log deadline; the API capture then archives it byte-exact, and the records say the run
-// was claimed by the agent, taken over, why, and that the API capture stored every byte. The
-// agent is played through the database, as the agent program uses it (heartbeats and ReleaseRun;
-// it stores nothing): the KWOK nodes have no files to read.
+// was claimed by the agent, taken over, why, and that the API capture stored every byte; a segment
+// the agent stored but never recorded is swept when the job is sealed. The agent is played
+// through the database, as the agent program uses it (heartbeats and ReleaseRun; it stores
+// nothing but that segment): the KWOK nodes have no files to read.
 func TestAgentRunHandedOver(t *testing.T) {
 	for _, tc := range []struct {
 		reason string // the metric's
@@ -65,10 +68,21 @@ func TestAgentRunHandedOver(t *testing.T) {
 			job := testbed.Job(s.NS, "handed-over").Task("worker", 1, []string{"main"}).Obj()
 			want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": 1}, []string{"main"}, false)
 			stack.CreateAs(t, s.Env, "alice", job)
-			tc.act(t, s.Records, claimedByAgent(t, s.Records, time.Minute), stopBeating)
+			run := claimedByAgent(t, s.Records, time.Minute)
+			// A segment the agent stored whose record was refused once the run was taken over (or
+			// stored just before the agent was killed): swept when the job is sealed.
+			orphan := stack.Must(archive.Layout{Prefix: "archive"}.Segment(archive.JobRef{Namespace: run.Namespace, Name: run.JobName, UID: run.JobUID},
+				run.Pod, run.PodUID, run.Container, run.Run, 0)) + ".agent"
+			if err := s.Store.Put(t.Context(), orphan, strings.NewReader("never recorded"), objstore.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			tc.act(t, s.Records, run, stopBeating)
 
 			j := s.WaitArchived(t, job, 2*time.Minute)
 			s.CheckJobArchive(t, j, want)
+			if _, err := s.Store.Stat(t.Context(), orphan); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("the agent's segment %s is left in the store after the job was archived (%v)", orphan, err)
+			}
 			runs, err := s.Records.JobRuns(t.Context(), string(j.UID))
 			if err != nil || len(runs) != 1 {
 				t.Fatalf("runs %+v (%v), want one", runs, err)

@@ -39,6 +39,9 @@ type chainRig struct {
 	Pub     ed25519.PublicKey
 	// Refs are the jobs built, by index.
 	Refs []archive.JobRef
+	// AfterLog, when not nil, is called once each log of a job is recorded, before the job is
+	// sealed: to add what a capture leaves beside it.
+	AfterLog func(ctx context.Context, ref archive.JobRef, pod record.Pod, logKey string) error
 }
 
 // base is the creation time of the synthetic jobs.
@@ -153,6 +156,11 @@ func (r *chainRig) job(ctx context.Context, i int) (archive.JobRef, error) {
 		if err := r.Records.PutLogObject(ctx, record.LogObject{PodUID: pod.UID, Container: "main", ContainerType: record.ContainerRegular,
 			Instance: record.InstanceCurrent, ObjectKey: key, Bytes: st.Bytes, StoredBytes: st.StoredBytes, SHA256: st.SHA256, State: record.LogStored}); err != nil {
 			return ref, err
+		}
+		if r.AfterLog != nil {
+			if err := r.AfterLog(ctx, ref, pod, key); err != nil {
+				return ref, err
+			}
 		}
 		if i%7 == 0 && p == 0 {
 			if err := r.Records.PutGap(ctx, record.Gap{PodUID: pod.UID, Container: "main", Run: 0, After: created.Add(time.Second + 123), Reason: record.GapRotated}); err != nil {

@@ -80,7 +80,7 @@ func TestArchiverKilledBetweenSegmentSteps(t *testing.T) {
 			if left := segmentKeys(t, s); len(left) > 0 {
 				t.Errorf("segment objects left after the job was archived:\n%s", strings.Join(left, "\n"))
 			}
-			auditVerify(t, s)
+			s.AuditVerify(t)
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
-	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -80,28 +78,7 @@ func TestPostgresOutageLeavesNoOrphans(t *testing.T) {
 	if left := segmentKeys(t, s); len(left) > 0 {
 		t.Errorf("segment objects left after the job was archived:\n%s", strings.Join(left, "\n"))
 	}
-	auditVerify(t, s)
-}
-
-// auditVerify runs `archiver audit verify` against the rig's database and store, with the
-// archiver's flags, and fails the test unless it finds nothing.
-func auditVerify(t *testing.T, s *stack.Rig) {
-	t.Helper()
-	var args []string
-	for _, a := range s.Archiver.Args {
-		if strings.HasPrefix(a, "--store-") || strings.HasPrefix(a, "--db-dsn=") || strings.HasPrefix(a, "--cluster-name=") {
-			args = append(args, a)
-		}
-	}
-	for _, e := range s.Archiver.Environ {
-		if k, v, _ := strings.Cut(e, "="); !strings.HasPrefix(k, "JOBVAULT_TEST_") {
-			t.Setenv(k, v)
-		}
-	}
-	var out, errOut bytes.Buffer
-	if code := auditcli.Main(t.Context(), append([]string{"verify"}, args...), &out, &errOut); code != auditcli.ExitOK {
-		t.Errorf("audit verify: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
-	}
+	s.AuditVerify(t)
 }
 
 // recorded reports whether the pod named so in the rig's namespace has a row.

@@ -2,11 +2,16 @@ package realnode
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
+	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -135,7 +141,7 @@ func TestRealNodeAgentRotation(t *testing.T) {
 // wrote.
 func TestRealNodeAgentInterleavedStreams(t *testing.T) {
 	t.Parallel()
-	s, rn := rig(t)
+	s, rn := rig(t, "--retention=2h", "--store-lock-mode="+objstore.LockGovernance)
 	startAgent(t, s, rn)
 	job := agentJob(s, rn, "streams", testbed.Workload{Bytes: 768 << 10, For: time.Second, Delay: 2 * time.Second, Stream: "both",
 		Lines: []int{100, 300, 17 << 10}})
@@ -148,7 +154,7 @@ func TestRealNodeAgentInterleavedStreams(t *testing.T) {
 	if len(got) != len(written) {
 		t.Errorf("archived %d bytes, the container wrote %d", len(got), len(written))
 	}
-	index := readObject(t, s, row.ObjectKey+capture.StreamsSuffix)
+	index := readObject(t, s, row.ObjectKey+archive.StreamsSuffix)
 	stdout, stderr, err := capture.SplitStreams(got, index)
 	if err != nil {
 		t.Fatalf("split the archive by its stream index (%d bytes): %v", len(index), err)
@@ -164,6 +170,29 @@ func TestRealNodeAgentInterleavedStreams(t *testing.T) {
 		t.Errorf("gaps %+v, want none", g)
 	}
 	s.CheckCapturedBy(t, row.JobUID, record.CapturedByAgent)
+	// The index is part of the archive: sealed into the manifest, and audit verify checks it.
+	var m archive.Manifest
+	if err := json.Unmarshal(readObject(t, s, "archive/"+job.Namespace+"/"+job.Name+"/"+row.JobUID+"/manifest.json"), &m); err != nil {
+		t.Fatalf("manifest.json: %v", err)
+	}
+	if !slices.ContainsFunc(m.Objects, func(o archive.ObjectEntry) bool {
+		return o.Key == row.ObjectKey+archive.StreamsSuffix && o.Bytes == int64(len(index))
+	}) {
+		t.Errorf("the manifest's objects %+v do not list the stream index %s (%d bytes)", m.Objects, row.ObjectKey+archive.StreamsSuffix, len(index))
+	}
+	s.AuditVerify(t)
+	// Locked as its log: the fs backend's read-only file, its retain-until date its time.
+	var locks []string
+	for _, key := range []string{row.ObjectKey, row.ObjectKey + archive.StreamsSuffix} {
+		fi, err := os.Stat(filepath.Join(s.StoreConfig.FSRoot, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, fmt.Sprintf("%v until %s", fi.Mode().Perm(), fi.ModTime().UTC()))
+	}
+	if locks[0] != locks[1] || !strings.HasPrefix(locks[0], "-r--r--r-- ") {
+		t.Errorf("the log is %s, its stream index %s: want both read-only until the same date", locks[0], locks[1])
+	}
 }
 
 // TestRealNodeAgentRestart is issue 25's proof 3: the agent is killed while the kubelet rotates a
