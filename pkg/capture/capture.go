@@ -962,7 +962,11 @@ func (c *capture) flush(ctx context.Context) error {
 // record by sinceTime and prefixes only a line's first record, so the later records of a line
 // split across the second are sent without timestamp. That lead, before the first timestamp, is
 // part of a line captured already and skipped; a stream that holds nothing else is an error (the
-// node's reader writes its errors into the stream).
+// node's reader writes its errors into the stream). The kubelet's reader decides whether to
+// prefix a record by the record before it, written or filtered, so such a rest also follows a
+// line stamped after sinceTime when the line it ends was stamped before it (out of order): it is
+// skipped too when a stamped line follows it; at the end of the stream it is taken for the node's
+// reader's error, as a lead alone is.
 func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) error {
 	cr := &countingReader{r: r}
 	br := bufio.NewReaderSize(cr, pieceSize)
@@ -975,7 +979,22 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) 
 			return noTimestamp(lead)
 		}
 	}
-	for {
+	for stamped := false; ; stamped = true {
+		// Past the first line, a resumed stream may hold such a rest of a line anywhere: a line
+		// stamped before sinceTime, out of order, between lines after it. A stream with no
+		// timestamp at all is still an error: the first line without one after the lead is.
+		for resumed && stamped {
+			lead, err := skipLead(br)
+			if err != nil {
+				return err
+			}
+			if lead == "" {
+				break
+			}
+			if _, err := br.Peek(1); err == io.EOF {
+				return noTimestamp(lead) // the last words of the stream: the node's reader failed
+			}
+		}
 		tsb, err := br.ReadSlice(' ')
 		if err == io.EOF && len(tsb) == 0 {
 			return nil
