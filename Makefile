@@ -55,7 +55,9 @@ test-unit: ## Quick unit-only run for local iteration (no testbed parts; not wha
 # JOBVAULT_BENCH_FOLLOW_PODS and _SECONDS (1000 containers, 60 s), JOBVAULT_BENCH_CAPTURE_BYTES and
 # _CHUNK_BYTES (512 MiB written 256 KiB every 50 ms), and JOBVAULT_BENCH_BURST_PODS and _PER_JOB
 # (1000 pods in VcJobs of 10; JOBVAULT_BENCH_CPU_PROFILE=FILE saves the archiver's CPU profile over
-# the drain).
+# the drain). The node agent's (bench-agent, on the real node: root) take JOBVAULT_BENCH_AGENT_KIB_PER_SEC
+# and _SECONDS (one container writing 4096 KiB/s for 20 s), _CONTAINERS (40, 10 a pod, scaled to 100)
+# and _WINDOW_SECONDS (30).
 .PHONY: bench
 bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's end-to-end one needs a cluster of its own
 	$(GO) test -count=1 -run '^$$' -bench 'Handler' -benchtime 20000x -timeout $(TEST_TIMEOUT) ./test/e2e/bench
@@ -65,6 +67,11 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 	$(GO) test -count=1 -run '^$$' -bench 'ReleaseThroughput' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 	$(GO) test -count=1 -run '^$$' -bench 'CaptureLoadMisses' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 	$(MAKE) bench-audit
+	$(MAKE) bench-agent
+
+.PHONY: bench-agent
+bench-agent: testbed ## Node agent against the API capture on the real node: CPU and RSS per 1 MiB/s and per 100 containers, the API server's load with and without; about 4 minutes
+	$(GO) test -count=1 -run '^$$' -bench 'Agent' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 
 .PHONY: bench-audit
 bench-audit: testbed ## Audit chain benchmarks: finalizations/s with the chain vs without; the full proof (3,000 chained jobs, 1,000 random tamperings, all detected) with verify time per 1,000 jobs

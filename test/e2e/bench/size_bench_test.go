@@ -423,10 +423,16 @@ type metrics map[string]*dto.MetricFamily
 
 func archiverMetrics(b testing.TB, a *stack.Archiver) metrics {
 	b.Helper()
+	return parseMetrics(b, "archiver", a.Metrics(b))
+}
+
+// parseMetrics parses one scrape of what's /metrics (the archiver's, the agent's).
+func parseMetrics(b testing.TB, what, exposition string) metrics {
+	b.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(a.Metrics(b)))
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(exposition))
 	if err != nil {
-		b.Fatalf("parse archiver metrics: %v", err)
+		b.Fatalf("parse %s metrics: %v", what, err)
 	}
 	return fams
 }
