@@ -70,7 +70,7 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 	$(MAKE) bench-agent
 
 .PHONY: bench-agent
-bench-agent: testbed ## Node agent against the API capture on the real node: CPU and RSS per 1 MiB/s and per 100 containers, the API server's load with and without; about 4 minutes
+bench-agent: testbed ## Node agent against the API capture on the real node: CPU and RSS per 1 MiB/s and per 100 containers, the API server's load with and without; about 5 minutes
 	$(GO) test -count=1 -run '^$$' -bench 'Agent' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/e2e/bench
 
 .PHONY: bench-audit

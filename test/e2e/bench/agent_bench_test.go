@@ -43,7 +43,8 @@ const (
 // bytes each side kept of what was written. Targets: the agent's side (agent and its archiver)
 // uses at most the API capture's CPU per MiB, fits the DaemonSet's limits at 100 containers, and
 // sends the API server no pods/log request; the API server's CPU with the agent is at most
-// without. The agent losing a byte fails it. About four minutes.
+// without; beside those, the CPU of the whole path a log takes each way (capture, API server,
+// kubelet). The agent losing a byte fails it. About five minutes.
 func BenchmarkAgent(b *testing.B) {
 	kibPerSec := envInt(b, "JOBVAULT_BENCH_AGENT_KIB_PER_SEC", 4096)
 	secs := envInt(b, "JOBVAULT_BENCH_AGENT_SECONDS", 20)
@@ -337,12 +338,6 @@ func (r armResult) net(idle map[string]usage, names ...string) (msPerSec float64
 // API capture's and the targets.
 func reportAgent(b *testing.B, idle map[string]usage, api, agent []armResult, mibPerSec float64, n int) {
 	b.Helper()
-	verdict := func(ok bool) string {
-		if ok {
-			return "PASS"
-		}
-		return "MISS"
-	}
 	var idleFigures []string
 	for _, name := range slices.Sorted(maps.Keys(idle)) {
 		u := idle[name]
@@ -363,6 +358,7 @@ func reportAgent(b *testing.B, idle map[string]usage, api, agent []armResult, mi
 		mibPerSec, apiCPU, apiRSS, agCPU, agRSS, sideCPU, sideRSS, sideCPU/apiCPU, sideRSS/apiRSS, verdict(sideCPU <= apiCPU))
 	b.ReportMetric(agCPU, "agent-ms/MiB")
 	b.ReportMetric(sideCPU/apiCPU, "cpu-ratio/MiB")
+	chain(b, idle, api[0], agent[0], "per 1 MiB/s", 1/mib(api[0].written), 1/mib(agent[0].written))
 
 	// Per 100 containers: over idle, scaled from the n measured.
 	scale := 100 / float64(n)
@@ -384,6 +380,7 @@ func reportAgent(b *testing.B, idle map[string]usage, api, agent []armResult, mi
 		1000*agentCPULimit, agentMemoryLimit>>20, verdict(agCPU <= 1000*agentCPULimit && agPeak <= mib(agentMemoryLimit)))
 	b.ReportMetric(agCPU, "agent-ms/s/100c")
 	b.ReportMetric(agPeak, "agent-MiB/100c")
+	chain(b, idle, api[1], agent[1], "per 100 containers", scale/api[1].span.Seconds(), scale/agent[1].span.Seconds())
 
 	// The API server: its CPU over idle and the pods/log requests it served, with against without.
 	for i, arm := range []string{"one container at " + fmt.Sprintf("%.1f MiB/s", mibPerSec), fmt.Sprintf("%d containers", n)} {
@@ -396,4 +393,20 @@ func reportAgent(b *testing.B, idle map[string]usage, api, agent []armResult, mi
 			arm, with, agent[i].logRequests, agent[i].streams, without, api[i].logRequests, api[i].streams, with/without,
 			verdict(with <= without), verdict(agent[i].logRequests == 0), kWith, kWithout)
 	}
+}
+
+// chain prints the CPU of the whole path a log takes on each side, over idle: the API capture's
+// archiver with the API server and the kubelet serving its streams, against the agent with its
+// archiver, the API server and the kubelet. The CPU seconds of each arm are multiplied by its
+// factor (per MiB written, per second and container).
+func chain(b *testing.B, idle map[string]usage, api, agent armResult, per string, apiFactor, agentFactor float64) {
+	b.Helper()
+	cpu := func(r armResult, factor float64, names ...string) float64 {
+		ms, _ := r.net(idle, names...)
+		return ms * r.span.Seconds() * factor
+	}
+	without := cpu(api, apiFactor, "archiver (API)", "kube-apiserver", "kubelet")
+	with := cpu(agent, agentFactor, "agent", "archiver (agent's)", "kube-apiserver", "kubelet")
+	b.Logf("%s, the whole path (capture, API server, kubelet): with the agent %.1f ms/s CPU, through the API %.1f: ratio %.2f (target <= 1.00: %s)",
+		per, with, without, with/without, verdict(with <= without))
 }
