@@ -691,9 +691,9 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 // have come first, the run could have written a rotation file between the start of its start's
 // second and its first line read, the gap is recorded. A burst rotated away whole before a quiet
 // start leaves no trace in the current file: only the node agent (pkg/agent) can see it. A stream
-// open before the run's first line (nothing written
-// before it opened) needs no gap; nor does a run whose start the status does not give (unknown
-// runs are judged by the "possibly rotated" check of unfollowed runs only).
+// open before the run's first line (nothing written before it opened) needs no gap; nor does a
+// run whose start the status does not give (unknown runs are judged by the "possibly rotated"
+// check of unfollowed runs only).
 func (c *capture) judgeStart(ctx context.Context) error {
 	if !c.startOpen || c.first.IsZero() {
 		return nil
@@ -707,10 +707,9 @@ func (c *capture) judgeStart(ctx context.Context) error {
 		return nil
 	}
 	c.unfollowed = false // this gap covers what its check would record
-	why := fmt.Sprintf("at the %.0f bytes/s the node's file shows at its peak, twice that could have filled a rotated file (%d bytes) before it", c.peak, c.cfg.NodeLogMaxSize)
 	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.first, Reason: record.GapUnknownStart,
-		Detail: fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; %s",
-			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), why)}
+		Detail: fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; at the %.0f bytes/s the node's file shows at its peak, twice that could have filled a rotated file (%d bytes) before it",
+			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), c.peak, c.cfg.NodeLogMaxSize)}
 	if err := c.recs.PutGap(ctx, g); err != nil {
 		return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
 	}
