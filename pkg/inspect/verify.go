@@ -17,6 +17,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -545,21 +546,14 @@ func (v *verifier) checkStreamsObject(ctx context.Context, l record.LogObject, o
 	problem := func(kind ProblemKind, format string, args ...any) *Problem {
 		return &Problem{Kind: kind, Subject: "stream index of the " + v.logSubject(l), Key: o.Key, Detail: fmt.Sprintf(format, args...)}
 	}
-	rc, err := v.store.Get(ctx, o.Key)
+	h, err := audit.HashObject(ctx, v.store, o.Key, false) // as the seal hashed it
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return problem(ProblemMissing, "no object under the key manifest.json lists")
 	case err != nil:
 		return problem(ProblemUnreadable, "%v", err)
-	}
-	defer rc.Close()
-	hash := sha256.New()
-	n, err := io.Copy(hash, rc)
-	if err != nil {
-		return problem(ProblemUnreadable, "read after %d bytes: %v", n, err)
-	}
-	if sum := hex.EncodeToString(hash.Sum(nil)); n != o.Bytes || sum != o.SHA256 {
-		return problem(ProblemMismatch, "%d bytes with sha256 %s, manifest.json says %d bytes with %s", n, sum, o.Bytes, o.SHA256)
+	case h.Bytes != o.Bytes || h.SHA256 != o.SHA256:
+		return problem(ProblemMismatch, "%d bytes with sha256 %s, manifest.json says %d bytes with %s", h.Bytes, h.SHA256, o.Bytes, o.SHA256)
 	}
 	return nil
 }
