@@ -44,10 +44,9 @@ func agentMain(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := errors.Join(cfg.Validate(), dbc.Validate(), store.Validate()); err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	dbc.Migrate = false // the agent's role cannot migrate; the archiver does
 	log := zap.New(zap.UseFlagOptions(&zo)).WithName("agent")
 	ctrl.SetLogger(log)
-	records, err := db.Open(ctx, dbc.DSN, dbc.Options)
+	records, err := db.Open(ctx, dbc.DSN, dbc.Options) // never migrates: the agent's role cannot; the archiver does
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}

@@ -41,7 +41,7 @@ type Config struct {
 
 // DefaultConfig is the agent's configuration unless told otherwise.
 func DefaultConfig() Config {
-	return Config{PodLogsDir: "/var/log/pods", HeartbeatInterval: 5 * time.Second, Poll: 2 * time.Second, UnownedGrace: 5 * time.Minute,
+	return Config{PodLogsDir: "/var/log/pods", HeartbeatInterval: db.HeartbeatInterval, Poll: 2 * time.Second, UnownedGrace: 5 * time.Minute,
 		Capture: capture.DefaultConfig}
 }
 
@@ -50,7 +50,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Node, "node", c.Node, "The node the agent runs on (from the downward API: spec.nodeName). Required.")
 	fs.StringVar(&c.PodLogsDir, "pod-logs-dir", c.PodLogsDir, "The kubelet's podLogsDir, mounted read-only.")
 	fs.Int64Var(&c.MaxHeldBytes, "agent-max-held-bytes", c.MaxHeldBytes, "Bytes of log files deleted from the node's disk (rotated away or collected) that the agent may keep open until their bytes are stored; past it the oldest is let go and its unread rest recorded as a gap ('released by agent: held-bytes limit'). 0: no bound.")
-	fs.DurationVar(&c.HeartbeatInterval, "agent-heartbeat-interval", c.HeartbeatInterval, "How often the agent records that it is alive; the archiver takes its runs over once it has not for 15 s. The agent records none while it cannot store: its last 3 segment stores, or its last 3 reads of its runs, failed in a row.")
+	fs.DurationVar(&c.HeartbeatInterval, "agent-heartbeat-interval", c.HeartbeatInterval, fmt.Sprintf("How often the agent records that it is alive, at most %s; the archiver takes its runs over once it has not for %s. The agent records none while it cannot store: its last 3 segment stores, or its last 3 reads of its runs, failed in a row.", db.HeartbeatInterval, db.AgentHealthyWithin))
 	fs.DurationVar(&c.Poll, "agent-poll", c.Poll, "How often the agent reads the runs it owns from the database.")
 	fs.Int64Var(&c.Capture.SegmentBytes, "capture-segment-bytes", c.Capture.SegmentBytes, "A log is stored in segments of about this many uncompressed bytes.")
 	fs.DurationVar(&c.Capture.SegmentAge, "capture-segment-age", c.Capture.SegmentAge, "A log's segment is stored once this old, however small.")
@@ -69,8 +69,8 @@ func (c Config) Validate() error {
 	if c.MaxHeldBytes < 0 {
 		errs = append(errs, fmt.Errorf("--agent-max-held-bytes must not be negative, got %d", c.MaxHeldBytes))
 	}
-	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > 5*time.Second {
-		errs = append(errs, fmt.Errorf("--agent-heartbeat-interval must be positive and at most 5s (the archiver's health window is 15 s), got %s", c.HeartbeatInterval))
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval > db.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("--agent-heartbeat-interval must be positive and at most %s (the archiver's health window is %s), got %s", db.HeartbeatInterval, db.AgentHealthyWithin, c.HeartbeatInterval))
 	}
 	if c.Poll <= 0 {
 		errs = append(errs, fmt.Errorf("--agent-poll must be positive, got %s", c.Poll))
@@ -194,7 +194,7 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		a.log.Error(err, "Not recording the heartbeat: the archiver is to take the runs over")
 		return
 	}
-	held, _ := a.src.Held()
+	held := a.src.Held()
 	if err := a.db.Heartbeat(ctx, a.cfg.Node, held); err != nil {
 		heartbeatsFailed.Inc()
 		a.log.Error(err, "Recording the heartbeat failed")

@@ -101,7 +101,6 @@ type FileSource struct {
 	runs    map[RunKey]*runFiles
 	seq     int64
 	held    int64
-	letGone int64
 	watcher *fsnotify.Watcher
 	watched map[string]bool
 	// owned are the runs the agent owned at its last poll (forgetUnowned).
@@ -569,11 +568,11 @@ func (s *FileSource) Runs() []RunKey {
 	return out
 }
 
-// Held reports the bytes of deleted files held open, and how many files were let go.
-func (s *FileSource) Held() (held, letGo int64) {
+// Held reports the bytes of deleted files held open.
+func (s *FileSource) Held() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.held, s.letGone
+	return s.held
 }
 
 // bound measures the held bytes (the files held that are deleted from the disk) and, past the
@@ -637,7 +636,7 @@ func (s *FileSource) bound() {
 		c.f.close()
 		c.f.letGo = true
 		held -= c.f.size
-		s.held, s.letGone = held, s.letGone+1
+		s.held = held
 		heldBytes.Set(float64(held))
 		filesLetGo.Inc()
 		c.r.signal()

@@ -235,13 +235,13 @@ func TestUnownedDeletedFileReleased(t *testing.T) {
 	const grace = 20 * time.Millisecond
 	s.forgetUnowned(map[RunKey]bool{}, grace) // the grace starts
 	s.bound()
-	if held, _ := s.Held(); held == 0 {
+	if held := s.Held(); held == 0 {
 		t.Fatal("the deleted file is not held before the grace ends")
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		s.forgetUnowned(map[RunKey]bool{}, grace)
 		s.bound()
-		held, _ := s.Held()
+		held := s.Held()
 		if held == 0 {
 			break
 		}
@@ -252,7 +252,7 @@ func TestUnownedDeletedFileReleased(t *testing.T) {
 	}
 	s.scanContainer(dir) // the current file is taken again: it costs nothing held
 	s.bound()
-	if held, _ := s.Held(); held != 0 {
+	if held := s.Held(); held != 0 {
 		t.Errorf("held %d bytes after the rescan, want 0", held)
 	}
 }

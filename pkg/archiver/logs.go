@@ -260,12 +260,9 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 			archiveFailuresTotal.WithLabelValues("database").Inc()
 			log.Error(err, "Recording the log failed, will retry")
 		}
-		select {
-		case <-ctx.Done():
+		if !r.pause(ctx, &retry) {
 			return
-		case <-time.After(retry):
 		}
-		retry = min(2*retry, r.retryAfter())
 	}
 }
 
