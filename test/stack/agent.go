@@ -1,14 +1,11 @@
 package stack
 
 import (
-	"database/sql"
-	"fmt"
-	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/jobvault/jobvault/test/testbed"
@@ -27,9 +24,9 @@ type Agent struct {
 // StartAgent starts the agent of node, reading the kubelet's pod logs under podLogsDir, for the
 // rig's database and store, and waits until it has recorded a heartbeat (its /healthz), so that
 // the archiver gives it the node's runs.
-func StartAgent(t testbed.T, s *Rig, node, podLogsDir string, flags ...string) *Agent {
+func StartAgent(t testing.TB, s *Rig, node, podLogsDir string, flags ...string) *Agent {
 	t.Helper()
-	a := &Agent{Args: []string{"agent", "--node=" + node, "--pod-logs-dir=" + podLogsDir, "--db-dsn=" + agentDSN(t, s.DSN)}, Environ: s.Environ}
+	a := &Agent{Args: []string{"agent", "--node=" + node, "--pod-logs-dir=" + podLogsDir, "--db-dsn=" + LoginRole(t, s.DSN, "jobvault_agent")}, Environ: s.Environ}
 	for _, arg := range s.Args {
 		if strings.HasPrefix(arg, "--store-") { // the rig's store, its prefix included
 			a.Args = append(a.Args, arg)
@@ -38,36 +35,6 @@ func StartAgent(t testbed.T, s *Rig, node, podLogsDir string, flags ...string) *
 	a.Args = append(a.Args, flags...)
 	a.Start(t)
 	return a
-}
-
-// agentDSN is dsn as a login role of its own in jobvault_agent (migration 0013), dropped when the
-// test ends: the agent runs with the least privilege config/agent gives it, so that anything it
-// needs beyond that role fails the test.
-func agentDSN(t testbed.T, dsn string) string {
-	t.Helper()
-	admin, err := sql.Open("postgres", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	name := fmt.Sprintf("jv_test_agent_%d", rand.Uint32())
-	if _, err := admin.Exec(`CREATE ROLE ` + name + ` LOGIN IN ROLE jobvault_agent`); err != nil {
-		t.Fatalf("create the agent's login role: %v", err)
-	}
-	t.Cleanup(func() { // after the agent stopped (registered later, so run earlier)
-		if admin, err := sql.Open("postgres", dsn); err == nil {
-			if _, err := admin.Exec(`DROP ROLE IF EXISTS ` + name); err != nil {
-				t.Logf("drop the agent's login role %s: %v", name, err)
-			}
-			admin.Close()
-		}
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(name)
-	return u.String()
 }
 
 // Start runs the agent (again) with its Args and waits until it is healthy.

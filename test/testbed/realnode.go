@@ -325,7 +325,7 @@ func (n *RealNode) LogRequests(t T, ns, pod, container string) int {
 // the pod never had a log.
 func (n *RealNode) Collected(ns, pod, uid string) bool {
 	found := false
-	_ = filepath.WalkDir(filepath.Join(n.dir, "pod-logs", ns+"_"+pod+"_"+uid), func(_ string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(n.PodLogsDir(), ns+"_"+pod+"_"+uid), func(_ string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			found = true
 		}

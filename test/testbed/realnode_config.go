@@ -125,7 +125,7 @@ nodeStatusUpdateFrequency: 2s
 fileCheckFrequency: 20s
 maxPods: 110
 resolvConf: /etc/resolv.conf
-%s`, realNodeIP, n.port, n.healthzPort, n.socket, filepath.Join(n.dir, "pod-logs"), o.LogMaxSize, o.LogMaxFiles, o.LogMonitorInterval,
+%s`, realNodeIP, n.port, n.healthzPort, n.socket, n.PodLogsDir(), o.LogMaxSize, o.LogMaxFiles, o.LogMonitorInterval,
 		RealNodeLabel, RealNodeLabelValue, crashLoopConfig(o.CrashLoopMaxBackoff))
 }
 

@@ -467,7 +467,7 @@ func TestDBSources(t *testing.T) {
 		t.Errorf("Sources (-want +got):\n%s", diff)
 	}
 
-	ac := rawDB(t, loginRole(t, rawDB(t, dsn), dsn, "jobvault_auditor"))
+	ac := rawDB(t, stack.LoginRole(t, dsn, "jobvault_auditor"))
 	rows, err := ac.QueryContext(ctx, `SELECT job_uid, node, container, run, instance, from_bytes, to_bytes, source, claimed_owner, owner, hand_over_reason,
   handed_over_at IS NOT NULL FROM audit_log_sources ORDER BY from_bytes`)
 	if err != nil {
@@ -510,7 +510,7 @@ func TestDBAgentRole(t *testing.T) {
 	if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname = 'jobvault_agent' AND NOT rolcanlogin AND NOT rolsuper`); n != 1 {
 		t.Fatalf("role jobvault_agent: %d NOLOGIN non-superuser roles, want 1", n)
 	}
-	adsn := loginRole(t, c, dsn, "jobvault_agent")
+	adsn := stack.LoginRole(t, dsn, "jobvault_agent")
 	agentDB, err := db.Open(ctx, adsn, db.Options{})
 	if err != nil {
 		t.Fatalf("Open as the agent: %v", err)

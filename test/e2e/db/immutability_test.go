@@ -161,25 +161,6 @@ func TestDBAppendOnly(t *testing.T) {
 	}
 }
 
-// loginRole creates a login role that is a member of group (NOLOGIN roles cannot connect) and
-// returns a DSN of dsn's database as that role. The role is dropped at the end of the test.
-func loginRole(t *testing.T, c *sql.DB, dsn, group string) string {
-	t.Helper()
-	name := fmt.Sprintf("jv_test_%s_%d", strings.TrimPrefix(group, "jobvault_"), rand.Uint32())
-	if _, err := c.ExecContext(t.Context(), fmt.Sprintf(`CREATE ROLE %s LOGIN IN ROLE %s`, name, group)); err != nil {
-		t.Fatalf("create login role in %s: %v", group, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		// Its sessions end with the test's database connections, closed before this cleanup.
-		if _, err := c.ExecContext(ctx, `DROP ROLE IF EXISTS `+name); err != nil {
-			t.Errorf("drop role %s: %v", name, err)
-		}
-	})
-	return dsnAs(t, dsn, name)
-}
-
 // dsnAs is dsn with user as the user.
 func dsnAs(t *testing.T, dsn, user string) string {
 	t.Helper()
@@ -205,7 +186,7 @@ func TestDBRoles(t *testing.T) {
 	}
 
 	t.Run("writer", func(t *testing.T) {
-		wdsn := loginRole(t, c, dsn, "jobvault_writer")
+		wdsn := stack.LoginRole(t, dsn, "jobvault_writer")
 		writer, err := db.Open(ctx, wdsn, db.Options{})
 		if err != nil {
 			t.Fatalf("Open as the writer: %v", err)
@@ -290,7 +271,7 @@ func TestDBRoles(t *testing.T) {
 		prune := []record.Prune{{Cluster: "c", Seq: fin.Entry.Seq, JobUID: "p1", ManifestSHA256: fin.Entry.ManifestSHA256,
 			RetainUntil: at(2 * time.Hour), Policy: "retention 1h0m0s (--retention)", Objects: []string{"p1/manifest.json"}, PrunedAt: at(3 * time.Hour)}}
 
-		writer, err := db.Open(ctx, loginRole(t, c, dsn, "jobvault_writer"), db.Options{})
+		writer, err := db.Open(ctx, stack.LoginRole(t, dsn, "jobvault_writer"), db.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +315,7 @@ func TestDBRoles(t *testing.T) {
 
 	t.Run("auditor", func(t *testing.T) {
 		history(t, owner, "a1")
-		adsn := loginRole(t, c, dsn, "jobvault_auditor")
+		adsn := stack.LoginRole(t, dsn, "jobvault_auditor")
 		ac := rawDB(t, adsn)
 		views := []string{"audit_submissions", "audit_outcomes", "audit_retries", "audit_log_objects", "audit_log_gaps"}
 		for _, v := range views {
