@@ -18,7 +18,8 @@ import (
 // of what was written, an "start unknown" gap precedes it, and the job is released with that
 // reason, never archived (before: archived with its first part missing and no gap).
 func TestCaptureMarksALateStartUnknown(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its follow must keep up with 64 KiB rotations. Beside other tests it fell
+	// behind once and recorded 9 "possibly rotated" gaps, honestly, which its suffix check excludes.
 	s := stack.NewRig(t, objstore.BackendFS, "--node-log-max-size=65536")
 	s.Proc.Stop()
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
