@@ -378,5 +378,3 @@ func reportText(t *testing.T, r verify.JobReport) string {
 	}
 	return b.String()
 }
-
-// TestInspectCommand runs the real `archiver logs` command: what auditors run.
