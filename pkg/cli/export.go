@@ -51,21 +51,18 @@ func parseTime(s string) (time.Time, error) {
 func (c *exportCmd) validate() []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	var err error
-	switch {
-	case c.from == "":
-		add("--from is required")
-	default:
-		if c.fromTime, err = parseTime(c.from); err != nil {
-			add("--from: %v", err)
-		}
-	}
-	switch {
-	case c.to == "":
-		add("--to is required")
-	default:
-		if c.toTime, err = parseTime(c.to); err != nil {
-			add("--to: %v", err)
+	for _, b := range []struct {
+		flag, value string
+		into        *time.Time
+	}{{"from", c.from, &c.fromTime}, {"to", c.to, &c.toTime}} {
+		var err error
+		switch {
+		case b.value == "":
+			add("--%s is required", b.flag)
+		default:
+			if *b.into, err = parseTime(b.value); err != nil {
+				add("--%s: %v", b.flag, err)
+			}
 		}
 	}
 	if !c.fromTime.IsZero() && !c.toTime.IsZero() && !c.fromTime.Before(c.toTime) {
