@@ -33,9 +33,8 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/audit"
-	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
+	"github.com/jobvault/jobvault/pkg/cli"
 	"github.com/jobvault/jobvault/pkg/db"
-	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/shard"
 )
@@ -43,11 +42,7 @@ import (
 func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit") {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		command := cli.Main
-		if os.Args[1] == "audit" {
-			command = auditcli.Main
-		}
-		code := command(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}

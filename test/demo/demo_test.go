@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jobvault/jobvault/pkg/cli"
 	"github.com/jobvault/jobvault/pkg/db"
-	"github.com/jobvault/jobvault/pkg/inspect"
-	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
@@ -63,7 +63,7 @@ func TestDemo(t *testing.T) {
 				t.Errorf("summary does not list log object %s", k)
 			}
 		}
-		rep, err := inspect.Verify(t.Context(), records, store, j.UID, inspect.VerifyOptions{})
+		rep, err := verify.Job(t.Context(), records, store, j.UID, verify.JobOptions{})
 		if err != nil || !rep.OK() || rep.Stored != len(j.Keys) {
 			var b strings.Builder
 			_ = rep.WriteText(&b)
@@ -260,7 +260,7 @@ func testReadmeLogs(t *testing.T, res *result) {
 				args[i] = train.Keys[0]
 			}
 		}
-		args = append(args[2:], storeFlags...)
+		args = append(args[1:], storeFlags...)
 		var stdout, stderr bytes.Buffer
 		if code := cli.Main(t.Context(), args, &stdout, &stderr); code != cli.ExitOK || stdout.Len() == 0 {
 			t.Errorf("README example %q: exit %d, want 0 and output; stdout:\n%s\nstderr:\n%s", line, code, stdout.String(), stderr.String())

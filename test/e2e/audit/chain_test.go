@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -159,7 +159,7 @@ func TestAuditVerifyRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	check := func(from, to int64, want int) {
-		rep, err := audit.Verify(t.Context(), r.Records, r.Store, audit.VerifyOptions{Cluster: "eu-1", Prefix: prefix, From: from, To: to})
+		rep, err := verify.Chain(t.Context(), r.Records, r.Store, verify.ChainOptions{Cluster: "eu-1", Prefix: prefix, From: from, To: to})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestAuditSignerChainsAndRestores(t *testing.T) {
 	if err := r.Store.Delete(t.Context(), ds[0].ObjectKey); err != nil {
 		t.Fatal(err)
 	}
-	if rep := r.verify(t); len(rep.Findings) != 1 || rep.Findings[0].Kind != audit.Missing || rep.Findings[0].Item != "digest "+ds[0].ObjectKey {
+	if rep := r.verify(t); len(rep.Findings) != 1 || rep.Findings[0].Kind != verify.Missing || rep.Findings[0].Item != "digest "+ds[0].ObjectKey {
 		t.Errorf("verify with the digest object deleted: %v, want it missing", rep.Findings)
 	}
 	r.build(t, 2, 1, 0)

@@ -20,6 +20,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
@@ -177,10 +178,10 @@ func (r *chainRig) job(ctx context.Context, i int) (archive.JobRef, error) {
 	return ref, err
 }
 
-// verify runs audit.Verify over the whole chain with the public key.
-func (r *chainRig) verify(t testing.TB) audit.Report {
+// verify runs verify.Chain over the whole chain with the public key.
+func (r *chainRig) verify(t testing.TB) verify.ChainReport {
 	t.Helper()
-	rep, err := audit.Verify(t.Context(), r.Records, r.Store, audit.VerifyOptions{Cluster: "eu-1", Prefix: prefix, PublicKey: r.Pub})
+	rep, err := verify.Chain(t.Context(), r.Records, r.Store, verify.ChainOptions{Cluster: "eu-1", Prefix: prefix, PublicKey: r.Pub})
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}

@@ -9,10 +9,10 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/archiver"
-	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 )
 
@@ -57,7 +57,7 @@ func TestSealedRowsAreTheFinalizedRows(t *testing.T) {
 			t.Fatalf("second seal: %v", err)
 		}
 	}
-	rep, err := audit.Verify(t.Context(), records, store, audit.VerifyOptions{Cluster: "eu-1", Prefix: prefix})
+	rep, err := verify.Chain(t.Context(), records, store, verify.ChainOptions{Cluster: "eu-1", Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

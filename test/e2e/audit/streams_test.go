@@ -15,9 +15,9 @@ import (
 	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/capture"
-	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 )
 
@@ -73,7 +73,7 @@ func TestStreamsIndexSealed(t *testing.T) {
 			t.Errorf("job %s: the manifest lists %d stream indexes, want 1 (pod 0's): %+v", ref.UID, listed, m.Objects)
 		}
 		if rep := logsVerify(t, r, ref); !rep.OK() || len(rep.Unreferenced) > 0 {
-			t.Errorf("logs verify of job %s: problems %v, unreferenced %v; want none", ref.UID, rep.Problems, rep.Unreferenced)
+			t.Errorf("logs verify of job %s: findings %v, unreferenced %v; want none", ref.UID, rep.Findings, rep.Unreferenced)
 		}
 	}
 	if rep := r.verify(t); !rep.OK() {
@@ -84,13 +84,13 @@ func TestStreamsIndexSealed(t *testing.T) {
 	altered := streamsKey(r.Refs[1])
 	fsUnlocked(t, r, altered, []byte{0x05, 0x40})
 	rep := r.verify(t)
-	if len(rep.Findings) != 1 || rep.Findings[0].Kind != audit.Altered || !strings.Contains(rep.Findings[0].String(), altered) {
+	if len(rep.Findings) != 1 || rep.Findings[0].Kind != verify.Altered || !strings.Contains(rep.Findings[0].String(), altered) {
 		t.Errorf("audit verify after the index of job 1 was altered: %v, want one finding, %s altered", rep.Findings, altered)
 	}
 	if lr := logsVerify(t, r, r.Refs[1]); lr.OK() {
 		t.Errorf("logs verify of job 1 finds nothing wrong with its altered stream index")
-	} else if !strings.Contains(fmt.Sprint(lr.Problems), altered) {
-		t.Errorf("logs verify of job 1: problems %v, want one naming %s", lr.Problems, altered)
+	} else if !strings.Contains(fmt.Sprint(lr.Findings), altered) {
+		t.Errorf("logs verify of job 1: problems %v, want one naming %s", lr.Findings, altered)
 	}
 
 	// Pruned at retention: the index goes with the log.
@@ -122,11 +122,11 @@ func readManifest(t *testing.T, r *chainRig, ref archive.JobRef) archive.Manifes
 	return m
 }
 
-// logsVerify runs `archiver logs verify` (inspect.Verify) on a job.
-func logsVerify(t *testing.T, r *chainRig, ref archive.JobRef) inspect.Report {
+// logsVerify runs `archiver logs verify` (verify.Job) on a job.
+func logsVerify(t *testing.T, r *chainRig, ref archive.JobRef) verify.JobReport {
 	t.Helper()
 	p := prefix
-	rep, err := inspect.Verify(t.Context(), r.Records, r.Store, ref.UID, inspect.VerifyOptions{Prefix: &p})
+	rep, err := verify.Job(t.Context(), r.Records, r.Store, ref.UID, verify.JobOptions{Prefix: &p})
 	if err != nil {
 		t.Fatalf("logs verify of job %s: %v", ref.UID, err)
 	}

@@ -19,12 +19,13 @@ import (
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/verify"
 )
 
 // tampering is one change injected behind jobvault's back, and what verify must say about it.
 type tampering struct {
 	What string
-	Kind audit.Kind
+	Kind verify.Kind
 	// Items must each be named by a finding of Kind.
 	Items []string
 	// Jobs and Seqs are what the change touched: findings about them are its consequences.
@@ -131,52 +132,52 @@ func (tp *tamperer) one(ctx context.Context, kind string) (tampering, bool, erro
 	case "delete log", "delete job.json", "delete manifest":
 		key := map[string]string{"delete log": logKey, "delete job.json": m.JobObject, "delete manifest": e.ManifestKey}[kind]
 		err = tp.r.Store.Delete(ctx, key)
-		tm.Kind, tm.Items = audit.Missing, []string{itemOf(key, e)}
+		tm.Kind, tm.Items = verify.Missing, []string{itemOf(key, e)}
 	case "flip log", "flip job.json", "flip manifest":
 		key := map[string]string{"flip log": logKey, "flip job.json": m.JobObject, "flip manifest": e.ManifestKey}[kind]
 		err = tp.flip(ctx, key)
-		tm.Kind, tm.Items = audit.Altered, []string{itemOf(key, e)}
+		tm.Kind, tm.Items = verify.Altered, []string{itemOf(key, e)}
 	case "delete log row":
 		_, err = tp.sql.ExecContext(ctx, `DELETE FROM log_objects WHERE pod_uid = $1`, pod.UID)
-		tm.Kind, tm.Items = audit.Missing, []string{"row log main/current of " + audit.PodName(pod.Name, pod.UID)}
+		tm.Kind, tm.Items = verify.Missing, []string{"row log main/current of " + audit.PodName(pod.Name, pod.UID)}
 	case "edit log row":
 		_, err = tp.sql.ExecContext(ctx, `UPDATE log_objects SET bytes = bytes + 1 WHERE pod_uid = $1`, pod.UID)
-		tm.Kind, tm.Items = audit.Altered, []string{"row log main/current of " + audit.PodName(pod.Name, pod.UID)}
+		tm.Kind, tm.Items = verify.Altered, []string{"row log main/current of " + audit.PodName(pod.Name, pod.UID)}
 	case "delete transition":
 		_, err = tp.sql.ExecContext(ctx, `DELETE FROM job_transitions WHERE job_uid = $1 AND phase = 'Running'`, e.JobUID)
-		tm.Kind, tm.Items = audit.Missing, []string{"row " + rowNamed("transition Running")}
+		tm.Kind, tm.Items = verify.Missing, []string{"row " + rowNamed("transition Running")}
 	case "edit transition":
 		_, err = tp.sql.ExecContext(ctx, `UPDATE job_transitions SET message = 'nothing to see' WHERE job_uid = $1 AND phase = 'Running'`, e.JobUID)
-		tm.Kind, tm.Items = audit.Altered, []string{"row " + rowNamed("transition Running")}
+		tm.Kind, tm.Items = verify.Altered, []string{"row " + rowNamed("transition Running")}
 	case "edit job row":
 		_, err = tp.sql.ExecContext(ctx, `UPDATE jobs SET phase = 'Failed' WHERE uid = $1`, e.JobUID)
-		tm.Kind, tm.Items = audit.Altered, []string{"row job " + e.JobUID}
+		tm.Kind, tm.Items = verify.Altered, []string{"row job " + e.JobUID}
 	case "delete job row":
 		_, err = tp.sql.ExecContext(ctx, `DELETE FROM jobs WHERE uid = $1`, e.JobUID)
-		tm.Kind, tm.Items = audit.Missing, []string{"row job " + e.JobUID}
+		tm.Kind, tm.Items = verify.Missing, []string{"row job " + e.JobUID}
 	case "delete pod row":
 		_, err = tp.sql.ExecContext(ctx, `DELETE FROM pods WHERE uid = $1`, pod.UID)
-		tm.Kind, tm.Items = audit.Missing, []string{"row " + audit.PodName(pod.Name, pod.UID)}
+		tm.Kind, tm.Items = verify.Missing, []string{"row " + audit.PodName(pod.Name, pod.UID)}
 	case "edit pod row":
 		_, err = tp.sql.ExecContext(ctx, `UPDATE pods SET node = 'elsewhere' WHERE uid = $1`, pod.UID)
-		tm.Kind, tm.Items = audit.Altered, []string{"row " + audit.PodName(pod.Name, pod.UID)}
+		tm.Kind, tm.Items = verify.Altered, []string{"row " + audit.PodName(pod.Name, pod.UID)}
 	case "delete gap row":
 		if len(m.Gaps) == 0 {
 			delete(tp.used, e.Seq)
 			return tampering{}, false, nil
 		}
 		_, err = tp.sql.ExecContext(ctx, `DELETE FROM log_gaps WHERE pod_uid = $1`, m.Gaps[0].PodUID)
-		tm.Kind, tm.Items = audit.Missing, []string{"row " + rowNamed("gap ")}
+		tm.Kind, tm.Items = verify.Missing, []string{"row " + rowNamed("gap ")}
 	case "extra object":
 		key := path.Dir(e.ManifestKey) + "/pods/planted.log.gz"
 		err = tp.r.Store.Put(ctx, key, strings.NewReader("planted"), objstore.PutOptions{})
-		tm.Kind, tm.Items = audit.Extra, []string{"object " + key}
+		tm.Kind, tm.Items = verify.Extra, []string{"object " + key}
 	case "delete chain row":
 		_, err = tp.sql.ExecContext(ctx, `DELETE FROM audit_chain WHERE cluster = 'eu-1' AND seq = $1`, e.Seq)
-		tm.Kind, tm.Items = audit.Missing, []string{fmt.Sprintf("chain entry seq %d", e.Seq)}
+		tm.Kind, tm.Items = verify.Missing, []string{fmt.Sprintf("chain entry seq %d", e.Seq)}
 	case "edit chain row":
 		_, err = tp.sql.ExecContext(ctx, `UPDATE audit_chain SET record_digest = repeat('0', 64) WHERE cluster = 'eu-1' AND seq = $1`, e.Seq)
-		tm.Kind, tm.Items = audit.Altered, []string{fmt.Sprintf("chain entry seq %d", e.Seq)}
+		tm.Kind, tm.Items = verify.Altered, []string{fmt.Sprintf("chain entry seq %d", e.Seq)}
 	default:
 		return tampering{}, false, fmt.Errorf("unknown tampering %q", kind)
 	}
@@ -200,7 +201,7 @@ func (tp *tamperer) pair(ctx context.Context, kind string) (tampering, bool, err
 				return tampering{}, false, err
 			}
 		}
-		return tampering{What: kind, Kind: audit.Altered, Items: []string{"manifest " + ka, "manifest " + kb},
+		return tampering{What: kind, Kind: verify.Altered, Items: []string{"manifest " + ka, "manifest " + kb},
 			Jobs: []string{a.entry.JobUID, b.entry.JobUID}, Seqs: []int64{a.entry.Seq, b.entry.Seq}}, true, nil
 	}
 	// Re-order: a and the entry after it trade places; the one after those sees its link break.
@@ -217,7 +218,7 @@ func (tp *tamperer) pair(ctx context.Context, kind string) (tampering, bool, err
 			return tampering{}, false, err
 		}
 	}
-	return tampering{What: kind, Kind: audit.Reordered, Items: []string{fmt.Sprintf("chain entry seq %d", n), fmt.Sprintf("chain entry seq %d", n+1)},
+	return tampering{What: kind, Kind: verify.Reordered, Items: []string{fmt.Sprintf("chain entry seq %d", n), fmt.Sprintf("chain entry seq %d", n+1)},
 		Jobs: []string{a.entry.JobUID, b.entry.JobUID}, Seqs: []int64{n, n + 1, n + 2}}, true, nil
 }
 
@@ -242,7 +243,7 @@ func (tp *tamperer) forgeDigest(ctx context.Context) (tampering, bool, error) {
 	if err := tp.r.Store.Put(ctx, d.ObjectKey, bytes.NewReader(doc), objstore.PutOptions{ContentType: "application/json"}); err != nil {
 		return tampering{}, false, err
 	}
-	return tampering{What: "forge digest", Kind: audit.Forged, Items: []string{"digest " + d.ObjectKey}}, true, nil
+	return tampering{What: "forge digest", Kind: verify.Forged, Items: []string{"digest " + d.ObjectKey}}, true, nil
 }
 
 // flip changes one random byte of the object at key.
@@ -270,7 +271,7 @@ func itemOf(key string, e record.ChainEntry) string {
 
 // checkDetected fails unless every tampering is named by a finding of its kind, and every finding
 // is about something a tampering touched. It returns how many tamperings were detected.
-func checkDetected(t testing.TB, rep audit.Report, tms []tampering) int {
+func checkDetected(t testing.TB, rep verify.ChainReport, tms []tampering) int {
 	t.Helper()
 	found := map[string]bool{}
 	for _, f := range rep.Findings {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
 	auditexport "github.com/jobvault/jobvault/pkg/audit/export"
+	"github.com/jobvault/jobvault/pkg/cli"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/test/stack"
@@ -125,7 +125,7 @@ func seed(t *testing.T, records *db.DB) {
 func run(t *testing.T, args ...string) (int, []byte, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := auditcli.Main(t.Context(), append([]string{"export"}, args...), &stdout, &stderr)
+	code := cli.Main(t.Context(), append([]string{"audit", "export"}, args...), &stdout, &stderr)
 	return code, stdout.Bytes(), stderr.String()
 }
 

@@ -1,4 +1,4 @@
-// Package export tests `archiver audit export` (pkg/audit/export, pkg/audit/cli) against a real
+// Package export tests `archiver audit export` (pkg/audit/export, pkg/cli) against a real
 // Postgres holding records written through the archiver's own write path (pkg/db).
 package export
 

@@ -16,6 +16,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 )
 
@@ -25,13 +26,13 @@ import (
 
 // problem is what the tests compare of a Problem: the detail is prose.
 type problem struct {
-	Kind inspect.ProblemKind
+	Kind verify.Kind
 	Key  string
 }
 
-func problems(r inspect.Report) []problem {
+func problems(r verify.JobReport) []problem {
 	out := []problem{}
-	for _, p := range r.Problems {
+	for _, p := range r.Findings {
 		out = append(out, problem{p.Kind, p.Key})
 	}
 	return out
@@ -147,7 +148,7 @@ func TestInspectVerify(t *testing.T) {
 			changed[100] ^= 1 // one bit: same size, other sha256
 			stack.Put(t, store, masterMain(a), stack.GzipBytes(t, changed))
 		},
-		want: func(a *stack.JobArchive) []problem { return []problem{{inspect.ProblemMismatch, masterMain(a)}} },
+		want: func(a *stack.JobArchive) []problem { return []problem{{verify.Mismatch, masterMain(a)}} },
 	}, {
 		name: "log deleted",
 		damage: func(t *testing.T, a *stack.JobArchive, store objstore.Store) {
@@ -155,7 +156,7 @@ func TestInspectVerify(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		want: func(a *stack.JobArchive) []problem { return []problem{{inspect.ProblemMissing, workerMain(a)}} },
+		want: func(a *stack.JobArchive) []problem { return []problem{{verify.Missing, workerMain(a)}} },
 	}, {
 		name: "every damaged object is reported, not only the first",
 		damage: func(t *testing.T, a *stack.JobArchive, store objstore.Store) {
@@ -166,7 +167,7 @@ func TestInspectVerify(t *testing.T) {
 			}
 		},
 		want: func(a *stack.JobArchive) []problem {
-			return []problem{{inspect.ProblemMismatch, masterPrev(a)}, {inspect.ProblemCorrupt, masterMain(a)}, {inspect.ProblemMissing, workerMain(a)}}
+			return []problem{{verify.Mismatch, masterPrev(a)}, {verify.Corrupt, masterMain(a)}, {verify.Missing, workerMain(a)}}
 		},
 	}, {
 		name: "truncated gzip",
@@ -174,7 +175,7 @@ func TestInspectVerify(t *testing.T) {
 			z := stack.GzipBytes(t, a.Content[masterMain(a)])
 			stack.Put(t, store, masterMain(a), z[:len(z)/2])
 		},
-		want: func(a *stack.JobArchive) []problem { return []problem{{inspect.ProblemCorrupt, masterMain(a)}} },
+		want: func(a *stack.JobArchive) []problem { return []problem{{verify.Corrupt, masterMain(a)}} },
 	}, {
 		name: "same content recompressed: only the stored size differs",
 		damage: func(t *testing.T, a *stack.JobArchive, store objstore.Store) {
@@ -191,7 +192,7 @@ func TestInspectVerify(t *testing.T) {
 			}
 			stack.Put(t, store, masterMain(a), out.Bytes())
 		},
-		want: func(a *stack.JobArchive) []problem { return []problem{{inspect.ProblemMismatch, masterMain(a)}} },
+		want: func(a *stack.JobArchive) []problem { return []problem{{verify.Mismatch, masterMain(a)}} },
 	}, {
 		name: "job.json and manifest.json deleted",
 		damage: func(t *testing.T, a *stack.JobArchive, store objstore.Store) {
@@ -202,7 +203,7 @@ func TestInspectVerify(t *testing.T) {
 			}
 		},
 		want: func(a *stack.JobArchive) []problem {
-			return []problem{{inspect.ProblemMissing, stack.Must(stack.AuditLayout.JobObject(a.Ref))}, {inspect.ProblemMissing, stack.Must(stack.AuditLayout.Manifest(a.Ref))}}
+			return []problem{{verify.Missing, stack.Must(stack.AuditLayout.JobObject(a.Ref))}, {verify.Missing, stack.Must(stack.AuditLayout.Manifest(a.Ref))}}
 		},
 	}, {
 		name: "job.json of another job",
@@ -211,7 +212,7 @@ func TestInspectVerify(t *testing.T) {
 				"metadata": map[string]any{"namespace": a.Ref.Namespace, "name": a.Ref.Name, "uid": "another-uid"}})
 		},
 		want: func(a *stack.JobArchive) []problem {
-			return []problem{{inspect.ProblemMismatch, stack.Must(stack.AuditLayout.JobObject(a.Ref))}}
+			return []problem{{verify.Mismatch, stack.Must(stack.AuditLayout.JobObject(a.Ref))}}
 		},
 	}, {
 		name: "manifest disagrees with the database",
@@ -223,7 +224,7 @@ func TestInspectVerify(t *testing.T) {
 			stack.PutJSON(t, store, stack.Must(stack.AuditLayout.Manifest(a.Ref)), m)
 		},
 		want: func(a *stack.JobArchive) []problem {
-			return []problem{{inspect.ProblemManifest, stack.Must(stack.AuditLayout.Manifest(a.Ref))}, {inspect.ProblemManifest, stack.Must(stack.AuditLayout.Manifest(a.Ref))}}
+			return []problem{{verify.Manifest, stack.Must(stack.AuditLayout.Manifest(a.Ref))}, {verify.Manifest, stack.Must(stack.AuditLayout.Manifest(a.Ref))}}
 		},
 	}, {
 		name: "manifest not JSON",
@@ -231,7 +232,7 @@ func TestInspectVerify(t *testing.T) {
 			stack.Put(t, store, stack.Must(stack.AuditLayout.Manifest(a.Ref)), []byte("{\"version\": 1, \"pods\": ["))
 		},
 		want: func(a *stack.JobArchive) []problem {
-			return []problem{{inspect.ProblemCorrupt, stack.Must(stack.AuditLayout.Manifest(a.Ref))}}
+			return []problem{{verify.Corrupt, stack.Must(stack.AuditLayout.Manifest(a.Ref))}}
 		},
 	}, {
 		name:   "the prefix it was archived under, given",
@@ -244,7 +245,7 @@ func TestInspectVerify(t *testing.T) {
 			if tc.damage != nil {
 				tc.damage(t, a, store)
 			}
-			rep, err := inspect.Verify(t.Context(), records, store, a.Ref.UID, inspect.VerifyOptions{Prefix: tc.prefix})
+			rep, err := verify.Job(t.Context(), records, store, a.Ref.UID, verify.JobOptions{Prefix: tc.prefix})
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
@@ -253,13 +254,13 @@ func TestInspectVerify(t *testing.T) {
 				t.Errorf("problems (-want +got):\n%s\nreport:\n%s", diff, reportText(t, rep))
 			}
 			if rep.OK() != (len(want) == 0) {
-				t.Errorf("OK() = %v with %d problems", rep.OK(), len(rep.Problems))
+				t.Errorf("OK() = %v with %d problems", rep.OK(), len(rep.Findings))
 			}
 			if rep.Logs != 5 || rep.Stored != 4 || rep.Unavailable != 1 || rep.ArchiveState != record.ArchiveArchived {
 				t.Errorf("counts: %d logs, %d stored, %d unavailable, state %s; want 5, 4, 1, archived", rep.Logs, rep.Stored, rep.Unavailable, rep.ArchiveState)
 			}
-			for _, p := range rep.Problems {
-				if p.Detail == "" || p.Subject == "" {
+			for _, p := range rep.Findings {
+				if p.Detail == "" || p.Item == "" {
 					t.Errorf("problem without subject or detail: %+v", p)
 				}
 			}
@@ -269,7 +270,7 @@ func TestInspectVerify(t *testing.T) {
 	t.Run("mismatch detail names both values", func(t *testing.T) {
 		a, store := stack.NewJobArchive(t, records, true)
 		stack.Put(t, store, masterMain(a), stack.GzipBytes(t, []byte("short\n")))
-		rep, err := inspect.Verify(t.Context(), records, store, a.Ref.UID, inspect.VerifyOptions{})
+		rep, err := verify.Job(t.Context(), records, store, a.Ref.UID, verify.JobOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +287,7 @@ func TestInspectVerify(t *testing.T) {
 		a, store := stack.NewJobArchive(t, records, true)
 		extra := stack.Must(stack.AuditLayout.JobDir(a.Ref)) + "/pods/stray/uid/x.log.gz"
 		stack.Put(t, store, extra, stack.GzipBytes(t, []byte("x")))
-		rep, err := inspect.Verify(t.Context(), records, store, a.Ref.UID, inspect.VerifyOptions{})
+		rep, err := verify.Job(t.Context(), records, store, a.Ref.UID, verify.JobOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +298,7 @@ func TestInspectVerify(t *testing.T) {
 
 	t.Run("job not archived yet: logs only", func(t *testing.T) {
 		a, store := stack.NewJobArchive(t, records, false)
-		rep, err := inspect.Verify(t.Context(), records, store, a.Ref.UID, inspect.VerifyOptions{})
+		rep, err := verify.Job(t.Context(), records, store, a.Ref.UID, verify.JobOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,11 +308,11 @@ func TestInspectVerify(t *testing.T) {
 		if err := store.Delete(t.Context(), workerMain(a)); err != nil {
 			t.Fatal(err)
 		}
-		rep, err = inspect.Verify(t.Context(), records, store, a.Ref.UID, inspect.VerifyOptions{})
+		rep, err = verify.Job(t.Context(), records, store, a.Ref.UID, verify.JobOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]problem{{inspect.ProblemMissing, workerMain(a)}}, problems(rep)); diff != "" {
+		if diff := cmp.Diff([]problem{{verify.Missing, workerMain(a)}}, problems(rep)); diff != "" {
 			t.Errorf("problems (-want +got):\n%s", diff)
 		}
 	})
@@ -321,9 +322,9 @@ func TestInspectVerify(t *testing.T) {
 	t.Run("wrong store prefix", func(t *testing.T) {
 		a, store := stack.NewJobArchive(t, records, true)
 		wrong := "jobvault"
-		rep, err := inspect.Verify(t.Context(), records, store, a.Ref.UID, inspect.VerifyOptions{Prefix: &wrong})
-		var located *inspect.LocationError
-		if !errors.As(err, &located) || len(rep.Problems) != 0 {
+		rep, err := verify.Job(t.Context(), records, store, a.Ref.UID, verify.JobOptions{Prefix: &wrong})
+		var located *verify.LocationError
+		if !errors.As(err, &located) || len(rep.Findings) != 0 {
 			t.Fatalf("Verify = %+v, %v; want a *LocationError and no report", rep, err)
 		}
 		for _, want := range []string{store.URL(stack.Must(stack.AuditLayout.JobDir(a.Ref)) + "/"), `--store-prefix is "jobvault"`} {
@@ -339,8 +340,8 @@ func TestInspectVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = inspect.Verify(t.Context(), records, elsewhere, a.Ref.UID, inspect.VerifyOptions{})
-		var located *inspect.LocationError
+		_, err = verify.Job(t.Context(), records, elsewhere, a.Ref.UID, verify.JobOptions{})
+		var located *verify.LocationError
 		if !errors.As(err, &located) || !strings.Contains(err.Error(), elsewhere.URL("")) {
 			t.Fatalf("Verify against another store: %v; want a *LocationError naming it", err)
 		}
@@ -351,7 +352,7 @@ func TestInspectVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := inspect.Verify(t.Context(), records, store, "no-such-job", inspect.VerifyOptions{}); !errors.Is(err, db.ErrNotFound) {
+		if _, err := verify.Job(t.Context(), records, store, "no-such-job", verify.JobOptions{}); !errors.Is(err, db.ErrNotFound) {
 			t.Errorf("Verify of an unknown job: %v, want ErrNotFound", err)
 		}
 	})
@@ -369,7 +370,7 @@ func getJSON(t *testing.T, store objstore.Store, key string, v any) {
 	}
 }
 
-func reportText(t *testing.T, r inspect.Report) string {
+func reportText(t *testing.T, r verify.JobReport) string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := r.WriteText(&b); err != nil {
@@ -377,5 +378,3 @@ func reportText(t *testing.T, r inspect.Report) string {
 	}
 	return b.String()
 }
-
-// TestInspectCommand runs the real `archiver logs` command: what auditors run.

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,44 +15,17 @@ import (
 	"github.com/jobvault/jobvault/pkg/db"
 )
 
-const exportUsage = `Usage: archiver audit export --from TIME --to TIME [flags]
-
-Streams one audit view for the jobs created in [--from, --to) (and their pods' logs and gaps),
-ordered by a unique key, as CSV (a header line, then one line per row) or JSON Lines. The same
-command over the same rows gives the same bytes: times are RFC 3339 in UTC with microseconds,
-durations seconds, jsonb compact JSON; nothing depends on the time of the export.
-
-With --out FILE it writes FILE, FILE.sha256 (sha256sum's format: check with
-'sha256sum -c FILE.sha256' in FILE's directory) and FILE.meta.json (view, format, range,
-namespace, the exact query and its arguments, the columns, the row count, bytes and sha256);
-each is written aside and renamed into place only when the export is complete. Without --out the
-export goes to stdout and its row count and sha256 to stderr.
-
-Views: %s.
-TIME is RFC 3339 (2026-10-01T00:00:00Z) or a date (2026-10-01, midnight UTC).
-
-Flags:
-`
-
+// exportCmd holds the flags of `archiver audit export`.
 type exportCmd struct {
-	fs                  *flag.FlagSet
-	db                  db.Config
+	src                 *sources
 	from, to, namespace string
 	view, format, out   string
 	timeout             time.Duration
 	fromTime, toTime    time.Time
 }
 
-// export runs `archiver audit export ARGS...` and returns the exit code.
-func export(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := &exportCmd{fs: flag.NewFlagSet("archiver audit export", flag.ContinueOnError)}
-	fs := c.fs
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), exportUsage, strings.Join(db.AuditViews(), ", "))
-		fs.PrintDefaults()
-	}
-	c.db.BindFlags(fs)
+func bindExport(fs *flag.FlagSet, src *sources) runner {
+	c := &exportCmd{src: src}
 	fs.StringVar(&c.from, "from", "", "Start of the time range (inclusive) on the jobs' creation time: RFC 3339 or YYYY-MM-DD (UTC). Required.")
 	fs.StringVar(&c.to, "to", "", "End of the time range (exclusive): RFC 3339 or YYYY-MM-DD (UTC). Required.")
 	fs.StringVar(&c.namespace, "namespace", "", "Export only the jobs of this namespace.")
@@ -61,24 +33,7 @@ func export(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.format, "format", string(auditexport.CSV), "Output format: csv or jsonl.")
 	fs.StringVar(&c.out, "out", "", "Write the export to this file, with FILE.sha256 and FILE.meta.json beside it; stdout if empty.")
 	fs.DurationVar(&c.timeout, "timeout", time.Hour, "Bound of the whole export (the query streams for as long as it has rows).")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
-	}
-	if err := c.validate(); err != nil {
-		fmt.Fprintf(stderr, "archiver audit export: invalid arguments:\n%v\n", err)
-		return ExitUsage
-	}
-	if err := c.run(ctx, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "archiver audit export: %v\n", err)
-		if errors.Is(err, db.ErrInvalid) {
-			return ExitUsage
-		}
-		return ExitFailed
-	}
-	return ExitOK
+	return c
 }
 
 // parseTime reads RFC 3339 or a bare date (midnight UTC).
@@ -93,27 +48,21 @@ func parseTime(s string) (time.Time, error) {
 }
 
 // validate reports every problem with the command line at once.
-func (c *exportCmd) validate() error {
+func (c *exportCmd) validate() []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.fs.NArg() > 0 {
-		add("unexpected arguments: %s", strings.Join(c.fs.Args(), " "))
-	}
-	var err error
-	switch {
-	case c.from == "":
-		add("--from is required")
-	default:
-		if c.fromTime, err = parseTime(c.from); err != nil {
-			add("--from: %v", err)
-		}
-	}
-	switch {
-	case c.to == "":
-		add("--to is required")
-	default:
-		if c.toTime, err = parseTime(c.to); err != nil {
-			add("--to: %v", err)
+	for _, b := range []struct {
+		flag, value string
+		into        *time.Time
+	}{{"from", c.from, &c.fromTime}, {"to", c.to, &c.toTime}} {
+		var err error
+		switch {
+		case b.value == "":
+			add("--%s is required", b.flag)
+		default:
+			if *b.into, err = parseTime(b.value); err != nil {
+				add("--%s: %v", b.flag, err)
+			}
 		}
 	}
 	if !c.fromTime.IsZero() && !c.toTime.IsZero() && !c.fromTime.Before(c.toTime) {
@@ -133,19 +82,13 @@ func (c *exportCmd) validate() error {
 			add("--out %s: directory %s does not exist", c.out, filepath.Dir(c.out))
 		}
 	}
-	if err := c.db.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return append(errs, c.src.validate(true, false)...)
 }
 
 func (c *exportCmd) run(ctx context.Context, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	opts := c.db.Options
-	opts.MaxOpenConns = 2
-	// No migration: an export never writes, and may run as a read-only role.
-	records, err := db.Open(ctx, c.db.DSN, opts)
+	records, err := c.src.openDB(ctx, 2) // one query streams
 	if err != nil {
 		return err
 	}

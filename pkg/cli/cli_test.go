@@ -1,4 +1,4 @@
-package cli
+package cli_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jobvault/jobvault/pkg/cli"
 	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -16,9 +17,9 @@ import (
 // TestMain: the command runs against the testbed's real Postgres.
 func TestMain(m *testing.M) { testbed.Main(m) }
 
-// TestCommand runs `archiver logs` through Main against an archive built as the archiver builds
+// TestLogsCommand runs `archiver logs` through Main against an archive built as the archiver builds
 // one (stack.NewJobArchive) in a real database and a filesystem store.
-func TestCommand(t *testing.T) {
+func TestLogsCommand(t *testing.T) {
 	records, dsn := stack.OpenRecords(t)
 	a, store := stack.NewJobArchive(t, records, true)
 	// The DSN from the environment, as in the Deployment; no kubeconfig is needed.
@@ -27,10 +28,10 @@ func TestCommand(t *testing.T) {
 	run := func(t *testing.T, args ...string) (stdout, stderr string, code int) {
 		t.Helper()
 		var out, errOut bytes.Buffer
-		code = Main(t.Context(), args, &out, &errOut)
+		code = cli.Main(t.Context(), append([]string{"logs"}, args...), &out, &errOut)
 		return out.String(), errOut.String(), code
 	}
-	if out, errOut, code := run(t, "help"); code != ExitOK || !strings.Contains(out, "archiver logs") {
+	if out, errOut, code := run(t, "help"); code != cli.ExitOK || !strings.Contains(out, "archiver logs") {
 		t.Fatalf("help: exit %d, want 0 and the usage:\n%s%s", code, out, errOut)
 	}
 	storeFlags := []string{"--store-backend=fs", "--store-fs-root=" + a.Root}
@@ -105,7 +106,7 @@ func TestCommand(t *testing.T) {
 
 	t.Run("the store or prefix the archive is not under", func(t *testing.T) {
 		// With the prefix the job was archived under: as without one.
-		if out, errOut, code := run(t, append([]string{"verify", "--job-uid", a.Ref.UID, "--store-prefix=" + stack.AuditLayout.Prefix}, storeFlags...)...); code == ExitUsage {
+		if out, errOut, code := run(t, append([]string{"verify", "--job-uid", a.Ref.UID, "--store-prefix=" + stack.AuditLayout.Prefix}, storeFlags...)...); code == cli.ExitUsage {
 			t.Errorf("verify with the recorded prefix: usage error\n%s%s", out, errOut)
 		}
 		location := store.URL(stack.Must(stack.AuditLayout.JobDir(a.Ref)) + "/")
@@ -117,7 +118,7 @@ func TestCommand(t *testing.T) {
 			{[]string{"--store-backend=fs", "--store-fs-root=" + t.TempDir()}, "the --store-* flags name file://"},
 		} {
 			out, errOut, code := run(t, append([]string{"verify", "--job-uid", a.Ref.UID}, tc.flags...)...)
-			if code != ExitUsage || out != "" || !strings.Contains(errOut, "archived under "+location) || !strings.Contains(errOut, tc.says) {
+			if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, "archived under "+location) || !strings.Contains(errOut, tc.says) {
 				t.Errorf("verify %v: exit %d, stdout %q, stderr %q; want exit 2, nothing missing reported, and where the job was archived (%s): %s",
 					tc.flags, code, out, errOut, location, tc.says)
 			}

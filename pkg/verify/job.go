@@ -1,11 +1,9 @@
-package inspect
+package verify
 
 import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,55 +12,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/klauspost/compress/gzip"
-
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-// ProblemKind classifies what Verify found wrong.
-type ProblemKind string
-
-const (
-	// ProblemMissing means there is no object under a key the records name.
-	ProblemMissing ProblemKind = "missing"
-	// ProblemMismatch means the object's content differs from the database's record of it (size,
-	// stored size or sha256), or job.json names another job.
-	ProblemMismatch ProblemKind = "mismatch"
-	// ProblemCorrupt means the object cannot be decoded (not gzip, truncated, not JSON).
-	ProblemCorrupt ProblemKind = "corrupt"
-	// ProblemUnreadable means the store failed to serve the object, which could not be checked.
-	ProblemUnreadable ProblemKind = "unreadable"
-	// ProblemManifest means manifest.json disagrees with the database.
-	ProblemManifest ProblemKind = "manifest"
-	// ProblemRecord means the database lacks a record the archive needs (the job's row).
-	ProblemRecord ProblemKind = "record"
-)
-
-// Problem is one thing wrong with a job's archive.
-type Problem struct {
-	Kind ProblemKind `json:"kind"`
-	// Subject says what is concerned, for people: "job.json", "manifest.json" or a log.
-	Subject string `json:"subject"`
-	// Key is the object concerned, if any.
-	Key    string `json:"key,omitempty"`
-	Detail string `json:"detail"`
+// JobRecords is what Job reads of the database (implemented by *db.DB): what lists a job's logs,
+// and its gaps.
+type JobRecords interface {
+	inspect.Records
+	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
 }
 
-// String formats the problem as one line: KIND subject [key]: detail.
-func (p Problem) String() string {
-	s := strings.ToUpper(string(p.Kind)) + " " + p.Subject
-	if p.Key != "" {
-		s += " [" + p.Key + "]"
-	}
-	return s + ": " + p.Detail
-}
-
-// Report is the outcome of Verify.
-type Report struct {
+// JobReport is the outcome of Job.
+type JobReport struct {
 	Job          archive.JobRef      `json:"job"`
 	ArchiveState record.ArchiveState `json:"archiveState"`
 	// Location is the job's archive directory, as recorded (or, for a job not archived yet, where
@@ -73,26 +39,22 @@ type Report struct {
 	Logs        int `json:"logs"`
 	Stored      int `json:"stored"`
 	Unavailable int `json:"unavailable"`
-	// Problems lists everything found wrong, in the order of the records.
-	Problems []Problem `json:"problems"`
+	// Result holds everything found wrong, in the order of the records.
+	Result
 	// Unreferenced lists objects under the job's directory that no record names: not a failure
 	// (the records are authoritative), but worth a look; e.g. an upload whose record a crash lost,
 	// later redone under the same key, leaves none, while a foreign object does.
 	Unreferenced []string `json:"unreferenced"`
 	// Gaps lists what the records say is missing from the logs, and why: not a failure of the
-	// archive (it says what it lacks), reported apart from problems.
+	// archive (it says what it lacks), reported apart from findings.
 	Gaps []archive.GapEntry `json:"gaps"`
 }
 
-// OK reports whether the archive matches its records.
-func (r Report) OK() bool { return len(r.Problems) == 0 }
-
-// WriteText prints the report for people: one line per problem, then a summary.
-func (r Report) WriteText(w io.Writer) error {
+// WriteText prints the report for people: one line per finding (its kind in capitals), then a
+// summary.
+func (r JobReport) WriteText(w io.Writer) error {
 	var b strings.Builder
-	for _, p := range r.Problems {
-		b.WriteString(p.String() + "\n")
-	}
+	r.writeFindings(&b, func(k Kind) string { return strings.ToUpper(string(k)) })
 	for _, g := range r.Gaps {
 		fmt.Fprintf(&b, "GAP log of container %s run %d of pod uid %s: missing output%s%s: %s\n", g.Container, g.Run, g.PodUID,
 			timeBound(" after ", g.After), timeBound(" before ", g.Before), g.Reason)
@@ -105,7 +67,7 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	verdict := "OK"
 	if !r.OK() {
-		verdict = fmt.Sprintf("FAILED: %d problem(s)", len(r.Problems))
+		verdict = fmt.Sprintf("FAILED: %d problem(s)", len(r.Findings))
 	}
 	fmt.Fprintf(&b, "%s %s/%s (uid %s, %s) at %s: %d log(s), %d stored and re-read, %d unavailable\n",
 		verdict, r.Job.Namespace, r.Job.Name, r.Job.UID, r.ArchiveState, r.Location, r.Logs, r.Stored, r.Unavailable)
@@ -131,74 +93,75 @@ func (e *LocationError) Error() string {
 	return fmt.Sprintf("job %s/%s (uid %s) was archived under %s, but %s", e.Job.Namespace, e.Job.Name, e.Job.UID, e.Recorded, e.Named)
 }
 
-// VerifyOptions tune Verify.
-type VerifyOptions struct {
+// JobOptions tune Job.
+type JobOptions struct {
 	// Prefix, when not nil, is the key prefix the caller expects the archive under (its
 	// --store-prefix). An archive recorded under another prefix is then a *LocationError; when
 	// nil, the prefix is taken from the records.
 	Prefix *string
 }
 
-// Verify re-reads every stored object of a job's archive and compares it with the database: each
+// Job re-reads every stored object of a job's archive and compares it with the database: each
 // log object is decompressed and its size and sha256 compared with its record (and its stored size
 // with the object's); once the job is archived or released, job.json must name the job and
-// manifest.json must list exactly the recorded pods and logs.
+// manifest.json must list exactly the recorded pods and logs, and the stream index beside each log
+// must hold what manifest.json says.
 //
 // The archive is located from the records: job.json, manifest.json and the job's directory from
 // the recorded archive location, each log from its recorded key. If the location is in another
-// store than store, or under another prefix than opts.Prefix, Verify reads nothing and returns a
+// store than store, or under another prefix than opts.Prefix, Job reads nothing and returns a
 // *LocationError: a wrong command line must never look like missing objects.
 //
-// Verify does not stop at the first problem: every one is in the Report. The error is for failures
+// Job does not stop at the first finding: every one is in the report. The error is for failures
 // to verify at all: the database failing, the context ending, a *LocationError, or a job the
-// database does not know (matching db.ErrNotFound). A store that fails on one object is a problem
-// of that object.
-func Verify(ctx context.Context, records Records, store objstore.Store, jobUID string, opts VerifyOptions) (Report, error) {
+// database does not know (matching db.ErrNotFound). A store that fails on one object is a finding
+// about that object.
+func Job(ctx context.Context, records JobRecords, store objstore.Store, jobUID string, opts JobOptions) (JobReport, error) {
 	if jobUID == "" {
-		return Report{}, errors.New("verify: empty job UID")
+		return JobReport{}, errors.New("verify: empty job UID")
 	}
 	job, jobErr := records.Job(ctx, jobUID)
 	if jobErr != nil && !errors.Is(jobErr, db.ErrNotFound) {
-		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, jobErr)
+		return JobReport{}, fmt.Errorf("verify job %s: %w", jobUID, jobErr)
 	}
 	pods, err := records.Pods(ctx, jobUID)
 	if err != nil {
-		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+		return JobReport{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 	}
 	if jobErr != nil && len(pods) == 0 {
-		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, jobErr)
+		return JobReport{}, fmt.Errorf("verify job %s: %w", jobUID, jobErr)
 	}
 	logs, err := records.LogObjects(ctx, jobUID)
 	if err != nil {
-		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+		return JobReport{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 	}
 	gaps, err := records.Gaps(ctx, jobUID)
 	if err != nil {
-		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+		return JobReport{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 	}
 
-	rep := &Report{Logs: len(logs), Problems: []Problem{}, Unreferenced: []string{},
+	rep := &JobReport{Logs: len(logs), Result: Result{Findings: []Finding{}}, Unreferenced: []string{},
 		Gaps: archive.BuildManifest(archive.JobRef{}, record.Job{}, nil, nil, gaps, "", time.Time{}).Gaps}
 	if jobErr != nil {
 		// Pods are recorded before their job (pods has no foreign key to jobs); without the job's
 		// row its name, and so its directory, job.json and manifest.json, are unknown.
 		rep.Job = archive.JobRef{Namespace: pods[0].Namespace, UID: jobUID}
 		rep.ArchiveState = record.ArchivePending
-		rep.Problems = append(rep.Problems, Problem{Kind: ProblemRecord, Subject: "job",
+		rep.Findings = append(rep.Findings, Finding{Kind: Record, Item: "job",
 			Detail: "the database has pods of the job but no row for the job itself; only the logs are checked"})
 	} else {
 		rep.Job = archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: job.UID}
 		if err := rep.Job.Validate(); err != nil {
 			// The layout names no directory for it (nothing jobvault wrote can be there).
-			return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+			return JobReport{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 		}
 		rep.ArchiveState = cmp.Or(job.ArchiveState, record.ArchivePending)
 	}
 	layout, err := locate(store, rep.Job, job.ArchiveLocation, logs, opts)
 	if err != nil {
-		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+		return JobReport{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 	}
-	v := &verifier{store: store, layout: layout, podNames: map[string]string{}}
+	v := &jobVerifier{store: store, layout: layout, podNames: map[string]string{}}
 	for _, p := range pods {
 		v.podNames[p.UID] = p.Name
 	}
@@ -209,9 +172,9 @@ func Verify(ctx context.Context, records Records, store objstore.Store, jobUID s
 
 	logProblems, err := v.checkLogs(ctx, logs)
 	if err != nil {
-		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+		return JobReport{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 	}
-	rep.Problems = append(rep.Problems, logProblems...)
+	rep.Findings = append(rep.Findings, logProblems...)
 	for _, l := range logs {
 		if l.State == record.LogStored {
 			rep.Stored++
@@ -221,18 +184,18 @@ func Verify(ctx context.Context, records Records, store objstore.Store, jobUID s
 	}
 
 	if jobErr == nil && rep.ArchiveState != record.ArchivePending {
-		rep.Problems = append(rep.Problems, v.checkJobObject(ctx, rep.Job)...)
-		rep.Problems = append(rep.Problems, v.checkManifest(ctx, rep.Job, job, pods, logs, gaps)...)
+		rep.Findings = append(rep.Findings, v.checkJobObject(ctx, rep.Job)...)
+		rep.Findings = append(rep.Findings, v.checkManifest(ctx, rep.Job, job, pods, logs, gaps)...)
 	}
 	if jobErr == nil {
 		unref, problem := v.unreferenced(ctx, rep.Job, logs)
 		rep.Unreferenced = append(rep.Unreferenced, unref...)
 		if problem != nil {
-			rep.Problems = append(rep.Problems, *problem)
+			rep.Findings = append(rep.Findings, *problem)
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return Report{}, fmt.Errorf("verify job %s: %w", jobUID, err)
+		return JobReport{}, fmt.Errorf("verify job %s: %w", jobUID, err)
 	}
 	return *rep, nil
 }
@@ -250,7 +213,7 @@ func timeBound(prefix string, t *time.Time) string {
 // for a job not archived yet from its stored logs' keys, or else opts.Prefix (nothing is stored
 // where a layout matters). It fails with a *LocationError when the record places the archive in
 // another store or under another prefix than the caller named.
-func locate(store objstore.Store, ref archive.JobRef, location string, logs []record.LogObject, opts VerifyOptions) (archive.Layout, error) {
+func locate(store objstore.Store, ref archive.JobRef, location string, logs []record.LogObject, opts JobOptions) (archive.Layout, error) {
 	var (
 		layout archive.Layout
 		found  bool
@@ -284,20 +247,20 @@ func locate(store objstore.Store, ref archive.JobRef, location string, logs []re
 	return layout, nil
 }
 
-type verifier struct {
+type jobVerifier struct {
 	store    objstore.Store
 	layout   archive.Layout
 	podNames map[string]string
 }
 
-func (v *verifier) logSubject(l record.LogObject) string {
+func (v *jobVerifier) logSubject(l record.LogObject) string {
 	return fmt.Sprintf("log of container %s (%s) of pod %s (uid %s)", l.Container, l.Instance, v.podNames[l.PodUID], l.PodUID)
 }
 
 // checkLogs re-reads every stored log, verifyWorkers at a time, and returns the problems in the
 // order of logs.
-func (v *verifier) checkLogs(ctx context.Context, logs []record.LogObject) ([]Problem, error) {
-	results := make([]*Problem, len(logs))
+func (v *jobVerifier) checkLogs(ctx context.Context, logs []record.LogObject) ([]Finding, error) {
+	results := make([]*Finding, len(logs))
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range min(verifyWorkers, len(logs)) {
@@ -323,7 +286,7 @@ feed:
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var problems []Problem
+	var problems []Finding
 	for _, p := range results {
 		if p != nil {
 			problems = append(problems, *p)
@@ -332,95 +295,64 @@ feed:
 	return problems, nil
 }
 
-// checkLog streams one log object through gunzip and sha256 and compares it with its record.
-func (v *verifier) checkLog(ctx context.Context, l record.LogObject) *Problem {
-	problem := func(kind ProblemKind, format string, args ...any) *Problem {
-		return &Problem{Kind: kind, Subject: v.logSubject(l), Key: l.ObjectKey, Detail: fmt.Sprintf(format, args...)}
+// checkLog streams one log object through gunzip and sha256 (as the seal hashes it) and compares
+// it with its record.
+func (v *jobVerifier) checkLog(ctx context.Context, l record.LogObject) *Finding {
+	finding := func(kind Kind, format string, args ...any) *Finding {
+		return &Finding{Kind: kind, Item: v.logSubject(l), Key: l.ObjectKey, Detail: fmt.Sprintf(format, args...)}
 	}
-	rc, err := v.store.Get(ctx, l.ObjectKey)
+	h, err := audit.HashObject(ctx, v.store, l.ObjectKey, true)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
-		return problem(ProblemMissing, "no object under the recorded key")
+		return finding(Missing, "no object under the recorded key")
 	case err != nil:
-		return problem(ProblemUnreadable, "%v", err)
-	}
-	defer rc.Close()
-	src := &countingReader{r: rc}
-	zr, err := gzip.NewReader(src)
-	if err != nil {
-		if src.err != nil {
-			return problem(ProblemUnreadable, "%v", src.err)
-		}
-		return problem(ProblemCorrupt, "not a gzip stream: %v", err)
-	}
-	hash := sha256.New()
-	n, err := io.Copy(hash, zr)
-	if err == nil {
-		// The gzip reader stops at the end of the last member; count any bytes after it too.
-		_, err = io.Copy(io.Discard, src)
-	}
-	if err != nil {
-		if src.err != nil {
-			return problem(ProblemUnreadable, "%v", src.err)
-		}
-		return problem(ProblemCorrupt, "decompress after %d bytes: %v", n, err)
+		return finding(Unreadable, "%v", err)
+	case h.ContentErr != nil && h.NotGzip:
+		return finding(Corrupt, "not a gzip stream: %v", h.ContentErr)
+	case h.ContentErr != nil:
+		return finding(Corrupt, "decompress after %d bytes: %v", h.ContentBytes, h.ContentErr)
 	}
 	var diffs []string
-	if n != l.Bytes {
-		diffs = append(diffs, fmt.Sprintf("uncompressed size is %d bytes, the record says %d", n, l.Bytes))
+	if h.ContentBytes != l.Bytes {
+		diffs = append(diffs, fmt.Sprintf("uncompressed size is %d bytes, the record says %d", h.ContentBytes, l.Bytes))
 	}
-	if sum := hex.EncodeToString(hash.Sum(nil)); sum != l.SHA256 {
-		diffs = append(diffs, fmt.Sprintf("sha256 is %s, the record says %s", sum, l.SHA256))
+	if h.ContentSHA256 != l.SHA256 {
+		diffs = append(diffs, fmt.Sprintf("sha256 is %s, the record says %s", h.ContentSHA256, l.SHA256))
 	}
-	if src.n != l.StoredBytes {
-		diffs = append(diffs, fmt.Sprintf("stored size is %d bytes, the record says %d", src.n, l.StoredBytes))
+	if h.Bytes != l.StoredBytes {
+		diffs = append(diffs, fmt.Sprintf("stored size is %d bytes, the record says %d", h.Bytes, l.StoredBytes))
 	}
 	if len(diffs) > 0 {
-		return problem(ProblemMismatch, "%s", strings.Join(diffs, "; "))
+		return finding(Mismatch, "%s", strings.Join(diffs, "; "))
 	}
 	return nil
 }
 
-// countingReader counts the bytes read and keeps the underlying reader's error, so that a failing
-// store is told apart from a corrupt object.
-type countingReader struct {
-	r   io.Reader
-	n   int64
-	err error
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if err != nil && !errors.Is(err, io.EOF) {
-		c.err = err
-	}
-	return n, err
-}
-
-// getJSON reads the JSON object under key into v, or returns the problem.
-func (v *verifier) getJSON(ctx context.Context, subject, key string, into any) *Problem {
+// getJSON reads the JSON object under key into v, or returns the finding. The object is read
+// whole before it is decoded, so that a store failing mid-read is told apart from a corrupt object.
+func (v *jobVerifier) getJSON(ctx context.Context, subject, key string, into any) *Finding {
 	rc, err := v.store.Get(ctx, key)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
-		return &Problem{Kind: ProblemMissing, Subject: subject, Key: key, Detail: "no object, although the job is archived"}
+		return &Finding{Kind: Missing, Item: subject, Key: key, Detail: "no object, although the job is archived"}
 	case err != nil:
-		return &Problem{Kind: ProblemUnreadable, Subject: subject, Key: key, Detail: err.Error()}
+		return &Finding{Kind: Unreadable, Item: subject, Key: key, Detail: err.Error()}
 	}
 	defer rc.Close()
-	src := &countingReader{r: rc}
-	if err := json.NewDecoder(src).Decode(into); err != nil {
-		if src.err != nil {
-			return &Problem{Kind: ProblemUnreadable, Subject: subject, Key: key, Detail: src.err.Error()}
-		}
-		return &Problem{Kind: ProblemCorrupt, Subject: subject, Key: key, Detail: "not JSON: " + err.Error()}
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return &Finding{Kind: Unreadable, Item: subject, Key: key, Detail: err.Error()}
+	}
+	// Decode, not Unmarshal: what follows the first JSON value is not the object's concern.
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(into); err != nil {
+		return &Finding{Kind: Corrupt, Item: subject, Key: key, Detail: "not JSON: " + err.Error()}
 	}
 	return nil
 }
 
 // checkJobObject checks that job.json exists and is the final object of this job.
-func (v *verifier) checkJobObject(ctx context.Context, ref archive.JobRef) []Problem {
-	key, _ := v.layout.JobObject(ref) // validated by Verify
+func (v *jobVerifier) checkJobObject(ctx context.Context, ref archive.JobRef) []Finding {
+	key, _ := v.layout.JobObject(ref) // validated by Job
 	var obj struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
@@ -431,13 +363,13 @@ func (v *verifier) checkJobObject(ctx context.Context, ref archive.JobRef) []Pro
 		} `json:"metadata"`
 	}
 	if p := v.getJSON(ctx, "job.json", key, &obj); p != nil {
-		return []Problem{*p}
+		return []Finding{*p}
 	}
 	got := archive.JobRef{Namespace: obj.Metadata.Namespace, Name: obj.Metadata.Name, UID: obj.Metadata.UID}
 	if got != ref || obj.Kind != "Job" {
-		return []Problem{{Kind: ProblemMismatch, Subject: "job.json", Key: key,
+		return []Finding{{Kind: Mismatch, Item: "job.json", Key: key,
 			Detail: fmt.Sprintf("holds %s %s/%s (uid %s), not the job %s/%s (uid %s)",
-				orDash(obj.Kind), got.Namespace, got.Name, got.UID, ref.Namespace, ref.Name, ref.UID)}}
+				cmp.Or(obj.Kind, "-"), got.Namespace, got.Name, got.UID, ref.Namespace, ref.Name, ref.UID)}}
 	}
 	return nil
 }
@@ -446,17 +378,17 @@ func (v *verifier) checkJobObject(ctx context.Context, ref archive.JobRef) []Pro
 // after the job is archived is compared: the job's identity and release reason, each pod's name,
 // task and release reason, and every log entry in full. Not the phases, nodes or times: pod rows
 // are still updated while the pods terminate, and a job an operator released keeps running.
-func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job record.Job, pods []record.Pod, logs []record.LogObject, gaps []record.Gap) []Problem {
-	key, _ := v.layout.Manifest(ref) // validated by Verify
+func (v *jobVerifier) checkManifest(ctx context.Context, ref archive.JobRef, job record.Job, pods []record.Pod, logs []record.LogObject, gaps []record.Gap) []Finding {
+	key, _ := v.layout.Manifest(ref) // validated by Job
 	var got archive.Manifest
 	if p := v.getJSON(ctx, "manifest.json", key, &got); p != nil {
-		return []Problem{*p}
+		return []Finding{*p}
 	}
-	var problems []Problem
+	var problems []Finding
 	add := func(format string, args ...any) {
-		problems = append(problems, Problem{Kind: ProblemManifest, Subject: "manifest.json", Key: key, Detail: fmt.Sprintf(format, args...)})
+		problems = append(problems, Finding{Kind: Manifest, Item: "manifest.json", Key: key, Detail: fmt.Sprintf(format, args...)})
 	}
-	object, _ := v.layout.JobObject(ref) // validated by Verify
+	object, _ := v.layout.JobObject(ref) // validated by Job
 	want := archive.BuildManifest(ref, job, pods, logs, gaps, object, got.ArchivedAt)
 	if gotGaps, _ := json.Marshal(got.Gaps); len(got.Gaps)+len(want.Gaps) > 0 && !bytes.Equal(gotGaps, must(json.Marshal(want.Gaps))) {
 		add("lists %d gap(s), the database %d, or they differ", len(got.Gaps), len(want.Gaps))
@@ -523,14 +455,14 @@ func (v *verifier) checkManifest(ctx context.Context, ref archive.JobRef, job re
 // checkStreams re-reads the stream index of each stored log that manifest.json lists (the node
 // agent's, beside its log: no row records it, the seal hashed it into the manifest) and compares
 // its size and sha256 with the manifest's.
-func (v *verifier) checkStreams(ctx context.Context, got archive.Manifest, logs []record.LogObject) []Problem {
+func (v *jobVerifier) checkStreams(ctx context.Context, got archive.Manifest, logs []record.LogObject) []Finding {
 	byIndex := map[string]record.LogObject{}
 	for _, l := range logs {
 		if l.State == record.LogStored && l.ObjectKey != "" {
 			byIndex[l.ObjectKey+archive.StreamsSuffix] = l
 		}
 	}
-	var problems []Problem
+	var problems []Finding
 	for _, o := range got.Objects {
 		if l, ok := byIndex[o.Key]; ok {
 			if p := v.checkStreamsObject(ctx, l, o); p != nil {
@@ -542,18 +474,18 @@ func (v *verifier) checkStreams(ctx context.Context, got archive.Manifest, logs 
 }
 
 // checkStreamsObject hashes the stream index o of the log l and compares it with o.
-func (v *verifier) checkStreamsObject(ctx context.Context, l record.LogObject, o archive.ObjectEntry) *Problem {
-	problem := func(kind ProblemKind, format string, args ...any) *Problem {
-		return &Problem{Kind: kind, Subject: "stream index of the " + v.logSubject(l), Key: o.Key, Detail: fmt.Sprintf(format, args...)}
+func (v *jobVerifier) checkStreamsObject(ctx context.Context, l record.LogObject, o archive.ObjectEntry) *Finding {
+	finding := func(kind Kind, format string, args ...any) *Finding {
+		return &Finding{Kind: kind, Item: "stream index of the " + v.logSubject(l), Key: o.Key, Detail: fmt.Sprintf(format, args...)}
 	}
 	h, err := audit.HashObject(ctx, v.store, o.Key, false) // as the seal hashed it
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
-		return problem(ProblemMissing, "no object under the key manifest.json lists")
+		return finding(Missing, "no object under the key manifest.json lists")
 	case err != nil:
-		return problem(ProblemUnreadable, "%v", err)
+		return finding(Unreadable, "%v", err)
 	case h.Bytes != o.Bytes || h.SHA256 != o.SHA256:
-		return problem(ProblemMismatch, "%d bytes with sha256 %s, manifest.json says %d bytes with %s", h.Bytes, h.SHA256, o.Bytes, o.SHA256)
+		return finding(Mismatch, "%d bytes with sha256 %s, manifest.json says %d bytes with %s", h.Bytes, h.SHA256, o.Bytes, o.SHA256)
 	}
 	return nil
 }
@@ -577,8 +509,8 @@ func diffLogEntry(got, want archive.LogEntry) string {
 }
 
 // unreferenced lists the objects under the job's directory that no record names.
-func (v *verifier) unreferenced(ctx context.Context, ref archive.JobRef, logs []record.LogObject) ([]string, *Problem) {
-	// ref was validated by Verify.
+func (v *jobVerifier) unreferenced(ctx context.Context, ref archive.JobRef, logs []record.LogObject) ([]string, *Finding) {
+	// ref was validated by Job.
 	object, _ := v.layout.JobObject(ref)
 	manifest, _ := v.layout.Manifest(ref)
 	dir, _ := v.layout.JobDir(ref)
@@ -597,7 +529,7 @@ func (v *verifier) unreferenced(ctx context.Context, ref archive.JobRef, logs []
 		return nil
 	})
 	if err != nil {
-		return keys, &Problem{Kind: ProblemUnreadable, Subject: "job directory", Key: dir, Detail: "list: " + err.Error()}
+		return keys, &Finding{Kind: Unreadable, Item: "job directory", Key: dir, Detail: "list: " + err.Error()}
 	}
 	return keys, nil
 }

@@ -1,4 +1,4 @@
-package audit
+package verify
 
 import (
 	"context"
@@ -11,77 +11,40 @@ import (
 	"io"
 	"math"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-// VerifyRecords is what Verify reads of the database (implemented by *db.DB).
-type VerifyRecords interface {
+// ChainRecords is what Chain reads of the database (implemented by *db.DB).
+type ChainRecords interface {
 	ChainHead(ctx context.Context, cluster string) (record.ChainHead, error)
 	ChainEntries(ctx context.Context, cluster string, from, to int64, fn func(record.ChainEntry) error) error
 	SignedDigests(ctx context.Context, cluster string) ([]record.SignedDigest, error)
 	UnchainedJobs(ctx context.Context, cluster string, since time.Time) ([]string, error)
-	Job(ctx context.Context, uid string) (record.Job, error)
+	// A job's rows, digested again: those Job reads, and its transitions.
+	JobRecords
 	Transitions(ctx context.Context, jobUID string) ([]record.Transition, error)
-	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
-	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
-	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
 	Prunes(ctx context.Context, cluster string, from, to int64) (map[int64]record.Prune, error)
 }
 
-// Kind is what is wrong with an item.
-type Kind string
-
-// Kinds of findings.
-const (
-	// Altered: the item is there but its bytes or fields are not what was recorded.
-	Altered Kind = "altered"
-	// Missing: a recorded item is gone.
-	Missing Kind = "missing"
-	// Extra: an item is there that nothing records.
-	Extra Kind = "extra"
-	// Reordered: an item is not where the chain puts it (its link to the previous one is broken).
-	Reordered Kind = "re-ordered"
-	// Forged: a signed digest whose signature does not verify.
-	Forged Kind = "forged"
-)
-
-// Finding is one problem Verify found, naming the item.
-type Finding struct {
-	Kind Kind `json:"kind"`
-	// Item names what is wrong: "object KEY", "manifest KEY", "row NAME of job UID", "chain entry
-	// seq N", "job UID", "digest KEY".
-	Item string `json:"item"`
-	// Seq and JobUID place the item in the chain, when it belongs to an entry.
-	Seq    int64  `json:"seq,omitempty"`
-	JobUID string `json:"jobUID,omitempty"`
-	Detail string `json:"detail"`
-}
-
-func (f Finding) String() string {
-	s := fmt.Sprintf("%s: %s", f.Kind, f.Item)
-	if f.Seq != 0 {
-		s += fmt.Sprintf(" (seq %d)", f.Seq)
-	}
-	return s + ": " + f.Detail
-}
-
-// VerifyOptions choose what Verify checks.
-type VerifyOptions struct {
+// ChainOptions choose what Chain checks.
+type ChainOptions struct {
 	// Cluster is the chain's cluster (--cluster-name of the archiver).
 	Cluster string
 	// From and To bound the sequence numbers checked (inclusive); From 0 is 1, To 0 the head.
 	From, To int64
 	// Prefix is the archive's key prefix (--store-prefix), under which signed digests are stored.
 	Prefix string
-	// PublicKey checks the signed digests; nil skips their signatures (Report.SignaturesChecked).
+	// PublicKey checks the signed digests; nil skips their signatures (ChainReport.SignaturesChecked).
 	PublicKey ed25519.PublicKey
 	// Progress, when not nil, gets a line every few seconds on long runs.
 	Progress io.Writer
@@ -89,8 +52,8 @@ type VerifyOptions struct {
 	Workers int
 }
 
-// Report is the outcome of Verify.
-type Report struct {
+// ChainReport is the outcome of Chain.
+type ChainReport struct {
 	Cluster  string `json:"cluster"`
 	From     int64  `json:"from"`
 	To       int64  `json:"to"`
@@ -101,8 +64,9 @@ type Report struct {
 	Digests  int    `json:"digests"`
 	Duration string `json:"duration"`
 	// SignaturesChecked is false without a public key.
-	SignaturesChecked bool      `json:"signaturesChecked"`
-	Findings          []Finding `json:"findings"`
+	SignaturesChecked bool `json:"signaturesChecked"`
+	// Result holds the findings, by seq, then item.
+	Result
 	// Pruned are the entries of the range whose job the retention pruner deleted, by seq: their
 	// links are checked, their objects and rows are not (they are gone, as recorded).
 	Pruned []Pruned `json:"pruned"`
@@ -119,15 +83,10 @@ type Pruned struct {
 	Objects     int       `json:"objects"`
 }
 
-// OK reports whether nothing was found.
-func (r Report) OK() bool { return len(r.Findings) == 0 }
-
 // WriteText writes the findings, one a line, and a summary.
-func (r Report) WriteText(w io.Writer) error {
+func (r ChainReport) WriteText(w io.Writer) error {
 	var b strings.Builder
-	for _, f := range r.Findings {
-		b.WriteString(f.String() + "\n")
-	}
+	r.writeFindings(&b, func(k Kind) string { return string(k) + ":" })
 	by := map[Kind]int{}
 	for _, f := range r.Findings {
 		by[f.Kind]++
@@ -159,34 +118,34 @@ func (r Report) WriteText(w io.Writer) error {
 	return err
 }
 
-// Verify recomputes the cluster's chain between opts.From and opts.To against the database and
+// Chain recomputes the cluster's chain between opts.From and opts.To against the database and
 // the bucket: the sequence (no number missing, each entry linked to the previous manifest's
 // sha256, the head where the last entry is), every manifest and every object it lists (read back
 // and hashed), every row of every job (digested again), the finalized jobs that are not in the
 // chain, the objects in a job's directory that no manifest lists, and the signed digests (their
 // signatures, their own chain, and the heads they pin). An entry whose job the retention pruner
-// deleted (a prune record names it) is checked as an entry only and listed in Report.Pruned. Each
+// deleted (a prune record names it) is checked as an entry only and listed in ChainReport.Pruned. Each
 // problem is a Finding naming the item. The error is for failures to read, not for what was found.
-func Verify(ctx context.Context, records VerifyRecords, store objstore.Store, opts VerifyOptions) (Report, error) {
+func Chain(ctx context.Context, records ChainRecords, store objstore.Store, opts ChainOptions) (ChainReport, error) {
 	start := time.Now()
-	v := &verifier{records: records, store: store, opts: opts, shaSeq: map[string]int64{}, seqSHA: map[int64]string{}}
+	v := &chainVerifier{records: records, store: store, opts: opts, shaSeq: map[string]int64{}, seqSHA: map[int64]string{}}
 	head, err := records.ChainHead(ctx, opts.Cluster)
 	if err != nil {
-		return Report{}, err
+		return ChainReport{}, err
 	}
-	v.report = Report{Cluster: opts.Cluster, From: max(opts.From, 1), To: opts.To, HeadSeq: head.Seq, SignaturesChecked: opts.PublicKey != nil}
+	v.report = ChainReport{Cluster: opts.Cluster, From: max(opts.From, 1), To: opts.To, HeadSeq: head.Seq, SignaturesChecked: opts.PublicKey != nil}
 	if v.report.To == 0 {
 		v.report.To = head.Seq
 	}
 	if v.prunes, err = records.Prunes(ctx, opts.Cluster, v.report.From, v.report.To); err != nil {
-		return Report{}, err
+		return ChainReport{}, err
 	}
 	if err := v.chain(ctx, head); err != nil {
-		return Report{}, err
+		return ChainReport{}, err
 	}
 	sort.Slice(v.report.Pruned, func(a, b int) bool { return v.report.Pruned[a].Seq < v.report.Pruned[b].Seq })
 	if err := v.digests(ctx, head); err != nil {
-		return Report{}, err
+		return ChainReport{}, err
 	}
 	v.resolveSwaps()
 	sort.SliceStable(v.report.Findings, func(a, b int) bool {
@@ -200,13 +159,13 @@ func Verify(ctx context.Context, records VerifyRecords, store objstore.Store, op
 	return v.report, nil
 }
 
-type verifier struct {
-	records VerifyRecords
+type chainVerifier struct {
+	records ChainRecords
 	store   objstore.Store
-	opts    VerifyOptions
+	opts    ChainOptions
 
 	mu     sync.Mutex
-	report Report
+	report ChainReport
 	// shaSeq and seqSHA map manifests' sha256 to their entries and back (the range and its
 	// previous entry), to name swapped manifests and check the heads signed digests pin.
 	shaSeq map[string]int64
@@ -225,14 +184,14 @@ type swap struct {
 	sha     string
 }
 
-func (v *verifier) add(f Finding) int {
+func (v *chainVerifier) add(f Finding) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.report.Findings = append(v.report.Findings, f)
 	return len(v.report.Findings) - 1
 }
 
-func (v *verifier) count(objects, rows int) {
+func (v *chainVerifier) count(objects, rows int) {
 	v.mu.Lock()
 	v.report.Objects += objects
 	v.report.Rows += rows
@@ -241,7 +200,7 @@ func (v *verifier) count(objects, rows int) {
 
 // chain walks the entries in order, checking each link at once and handing each entry to a
 // worker for its manifest, objects and rows.
-func (v *verifier) chain(ctx context.Context, head record.ChainHead) error {
+func (v *chainVerifier) chain(ctx context.Context, head record.ChainHead) error {
 	from, to := v.report.From, v.report.To
 	var prev *record.ChainEntry
 	if from > 1 {
@@ -344,7 +303,7 @@ func (v *verifier) chain(ctx context.Context, head record.ChainHead) error {
 }
 
 // link checks that e follows prev: the next number, and prev's manifest hash as its previous.
-func (v *verifier) link(e record.ChainEntry, prev *record.ChainEntry, expected int64) {
+func (v *chainVerifier) link(e record.ChainEntry, prev *record.ChainEntry, expected int64) {
 	item := fmt.Sprintf("chain entry seq %d", e.Seq)
 	for s := expected; s < e.Seq; s++ {
 		v.add(Finding{Kind: Missing, Item: fmt.Sprintf("chain entry seq %d", s), Seq: s, Detail: "no entry with this number in the database"})
@@ -370,19 +329,9 @@ func (v *verifier) link(e record.ChainEntry, prev *record.ChainEntry, expected i
 	}
 }
 
-func short(sha string) string {
-	if len(sha) > 12 {
-		return sha[:12]
-	}
-	if sha == "" {
-		return `""`
-	}
-	return sha
-}
-
 // entry checks one entry's manifest, objects and rows. The manifest checked against is the
 // entry's own copy when it hashes right (a bucket copy that does not is itself a finding).
-func (v *verifier) entry(ctx context.Context, e record.ChainEntry) error {
+func (v *chainVerifier) entry(ctx context.Context, e record.ChainEntry) error {
 	at := func(kind Kind, item, format string, args ...any) int {
 		return v.add(Finding{Kind: kind, Item: item, Seq: e.Seq, JobUID: e.JobUID, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -394,7 +343,7 @@ func (v *verifier) entry(ctx context.Context, e record.ChainEntry) error {
 	if m.Seq != e.Seq || m.PrevSHA256 != e.PrevSHA256 || m.Job.UID != e.JobUID || m.Cluster != e.Cluster || m.RecordDigest != e.RecordDigest {
 		at(Altered, fmt.Sprintf("chain entry seq %d", e.Seq), "its fields (seq, previous hash, job, cluster, record digest) differ from its manifest's")
 	}
-	if DigestRows(m.Rows) != m.RecordDigest {
+	if audit.DigestRows(m.Rows) != m.RecordDigest {
 		at(Altered, "manifest "+e.ManifestKey, "its record digest is not the digest of its rows")
 	}
 	if p, pruned := v.prunes[e.Seq]; pruned {
@@ -411,7 +360,7 @@ func (v *verifier) entry(ctx context.Context, e record.ChainEntry) error {
 	}
 
 	// The manifest in the bucket.
-	h, err := HashObject(ctx, v.store, e.ManifestKey, false)
+	h, err := audit.HashObject(ctx, v.store, e.ManifestKey, false)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		at(Missing, "manifest "+e.ManifestKey, "not in the bucket")
@@ -437,7 +386,7 @@ func (v *verifier) entry(ctx context.Context, e record.ChainEntry) error {
 	for _, o := range m.Objects {
 		listed[o.Key] = true
 		l, isLog := logs[o.Key]
-		h, err := HashObject(ctx, v.store, o.Key, isLog)
+		h, err := audit.HashObject(ctx, v.store, o.Key, isLog)
 		switch {
 		case errors.Is(err, objstore.ErrNotFound):
 			at(Missing, "object "+o.Key, "not in the bucket")
@@ -492,9 +441,9 @@ func (v *verifier) entry(ctx context.Context, e record.ChainEntry) error {
 }
 
 // rows digests a job's rows as they are now; without a job row, the others still are.
-func (v *verifier) rows(ctx context.Context, uid string) ([]archive.RowDigest, error) {
+func (v *chainVerifier) rows(ctx context.Context, uid string) ([]archive.RowDigest, error) {
 	var (
-		rec    Record
+		rec    audit.Record
 		err    error
 		noJob  bool
 		wrapUp = func(what string, err error) error { return fmt.Errorf("read %s of job %s: %w", what, uid, err) }
@@ -516,26 +465,16 @@ func (v *verifier) rows(ctx context.Context, uid string) ([]archive.RowDigest, e
 	if rec.Gaps, err = v.records.Gaps(ctx, uid); err != nil {
 		return nil, wrapUp("gaps", err)
 	}
-	_, rows := RecordDigest(rec)
+	_, rows := audit.RecordDigest(rec)
 	if noJob {
-		rows = slicesDeleteFunc(rows, func(r archive.RowDigest) bool { return r.Name == "job "+uid })
+		rows = slices.DeleteFunc(rows, func(r archive.RowDigest) bool { return r.Name == "job "+uid })
 	}
 	return rows, nil
 }
 
-func slicesDeleteFunc(rows []archive.RowDigest, del func(archive.RowDigest) bool) []archive.RowDigest {
-	out := rows[:0]
-	for _, r := range rows {
-		if !del(r) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // resolveSwaps names the entry whose manifest a mismatching bucket copy holds, and the entries
 // without a previous one that name another entry's manifest as their previous.
-func (v *verifier) resolveSwaps() {
+func (v *chainVerifier) resolveSwaps() {
 	for _, e := range v.unlinked {
 		if s, ok := v.shaSeq[e.PrevSHA256]; ok && s != e.Seq-1 {
 			v.add(Finding{Kind: Reordered, Item: fmt.Sprintf("chain entry seq %d", e.Seq), Seq: e.Seq, JobUID: e.JobUID,
@@ -551,13 +490,13 @@ func (v *verifier) resolveSwaps() {
 
 // digests checks the signed digests of the database and the bucket against each other, their
 // signatures, their own chain, and the heads they pin within the range.
-func (v *verifier) digests(ctx context.Context, head record.ChainHead) error {
+func (v *chainVerifier) digests(ctx context.Context, head record.ChainHead) error {
 	rows, err := v.records.SignedDigests(ctx, v.opts.Cluster)
 	if err != nil {
 		return err
 	}
 	inBucket := map[string]bool{}
-	dir := DigestDir(v.opts.Prefix, v.opts.Cluster) + "/"
+	dir := audit.DigestDir(v.opts.Prefix, v.opts.Cluster) + "/"
 	if err := v.store.List(ctx, dir, func(o objstore.ObjectInfo) error { inBucket[o.Key] = true; return nil }); err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
@@ -574,7 +513,7 @@ func (v *verifier) digests(ctx context.Context, head record.ChainHead) error {
 		}
 		if inBucket[r.ObjectKey] {
 			delete(inBucket, r.ObjectKey)
-			h, err := HashObject(ctx, v.store, r.ObjectKey, false)
+			h, err := audit.HashObject(ctx, v.store, r.ObjectKey, false)
 			if err != nil {
 				return fmt.Errorf("read %s: %w", r.ObjectKey, err)
 			}
@@ -615,15 +554,15 @@ func (v *verifier) digests(ctx context.Context, head record.ChainHead) error {
 }
 
 // checkSignature parses a signed document and, with a public key, checks its signature.
-func (v *verifier) checkSignature(item string, doc []byte) Digest {
+func (v *chainVerifier) checkSignature(item string, doc []byte) audit.Digest {
 	if v.opts.PublicKey == nil {
-		var sd SignedDocument
+		var sd audit.SignedDocument
 		if err := json.Unmarshal(doc, &sd); err != nil {
 			v.add(Finding{Kind: Forged, Item: item, Detail: "not a signed digest: " + err.Error()})
 		}
 		return sd.Digest
 	}
-	d, err := Open(doc, v.opts.PublicKey)
+	d, err := audit.Open(doc, v.opts.PublicKey)
 	if err != nil {
 		v.add(Finding{Kind: Forged, Item: item, Detail: err.Error()})
 	}
