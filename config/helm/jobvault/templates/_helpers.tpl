@@ -10,9 +10,12 @@ app.kubernetes.io/component: {{ . }}
 {{ include "jobvault.helmLabels" .root }}
 {{- end }}
 
-{{/* jobvault.helmLabels: what Helm's charts conventionally add; config/ has neither. */}}
+{{/*
+jobvault.helmLabels: what Helm's charts conventionally add; config/ has neither. A label value
+cannot hold the "+" of a version's build metadata.
+*/}}
 {{- define "jobvault.helmLabels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
