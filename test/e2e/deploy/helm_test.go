@@ -38,6 +38,10 @@ const helmKubeVersion = "v1.30.0"
 // helmLabels are the labels the chart adds to every object and config/ does not have.
 var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by"}
 
+// helmAnnotations are the annotations for Helm itself that the chart adds and config/ does not
+// have: the archive's claim is kept at uninstall.
+var helmAnnotations = []string{"helm.sh/resource-policy"}
+
 // helmCase is a set of values and the config/ kustomizations it renders: base's objects, less
 // those of minus, plus those of plus (which win over base's of the same kind and name). A case
 // without a base has no counterpart in config/ and is only dry-run.
@@ -205,7 +209,7 @@ func objectKey(o *unstructured.Unstructured) string {
 }
 
 // normalize makes a rendered object comparable across the chart and kustomize: without Helm's
-// labels, without a namespace on a cluster-scoped object, without null fields and empty
+// labels and annotations, without a namespace on a cluster-scoped object, without null fields and empty
 // lists (kustomize's empty caBundle, its volumes once patched away), with CEL's whitespace collapsed, and with each container's flags sorted after its leading arguments (the
 // archiver's subcommand), since Go's flag package does not care about their order and kustomize's
 // JSON patches append where a template writes in place.
@@ -220,6 +224,16 @@ func normalize(o *unstructured.Unstructured) map[string]any {
 			unstructured.RemoveNestedField(obj, "metadata", "labels")
 		} else {
 			u.SetLabels(l)
+		}
+	}
+	if a := u.GetAnnotations(); a != nil {
+		for _, k := range helmAnnotations {
+			delete(a, k)
+		}
+		if len(a) == 0 {
+			unstructured.RemoveNestedField(obj, "metadata", "annotations")
+		} else {
+			u.SetAnnotations(a)
 		}
 	}
 	if slices.Contains(helmClusterScoped, u.GetKind()) {
