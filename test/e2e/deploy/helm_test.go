@@ -386,3 +386,29 @@ func TestHelmChartRefusesValues(t *testing.T) {
 		})
 	}
 }
+
+// TestHelmChartMonitoringLabels: monitoring.labels reach the PrometheusRule and the PodMonitor
+// (what a Prometheus selects them by), and nothing else of them changes.
+func TestHelmChartMonitoringLabels(t *testing.T) {
+	vals, err := chartutil.ReadValues([]byte("monitoring: {enabled: true, labels: {release: kube-prometheus-stack}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := renderChart(t, vals, deployNamespace)
+	config := render(t, "monitoring")
+	for _, kind := range []string{"PrometheusRule", "PodMonitor"} {
+		o := find(objs, kind, "jobvault")
+		if o == nil {
+			t.Fatalf("the chart renders no %s jobvault", kind)
+		}
+		if got := o.GetLabels()["release"]; got != "kube-prometheus-stack" {
+			t.Errorf("%s jobvault has label release=%q, want kube-prometheus-stack", kind, got)
+		}
+		l := o.GetLabels()
+		delete(l, "release")
+		o.SetLabels(l)
+		if diff := cmp.Diff(normalize(find(config, kind, "jobvault")), normalize(o)); diff != "" {
+			t.Errorf("%s jobvault differs from config/monitoring's but for the label (-config/ +chart):\n%s", kind, diff)
+		}
+	}
+}

@@ -134,6 +134,10 @@ sideEffects: None
 admissionReviewVersions: ["v1"]
 {{- end }}
 
+{{/*
+jobvault.clientConfig: a webhook's Service in the release namespace, and with self-signed
+certificates the caBundle (cainjector writes it with cert-manager). Call with (dict "root" $ "path" P).
+*/}}
 {{- define "jobvault.clientConfig" -}}
 clientConfig:
   {{- with .root.Values.certificates.caBundle }}
@@ -148,6 +152,10 @@ clientConfig:
     port: 443
 {{- end }}
 
+{{/*
+jobvault.namespaceSelector: nothing is tracked in kube-system and the release namespace; the
+archiver's --exclude-namespaces and the policies leave out the same two.
+*/}}
 {{- define "jobvault.namespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
