@@ -209,35 +209,18 @@ func objectKey(o *unstructured.Unstructured) string {
 }
 
 // normalize makes a rendered object comparable across the chart and kustomize: without Helm's
-// labels and annotations, without a namespace on a cluster-scoped object, without null fields and empty
-// lists (kustomize's empty caBundle, its volumes once patched away), with CEL's whitespace collapsed, and with each container's flags sorted after its leading arguments (the
-// archiver's subcommand), since Go's flag package does not care about their order and kustomize's
-// JSON patches append where a template writes in place.
+// labels and annotations, without a namespace on a cluster-scoped object, without null fields and
+// empty lists (kustomize's empty caBundle, its volumes once patched away), with CEL's whitespace
+// collapsed, and with each container's flags sorted after its leading arguments (the archiver's
+// subcommand), since Go's flag package does not care about their order and kustomize's JSON
+// patches append where a template writes in place.
 func normalize(o *unstructured.Unstructured) map[string]any {
 	obj := dropEmpty(o.DeepCopy().Object).(map[string]any)
-	u := &unstructured.Unstructured{Object: obj}
-	if l := u.GetLabels(); l != nil {
-		for _, k := range helmLabels {
-			delete(l, k)
-		}
-		if len(l) == 0 {
-			unstructured.RemoveNestedField(obj, "metadata", "labels")
-		} else {
-			u.SetLabels(l)
-		}
-	}
-	if a := u.GetAnnotations(); a != nil {
-		for _, k := range helmAnnotations {
-			delete(a, k)
-		}
-		if len(a) == 0 {
-			unstructured.RemoveNestedField(obj, "metadata", "annotations")
-		} else {
-			u.SetAnnotations(a)
-		}
-	}
-	if slices.Contains(helmClusterScoped, u.GetKind()) {
-		unstructured.RemoveNestedField(obj, "metadata", "namespace")
+	meta, _ := obj["metadata"].(map[string]any)
+	dropKeys(meta, "labels", helmLabels)
+	dropKeys(meta, "annotations", helmAnnotations)
+	if slices.Contains(helmClusterScoped, o.GetKind()) {
+		delete(meta, "namespace")
 	}
 	containers, _, _ := unstructured.NestedSlice(obj, "spec", "template", "spec", "containers")
 	for _, c := range containers {
@@ -252,6 +235,20 @@ func normalize(o *unstructured.Unstructured) map[string]any {
 		_ = unstructured.SetNestedSlice(obj, containers, "spec", "template", "spec", "containers")
 	}
 	return obj
+}
+
+// dropKeys deletes keys from the map m[field], and the field once it is empty.
+func dropKeys(m map[string]any, field string, keys []string) {
+	sub, ok := m[field].(map[string]any)
+	if !ok {
+		return
+	}
+	for _, k := range keys {
+		delete(sub, k)
+	}
+	if len(sub) == 0 {
+		delete(m, field)
+	}
 }
 
 // celFields hold CEL, in which whitespace outside string literals means nothing.
