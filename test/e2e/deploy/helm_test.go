@@ -7,7 +7,6 @@ import (
 	"log"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -23,8 +22,8 @@ import (
 )
 
 // The Helm chart under config/helm/jobvault renders, for each set of values below, exactly the
-// objects of the config/ kustomizations those values stand for (normalized only where Helm adds
-// its labels or kustomize namespaces cluster-scoped objects), so that a change to one without the
+// objects of the config/ kustomizations those values stand for (normalized only in what neither
+// the API server nor the programs tell apart, see normalize), so that a change to one without the
 // other fails here; its objects pass the real API server's dry run; it lints clean; and values it
 // cannot honour are refused.
 
@@ -139,7 +138,7 @@ func renderChartText(t *testing.T, values map[string]any, ns string) ([]byte, er
 			names = append(names, name)
 		}
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	var b bytes.Buffer
 	for _, name := range names {
 		b.WriteString("\n---\n")
