@@ -22,8 +22,8 @@ import (
 )
 
 // The Helm chart under config/helm/jobvault renders, for each set of values below, exactly the
-// objects of the config/ kustomizations those values stand for (normalized only in what neither
-// the API server nor the programs tell apart, see normalize), so that a change to one without the
+// objects of the config/ kustomizations those values stand for (less Helm's own labels and
+// annotations, and but for what the API server and the programs read alike: see normalize), so that a change to one without the
 // other fails here; its objects pass the real API server's dry run; it lints clean; and values it
 // cannot honour are refused.
 
