@@ -28,7 +28,7 @@ import (
 )
 
 // auditTarget is the p95 every audit query must meet.
-const auditTarget = 100 * time.Millisecond
+var auditTarget = targetDuration("auditQueryP95")
 
 // sampleJob is a job drawn at random, weighted by the data (a big namespace is drawn more
 // often): the queries look up its submitter, namespace and time.
