@@ -148,8 +148,12 @@ manifests: $(CONTROLLER_GEN) ## Regenerate the Volcano CRDs the testbed installs
 $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(shell sed -n 's/^CONTROLLER_GEN_VERSION=//p' test/testbed/versions.env)
 
+.PHONY: docs
+docs: ## Regenerate docs/reference from the code: flags and CLI (--help), metrics, labels and annotations
+	$(GO) run ./test/tools/docgen
+
 .PHONY: verify
-verify: manifests ## Regenerate and fail if anything changed
+verify: manifests docs ## Regenerate and fail if anything changed
 	$(GO) mod tidy
 	git diff --exit-code
 
@@ -161,7 +165,7 @@ deploy: ## Deploy jobvault to the current kubectl context (OVERLAY=config/overla
 	kubectl apply --server-side -k $(OVERLAY)
 
 .PHONY: undeploy
-undeploy: ## Remove jobvault from the current kubectl context (see README: Upgrade and uninstall)
+undeploy: ## Remove jobvault from the current kubectl context (see docs/operations.md: Upgrade and uninstall)
 	kubectl delete --ignore-not-found -k $(OVERLAY)
 
 .PHONY: docker-build

@@ -3,7 +3,7 @@
 // views). Every command that reads the database or the store takes the archiver's own flags for
 // them (--db-*, --store-*), bound in one place (sources). The archiver binary hands Main its
 // arguments; tests call Main directly; docs/reference/cli.md is generated from the tree
-// (WriteReference, go run ./pkg/cli/gendoc).
+// (WriteReference, written to docs/reference/cli.md by make docs).
 //
 // Every command exits with the same codes:
 //

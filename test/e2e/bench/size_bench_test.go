@@ -33,10 +33,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Issue 13, item 2: targets of one archiver holding 10,000 live VcJobs and 100,000 tracked pods.
-const (
-	sizeBacklogTarget = 60 * time.Second
-	sizeRSSTarget     = 1 << 30
+// Targets of one archiver holding 10,000 live VcJobs and 100,000 tracked pods (targets.yaml).
+var (
+	sizeBacklogTarget = targetDuration("sizeBacklog")
+	sizeRSSTarget     = targetBytes("sizeRSS")
 )
 
 // BenchmarkSize loads the testbed with live VcJobs and their pods, then measures what one

@@ -27,8 +27,8 @@ import (
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
-// releaseRateTarget is the pods a second one archiver must archive and release (issue 13).
-const releaseRateTarget = 100
+// releaseRateTarget is the pods a second one archiver must archive and release (targets.yaml).
+var releaseRateTarget = targetNumber("releaseRate")
 
 // archiverCounters are the archiver's own counts of its work, from its /metrics: reconciles by
 // controller and its requests to the API server by method.
@@ -239,7 +239,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		cpuPerPod := (arch.cpu - arch0.cpu) / float64(n) * 1000
 		b.ReportMetric(cpuPerPod, "archiver-cpu-ms/pod")
 		b.Logf("%d pods (%d VcJobs of %d) archived and released: %.1f pods/s from the archiver's start (%s, ready after %s, last pod %s, last job %s), "+
-			"%.1f pods/s from the first release (target ≥ %d/s); floor: %.1f pod patches/s by %d workers, ratio %.2f; "+
+			"%.1f pods/s from the first release (target ≥ %.0f/s); floor: %.1f pod patches/s by %d workers, ratio %.2f; "+
 			"per pod: %.1f database transactions, %.2f job and %.2f pod reconciles, API requests %s, archiver CPU %.1f ms; archiver peak RSS %.0f MiB; load average %s",
 			n, len(jobs), perJob, rate, total.Round(time.Millisecond), ready.Round(time.Millisecond), lastPod.Sub(start).Round(time.Millisecond),
 			lastJob.Sub(start).Round(time.Millisecond), drainRate, releaseRateTarget, floor, podWorkers, drainRate/floor,
@@ -258,7 +258,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 			}
 		}
 		b.ReportMetric(machineMs, "machine-cpu-ms/pod")
-		b.Logf("CPU per pod from the archiver's start to the last release: %.1f ms on the whole machine, so %d pods/s would need %.1f cores (it has %d); by process: %s",
+		b.Logf("CPU per pod from the archiver's start to the last release: %.1f ms on the whole machine, so %.0f pods/s would need %.1f cores (it has %d); by process: %s",
 			machineMs, releaseRateTarget, machineMs*releaseRateTarget/1000, runtime.NumCPU(), strings.Join(byCommand, ", "))
 		var served []string
 		for k, v := range req {
