@@ -37,6 +37,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/periodic"
 	"github.com/jobvault/jobvault/pkg/shard"
 )
 
@@ -162,6 +163,15 @@ func parseFlags() (*flags, error) {
 	return f, nil
 }
 
+// addPeriodic runs task every period on the leader, logged under name.
+func addPeriodic(mgr ctrl.Manager, name string, period time.Duration, task periodic.Task) error {
+	r, err := periodic.New(name, period, task, clock.RealClock{}, ctrl.Log.WithName(name))
+	if err != nil {
+		return err
+	}
+	return mgr.Add(r)
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, v := range strings.Split(s, ",") {
@@ -246,8 +256,8 @@ func run() error {
 		log.Info("Audit chain heads are NOT signed: no --audit-signing-key")
 	} else if !clusterWide {
 		log.Info("Audit chain heads are signed by shard 0")
-	} else if err := mgr.Add(&audit.Signer{Records: records, Store: store, Prefix: f.opts.Layout.Prefix, Cluster: f.opts.Cluster, Key: f.signingKey,
-		Period: f.auditDigestPeriod, Clock: clock.RealClock{}, Log: ctrl.Log.WithName("audit-signer")}); err != nil {
+	} else if err := addPeriodic(mgr, "audit-signer", f.auditDigestPeriod, (&audit.Signer{Records: records, Store: store, Prefix: f.opts.Layout.Prefix,
+		Cluster: f.opts.Cluster, Key: f.signingKey, Clock: clock.RealClock{}}).Pass); err != nil {
 		return err
 	} else {
 		log.Info("Signing the audit chain head", "period", f.auditDigestPeriod, "keyID", audit.KeyID(f.signingKey.Public().(ed25519.PublicKey)))
@@ -256,9 +266,9 @@ func run() error {
 		log.Info("Retention pruning is off: --prune-period 0")
 	} else if !clusterWide {
 		log.Info("Retention pruning is done by shard 0")
-	} else if err := mgr.Add(&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster, Period: f.prunePeriod,
+	} else if err := addPeriodic(mgr, "pruner", f.prunePeriod, (&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster,
 		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), HeldNamespaces: archiver.NamespaceHolds(mgr.GetAPIReader()),
-		Clock: clock.RealClock{}, Log: ctrl.Log.WithName("pruner")}); err != nil {
+		Clock: clock.RealClock{}}).Pass); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -206,7 +206,7 @@ type Deps struct {
 	Store     objstore.Store
 	Logs      capture.Source
 	Recorder  kuberecord.EventRecorder
-	Clock     clock.PassiveClock
+	Clock     clock.Clock
 
 	// owners remembers the owner claims the API server denied (set up by SetupWithManager).
 	owners *ownerMisses

@@ -42,7 +42,7 @@ type PruneRecords interface {
 
 // Pruner deletes the rows and objects of finalized jobs whose retain-until date (jobs.retain_until,
 // recorded at finalization) has passed and that no legal hold holds, in batches. It runs on the
-// leader only, every Period.
+// leader only, periodically (Pass).
 //
 // The order never leaves a chain entry pointing at deleted data without a record of why: first the
 // prune record (audit_prunes: the job's chain entry, retain-until date, policy and objects), then
@@ -54,36 +54,26 @@ type Pruner struct {
 	Records PruneRecords
 	Store   objstore.Store
 	Cluster string
-	// Period between passes; Batch jobs per batch (100 if 0).
-	Period time.Duration
-	Batch  int
+	// Batch is how many jobs a batch prunes (100 if 0).
+	Batch int
 	// Policy describes the retention applied, recorded with each prune (e.g. "--retention 720h0m0s").
 	Policy string
 	// HeldNamespaces returns the namespaces under legal hold (NamespaceHolds); nil: none. A pass
 	// whose holds cannot be read deletes nothing.
 	HeldNamespaces func(ctx context.Context) ([]string, error)
-	Clock          clock.Clock
-	Log            logr.Logger
+	Clock          clock.PassiveClock
 }
 
-// NeedLeaderElection: one pruner per cluster.
-func (p *Pruner) NeedLeaderElection() bool { return true }
-
-// Start prunes at once, then every Period until ctx ends. A failed pass is logged and retried at
-// the next tick.
-func (p *Pruner) Start(ctx context.Context) error {
-	for {
-		if n, err := p.PruneOnce(ctx); err != nil {
-			p.Log.Error(err, "Retention pruning failed; retrying at the next period", "pruned", n)
-		} else if n > 0 {
-			p.Log.Info("Pruned finalized jobs past their retain-until date", "jobs", n)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-p.Clock.After(p.Period):
-		}
+// Pass is the pruner's periodic task (a periodic.Runnable, on the leader): one PruneOnce.
+func (p *Pruner) Pass(ctx context.Context) error {
+	n, err := p.PruneOnce(ctx)
+	if err != nil {
+		return fmt.Errorf("retention pruning (%d jobs pruned): %w", n, err)
 	}
+	if n > 0 {
+		logr.FromContextOrDiscard(ctx).Info("Pruned finalized jobs past their retain-until date", "jobs", n)
+	}
+	return nil
 }
 
 // PruneOnce deletes every job prunable now, a batch at a time, and returns how many it deleted.

@@ -13,12 +13,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/periodic"
 )
 
 // rateLimiter retries failed reconciles from half a second up to a minute apart, so an outage of
@@ -69,11 +69,18 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		Complete(jobs); err != nil {
 		return err
 	}
-	if err := errors.Join(mgr.Add(captures), mgr.Add(resweep)); err != nil {
+	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
+	sweep, err := periodic.New("sweep", opts.SweepPeriod, pods.sweep, deps.Clock, ctrl.Log.WithName("sweep"))
+	if err != nil {
 		return err
 	}
-	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
-	if err := mgr.Add(manager.RunnableFunc(pods.sweep)); err != nil {
+	missed, err := periodic.New("resweep", opts.ResweepPeriod, resweep.run, deps.Clock, ctrl.Log.WithName("resweep"))
+	if err != nil {
+		return err
+	}
+	// The informers' initial list enqueues every object at start: the first resweep waits.
+	missed.FirstAfterPeriod = true
+	if err := errors.Join(mgr.Add(captures), mgr.Add(missed), mgr.Add(sweep)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("pod").
