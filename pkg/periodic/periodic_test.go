@@ -7,166 +7,148 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
-// run starts r in the background and returns a stop that ends it and waits for Start to return.
-func run(t *testing.T, r *Runnable) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
+// rig is a Runnable on a fake clock whose task reports each pass's number on passes.
+type rig struct {
+	t      *testing.T
+	clk    *clocktesting.FakeClock
+	r      *Runnable
+	passes chan int
+}
+
+// newRig returns a rig of period whose task does during (if not nil) and then fails with err.
+func newRig(t *testing.T, period time.Duration, during func(*clocktesting.FakeClock), err error) *rig {
+	g := &rig{t: t, clk: clocktesting.NewFakeClock(time.Unix(1000, 0)), passes: make(chan int, 10)}
+	n := 0
+	r, e := New("test", period, func(context.Context) error {
+		n++
+		if during != nil {
+			during(g.clk)
+		}
+		g.passes <- n
+		return err
+	}, g.clk, logr.Discard())
+	if e != nil {
+		t.Fatal(e)
+	}
+	g.r = r
+	return g
+}
+
+// start starts the runnable and stops it, waiting for Start to return, when the test ends.
+func (g *rig) start() {
+	ctx, cancel := context.WithCancel(g.t.Context())
 	done := make(chan error, 1)
-	go func() { done <- r.Start(ctx) }()
-	return func() {
+	go func() { done <- g.r.Start(ctx) }()
+	g.t.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("Start = %v, want nil when its context ends", err)
+				g.t.Errorf("Start = %v, want nil when its context ends", err)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatal("Start did not return when its context ended")
+			g.t.Error("Start did not return when its context ended")
 		}
-	}
+	})
 }
 
-// next waits for the next pass, failing if none comes.
-func next(t *testing.T, passes <-chan int) int {
-	t.Helper()
+// next waits for the next pass and checks its number.
+func (g *rig) next(want int) {
+	g.t.Helper()
 	select {
-	case n := <-passes:
-		return n
+	case n := <-g.passes:
+		if n != want {
+			g.t.Fatalf("pass %d, want %d", n, want)
+		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("no pass")
-		return 0
+		g.t.Fatalf("pass %d never ran", want)
 	}
 }
 
-// none asserts that no pass comes while the clock stands still: it waits until the runnable is
-// back waiting on the clock, then checks that nothing was sent.
-func none(t *testing.T, clk *clocktesting.FakeClock, passes <-chan int) {
-	t.Helper()
+// waiting waits until the runnable waits on its clock.
+func (g *rig) waiting() {
+	g.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !clk.HasWaiters() {
+	for !g.clk.HasWaiters() {
 		if time.Now().After(deadline) {
-			t.Fatal("the runnable never waited on its clock")
+			g.t.Fatal("the runnable never waited on its clock")
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// none asserts that, once the runnable waits on its clock, no pass ran.
+func (g *rig) none() {
+	g.t.Helper()
+	g.waiting()
 	select {
-	case n := <-passes:
-		t.Fatalf("pass %d ran before its period", n)
+	case n := <-g.passes:
+		g.t.Fatalf("pass %d ran before its period", n)
 	default:
 	}
 }
 
-// step waits until the runnable waits on the clock, then moves the clock by d.
-func step(t *testing.T, clk *clocktesting.FakeClock, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("the runnable never waited on its clock")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	clk.Step(d)
+// step moves the clock by d once the runnable waits on it.
+func (g *rig) step(d time.Duration) {
+	g.t.Helper()
+	g.waiting()
+	g.clk.Step(d)
 }
 
 func TestRunnableRunsAtStartThenEveryPeriod(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	passes := make(chan int, 10)
-	n := 0
-	r := &Runnable{Name: "test", Period: time.Minute, Clock: clk, Log: logr.Discard(), Task: func(context.Context) error {
-		n++
-		passes <- n
-		return nil
-	}}
-	stop := run(t, r)
-	defer stop()
-	if got := next(t, passes); got != 1 {
-		t.Fatalf("first pass = %d, want 1 at start", got)
-	}
-	step(t, clk, 59*time.Second)
-	none(t, clk, passes)
-	clk.Step(time.Second)
-	if got := next(t, passes); got != 2 {
-		t.Fatalf("pass after one period = %d, want 2", got)
-	}
-	step(t, clk, time.Minute)
-	if got := next(t, passes); got != 3 {
-		t.Fatalf("pass after two periods = %d, want 3", got)
-	}
+	g := newRig(t, time.Minute, nil, nil)
+	g.start()
+	g.next(1)
+	g.step(59 * time.Second)
+	g.none()
+	g.step(time.Second)
+	g.next(2)
+	g.step(time.Minute)
+	g.next(3)
 }
 
 // The period runs from the end of a pass: a pass longer than the period is not followed by
 // another at once, and passes never overlap.
 func TestRunnablePeriodFromTheEndOfAPass(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	passes := make(chan int, 10)
-	n := 0
-	r := &Runnable{Name: "test", Period: time.Minute, Clock: clk, Log: logr.Discard(), Task: func(context.Context) error {
-		n++
-		clk.Step(5 * time.Minute) // a slow pass: five periods
-		passes <- n
-		return nil
-	}}
-	stop := run(t, r)
-	defer stop()
-	next(t, passes)
-	none(t, clk, passes)
-	step(t, clk, time.Minute)
-	if got := next(t, passes); got != 2 {
-		t.Fatalf("pass = %d, want 2", got)
-	}
+	g := newRig(t, time.Minute, func(clk *clocktesting.FakeClock) { clk.Step(5 * time.Minute) }, nil)
+	g.start()
+	g.next(1)
+	g.none()
+	g.step(time.Minute)
+	g.next(2)
 }
 
 func TestRunnableFirstAfterPeriod(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	passes := make(chan int, 10)
-	r := &Runnable{Name: "test", Period: time.Minute, FirstAfterPeriod: true, Clock: clk, Log: logr.Discard(), Task: func(context.Context) error {
-		passes <- 1
-		return nil
-	}}
-	stop := run(t, r)
-	defer stop()
-	none(t, clk, passes)
-	clk.Step(time.Minute)
-	next(t, passes)
+	g := newRig(t, time.Minute, nil, nil)
+	g.r.FirstAfterPeriod = true
+	g.start()
+	g.none()
+	g.step(time.Minute)
+	g.next(1)
 }
 
 // A failed pass is retried at the next period, not at once and not never.
 func TestRunnableRetriesAFailedPassAtTheNextPeriod(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	passes := make(chan int, 10)
-	n := 0
-	r := &Runnable{Name: "test", Period: time.Minute, Clock: clk, Log: logr.Discard(), Task: func(context.Context) error {
-		n++
-		passes <- n
-		return errors.New("backend down")
-	}}
-	stop := run(t, r)
-	defer stop()
-	next(t, passes)
-	none(t, clk, passes)
-	clk.Step(time.Minute)
-	if got := next(t, passes); got != 2 {
-		t.Fatalf("pass = %d, want 2", got)
-	}
+	g := newRig(t, time.Minute, nil, errors.New("backend down"))
+	g.start()
+	g.next(1)
+	g.none()
+	g.step(time.Minute)
+	g.next(2)
 }
 
-// Start returns once its context ends, also while waiting for the next period.
+// Start returns once its context ends, also while it waits for the next period (start's
+// cleanup checks it).
 func TestRunnableStopsWithItsContext(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	passes := make(chan int, 10)
-	r := &Runnable{Name: "test", Period: time.Hour, Clock: clk, Log: logr.Discard(), Task: func(context.Context) error {
-		passes <- 1
-		return nil
-	}}
-	stop := run(t, r)
-	next(t, passes)
-	none(t, clk, passes)
-	stop()
+	g := newRig(t, time.Hour, nil, nil)
+	g.start()
+	g.next(1)
+	g.none()
 }
 
 func TestRunnableNeedsTheLease(t *testing.T) {
@@ -178,21 +160,21 @@ func TestRunnableNeedsTheLease(t *testing.T) {
 
 func TestNewRejectsBadInput(t *testing.T) {
 	task := func(context.Context) error { return nil }
+	var clk clock.Clock = clocktesting.NewFakeClock(time.Now())
 	for name, tc := range map[string]struct {
 		period time.Duration
-		task   func(context.Context) error
+		task   Task
+		clk    clock.Clock
 	}{
-		"no task":     {time.Minute, nil},
-		"zero period": {0, task},
-		"negative":    {-time.Second, task},
+		"no task":     {time.Minute, nil, clk},
+		"no clock":    {time.Minute, task, nil},
+		"zero period": {0, task, clk},
+		"negative":    {-time.Second, task, clk},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := New("test", tc.period, tc.task, clocktesting.NewFakeClock(time.Now()), logr.Discard()); err == nil {
+			if _, err := New("test", tc.period, tc.task, tc.clk, logr.Discard()); err == nil {
 				t.Error("New accepted it")
 			}
 		})
-	}
-	if _, err := New("test", time.Minute, task, nil, logr.Discard()); err == nil {
-		t.Error("New accepted a nil clock")
 	}
 }
