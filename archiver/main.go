@@ -256,8 +256,8 @@ func run() error {
 		log.Info("Audit chain heads are NOT signed: no --audit-signing-key")
 	} else if !clusterWide {
 		log.Info("Audit chain heads are signed by shard 0")
-	} else if err := addPeriodic(mgr, "audit-signer", f.auditDigestPeriod, (&audit.Signer{Records: records, Store: store, Prefix: f.opts.Layout.Prefix,
-		Cluster: f.opts.Cluster, Key: f.signingKey, Clock: clock.RealClock{}}).Pass); err != nil {
+	} else if err := addPeriodic(mgr, "audit-signer", f.auditDigestPeriod, archiver.SignerTask(&audit.Signer{Records: records, Store: store,
+		Prefix: f.opts.Layout.Prefix, Cluster: f.opts.Cluster, Key: f.signingKey, Clock: clock.RealClock{}})); err != nil {
 		return err
 	} else {
 		log.Info("Signing the audit chain head", "period", f.auditDigestPeriod, "keyID", audit.KeyID(f.signingKey.Public().(ed25519.PublicKey)))

@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/objstore"
@@ -23,15 +21,6 @@ import (
 // legalHold reports whether an annotation value places a legal hold (the database decides the
 // same for jobs, in migration 0007).
 func legalHold(v string) bool { return v != "" && v != "false" }
-
-var prunedJobsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "jobvault_archiver_pruned_jobs_total",
-	Help: "Finalized jobs the retention pruner deleted (pruned) or tried to and could not (error: retried at the next period).",
-}, []string{"result"})
-
-func init() {
-	metrics.Registry.MustRegister(prunedJobsTotal)
-}
 
 // PruneRecords is what the pruner reads and writes in the database (implemented by *db.DB).
 type PruneRecords interface {

@@ -18,6 +18,7 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/metrics"
 	"github.com/jobvault/jobvault/pkg/periodic"
 )
 
@@ -41,7 +42,11 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	if opts.CaptureMemory > 0 {
 		opts.Capture.Memory = capture.NewBudget(opts.CaptureMemory)
 	}
+	backends := &backendProbe{}
 	backends.use(deps.Records, deps.Store)
+	if err := metrics.Register(metrics.Registry, heldCollector{deps.Clock}, backends); err != nil {
+		return err
+	}
 	if err := errors.Join(trackHeld(ctx, mgr.GetCache(), &batchv1alpha1.Job{}, heldJobs, jobDue, opts.excluded),
 		trackHeld(ctx, mgr.GetCache(), &corev1.Pod{}, heldPods, podDue, opts.excluded)); err != nil {
 		return fmt.Errorf("watch held finalizers: %w", err)
