@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -274,14 +273,7 @@ func run() error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	// Ready only when both backends answer, so that a rollout waits for a replica that can write
-	// and a monitor sees one that cannot. Leader election does not look at readiness: a replica
-	// whose backends are down may still hold the lease, and then retries until they are back.
-	if err := mgr.AddReadyzCheck("backends", func(req *http.Request) error {
-		return errors.Join(records.Ping(req.Context()), store.Ping(req.Context()))
-	}); err != nil {
-		return err
-	}
+	// Readiness ("backends", the prober's last ping of both backends) comes with SetupWithManager.
 	log.Info("Starting archiver", "store", store.URL(f.opts.Layout.Prefix), "logDeadline", f.opts.LogDeadline, "shard", f.opts.Shard.String())
 	return mgr.Start(ctx)
 }

@@ -1,8 +1,8 @@
 package archiver
 
 // The metrics operations alert on (config/monitoring): what the event counters of pkg/metrics
-// cannot say. How long objects have been waiting for a release, and whether the backends answer,
-// are states, not events: they are gauges computed when Prometheus scrapes.
+// cannot say. How long objects have been waiting for a release is a state, not an event: a gauge
+// computed when Prometheus scrapes. Whether the backends answer is the prober's (probe.go).
 
 import (
 	"context"
@@ -136,52 +136,4 @@ func (c heldCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(metrics.FinalizersHeld, prometheus.GaugeValue, float64(n), kind)
 		ch <- prometheus.MustNewConstMetric(metrics.FinalizerHeldOldestSeconds, prometheus.GaugeValue, oldest.Seconds(), kind)
 	}
-}
-
-// pinger is what both backends offer their readiness checks.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// backendPingTimeout keeps a scrape within Prometheus' default scrape_timeout (10 s): a backend
-// that has not answered by then is down for the alert, rather than the scrape failing.
-const backendPingTimeout = 5 * time.Second
-
-// backendProbe pings the backends at each scrape, as an exporter does: the figure is never older
-// than the scrape, and nothing runs between scrapes.
-type backendProbe struct {
-	mu      sync.Mutex
-	pingers map[string]pinger
-}
-
-func (b *backendProbe) use(records, store any) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.pingers = map[string]pinger{}
-	for name, p := range map[string]any{"database": records, "store": store} {
-		if p, ok := p.(pinger); ok {
-			b.pingers[name] = p
-		}
-	}
-}
-
-func (b *backendProbe) Describe(ch chan<- *prometheus.Desc) { ch <- metrics.BackendUp }
-
-func (b *backendProbe) Collect(ch chan<- prometheus.Metric) {
-	b.mu.Lock()
-	pingers := b.pingers
-	b.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), backendPingTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for name, p := range pingers {
-		wg.Go(func() {
-			up := 0.0
-			if p.Ping(ctx) == nil {
-				up = 1
-			}
-			ch <- prometheus.MustNewConstMetric(metrics.BackendUp, prometheus.GaugeValue, up, name)
-		})
-	}
-	wg.Wait()
 }

@@ -28,7 +28,8 @@ func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, time.Minute)
 }
 
-// SetupWithManager registers the job and pod reconcilers and the pod owner index.
+// SetupWithManager registers the job and pod reconcilers, the pod owner index, the periodic
+// tasks, the archiver's metrics and the readiness check of the backends ("backends").
 func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Options) error {
 	if err := deps.validate(); err != nil {
 		return err
@@ -42,9 +43,16 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	if opts.CaptureMemory > 0 {
 		opts.Capture.Memory = capture.NewBudget(opts.CaptureMemory)
 	}
-	backends := &backendProbe{}
-	backends.use(deps.Records, deps.Store)
+	backends := newProber(deps.Records, deps.Store)
 	if err := metrics.Register(metrics.Registry, heldCollector{deps.Clock}, backends); err != nil {
+		return err
+	}
+	probe, err := periodic.New("backend-prober", probePeriod, backends.probe, deps.Clock, ctrl.Log.WithName("backend-prober"))
+	if err != nil {
+		return err
+	}
+	probe.AllReplicas = true
+	if err := errors.Join(mgr.Add(probe), mgr.AddReadyzCheck("backends", backends.Check)); err != nil {
 		return err
 	}
 	if err := errors.Join(trackHeld(ctx, mgr.GetCache(), &batchv1alpha1.Job{}, heldJobs, jobDue, opts.excluded),

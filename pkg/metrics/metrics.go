@@ -174,7 +174,7 @@ var (
 		"How long the oldest object due for release has held jobvault's finalizer since it became due, by kind (job, pod); 0 when none waits.",
 		kinds)
 	BackendUp = newGaugeDesc("jobvault_archiver_backend_up",
-		"Whether the backend (database, store) answered a ping at this scrape: 1 yes, 0 no.",
+		"Whether the backend (database, store) answered the archiver's last ping (every 10 s, the same that /readyz reports): 1 yes, 0 no.",
 		Label{"backend", []string{"database", "store"}})
 )
 

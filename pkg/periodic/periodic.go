@@ -1,6 +1,7 @@
 // Package periodic runs the archiver's periodic tasks (the untracked-pod sweep, the missed-event
-// sweep, the retention pruner, the audit chain's signer) the one way: on the leader only, with an
-// injected clock, the first pass at start and each next one a period after the previous ended.
+// sweep, the retention pruner, the audit chain's signer, the backends' prober) the one way: on
+// the leader only (the prober on every replica), with an injected clock, the first pass at start
+// and each next one a period after the previous ended.
 package periodic
 
 import (
@@ -17,7 +18,8 @@ import (
 // next period: periodic tasks maintain or repair, and the next pass redoes what this one missed.
 type Task func(ctx context.Context) error
 
-// Runnable is a controller-runtime Runnable that runs Task every Period on the leader.
+// Runnable is a controller-runtime Runnable that runs Task every Period on the leader (on every
+// replica with AllReplicas).
 //
 // The first pass runs at Start, so that a replica restarted more often than the period still
 // runs the task (unless FirstAfterPeriod). The period counts from the end of a pass: passes never
@@ -31,8 +33,11 @@ type Runnable struct {
 	// does by itself (the informers' initial list enqueues every object, as the missed-event
 	// sweep would).
 	FirstAfterPeriod bool
-	Clock            clock.Clock
-	Log              logr.Logger
+	// AllReplicas runs the task on every replica, not only the leader: for what every replica
+	// needs (the backends' prober, which answers each replica's readiness).
+	AllReplicas bool
+	Clock       clock.Clock
+	Log         logr.Logger
 }
 
 // New returns a Runnable of task every period, checked: a nil task or clock, or a period that is
@@ -54,8 +59,9 @@ func New(name string, period time.Duration, task Task, clk clock.Clock, log logr
 	return &Runnable{Name: name, Period: period, Task: task, Clock: clk, Log: log}, nil
 }
 
-// NeedLeaderElection: periodic tasks run on the leader only, as the reconcilers do.
-func (r *Runnable) NeedLeaderElection() bool { return true }
+// NeedLeaderElection: periodic tasks run on the leader only, as the reconcilers do, unless
+// AllReplicas.
+func (r *Runnable) NeedLeaderElection() bool { return !r.AllReplicas }
 
 // Start runs the task until ctx ends, and then returns nil. The task's context carries Log
 // (logr.FromContext).

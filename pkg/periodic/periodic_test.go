@@ -156,6 +156,9 @@ func TestRunnableNeedsTheLease(t *testing.T) {
 	if !r.NeedLeaderElection() {
 		t.Error("NeedLeaderElection = false, want true: periodic tasks run on the leader only")
 	}
+	if r = (&Runnable{AllReplicas: true}); r.NeedLeaderElection() {
+		t.Error("NeedLeaderElection with AllReplicas = true, want false")
+	}
 }
 
 func TestNewRejectsBadInput(t *testing.T) {
