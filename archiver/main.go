@@ -266,7 +266,7 @@ func run() error {
 	} else if !clusterWide {
 		log.Info("Retention pruning is done by shard 0")
 	} else if err := addPeriodic(mgr, "pruner", f.prunePeriod, (&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster,
-		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), HeldNamespaces: archiver.NamespaceHolds(mgr.GetAPIReader()),
+		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), NamespaceHolds: archiver.NamespaceHolds(mgr.GetAPIReader()),
 		Clock: clock.RealClock{}}).Pass); err != nil {
 		return err
 	}

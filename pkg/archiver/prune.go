@@ -18,13 +18,9 @@ import (
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
-// legalHold reports whether an annotation value places a legal hold (the database decides the
-// same for jobs, in migration 0007).
-func legalHold(v string) bool { return v != "" && v != "false" }
-
 // PruneRecords is what the pruner reads and writes in the database (implemented by *db.DB).
 type PruneRecords interface {
-	PruneCandidates(ctx context.Context, cluster string, now time.Time, heldNamespaces []string, limit int) ([]record.PruneCandidate, error)
+	PruneCandidates(ctx context.Context, cluster string, now time.Time, namespaceHolds map[string]string, limit int) ([]record.PruneCandidate, error)
 	RecordPrunes(ctx context.Context, prunes []record.Prune) error
 	DeletePrunedRows(ctx context.Context, jobUIDs []string) (int64, error)
 }
@@ -47,9 +43,10 @@ type Pruner struct {
 	Batch int
 	// Policy describes the retention applied, recorded with each prune (e.g. "--retention 720h0m0s").
 	Policy string
-	// HeldNamespaces returns the namespaces under legal hold (NamespaceHolds); nil: none. A pass
-	// whose holds cannot be read deletes nothing.
-	HeldNamespaces func(ctx context.Context) ([]string, error)
+	// NamespaceHolds returns the jobvault.io/legal-hold annotation of each namespace that has
+	// one (NamespaceHolds); nil: none. The database decides which values hold, for namespaces as
+	// for jobs. A pass whose holds cannot be read deletes nothing.
+	NamespaceHolds func(ctx context.Context) (map[string]string, error)
 	Clock          clock.PassiveClock
 }
 
@@ -69,10 +66,10 @@ func (p *Pruner) Pass(ctx context.Context) error {
 // A job whose objects cannot be deleted yet (a store lock later than its recorded date) keeps its
 // rows and is reported in the error; the others of its batch go on.
 func (p *Pruner) PruneOnce(ctx context.Context) (int, error) {
-	var held []string
-	if p.HeldNamespaces != nil {
+	var held map[string]string
+	if p.NamespaceHolds != nil {
 		var err error
-		if held, err = p.HeldNamespaces(ctx); err != nil {
+		if held, err = p.NamespaceHolds(ctx); err != nil {
 			return 0, fmt.Errorf("read namespace legal holds: %w", err)
 		}
 	}
@@ -179,20 +176,20 @@ func (p *Pruner) deleteObjects(ctx context.Context, keys []string, now time.Time
 	return nil
 }
 
-// NamespaceHolds returns a Pruner.HeldNamespaces that lists the namespaces, uncached, and returns
-// those with a legal hold annotation.
-func NamespaceHolds(reader client.Reader) func(ctx context.Context) ([]string, error) {
-	return func(ctx context.Context) ([]string, error) {
+// NamespaceHolds returns a Pruner.NamespaceHolds that lists the namespaces, uncached, and returns
+// the legal hold annotation of those that have one.
+func NamespaceHolds(reader client.Reader) func(ctx context.Context) (map[string]string, error) {
+	return func(ctx context.Context) (map[string]string, error) {
 		var list corev1.NamespaceList
 		if err := reader.List(ctx, &list); err != nil {
 			return nil, err
 		}
-		var held []string
+		holds := map[string]string{}
 		for _, ns := range list.Items {
-			if legalHold(ns.Annotations[tracking.LegalHoldAnnotation]) {
-				held = append(held, ns.Name)
+			if v, ok := ns.Annotations[tracking.LegalHoldAnnotation]; ok {
+				holds[ns.Name] = v
 			}
 		}
-		return held, nil
+		return holds, nil
 	}
 }

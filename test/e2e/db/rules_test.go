@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
 // appendOnlyTriggers maps each table with an append-only trigger to the function its triggers
@@ -144,5 +145,51 @@ func mustExec(t *testing.T, c *sql.DB, stmt string, args ...any) {
 	t.Helper()
 	if _, err := c.ExecContext(context.Background(), stmt, args...); err != nil {
 		t.Fatalf("%s: %v", stmt, err)
+	}
+}
+
+// TestDBLegalHoldDecidedOnce: what a jobvault.io/legal-hold value means (any value but "" and
+// "false" holds) is decided in one place, jobvault_legal_hold, for a job's annotation (the
+// retention trigger's legal_hold) and a namespace's (PruneCandidates) alike.
+func TestDBLegalHoldDecidedOnce(t *testing.T) {
+	ctx := t.Context()
+	records, c := openAt(t, db.LatestVersion)
+	values := map[string]bool{"": false, "false": false, "true": true, "case 2026-117": true, "False": true, "0": true}
+	for v, want := range values {
+		var got bool
+		if err := c.QueryRowContext(ctx, `SELECT jobvault_legal_hold($1)`, v).Scan(&got); err != nil {
+			t.Fatalf("jobvault_legal_hold(%q): %v", v, err)
+		}
+		if got != want {
+			t.Errorf("jobvault_legal_hold(%q) = %t, want %t", v, got, want)
+		}
+		j := newJob("held-" + v).build()
+		j.Annotations = map[string]string{tracking.LegalHoldAnnotation: v}
+		mustUpsertJob(t, records, j)
+		if n := queryInt(t, c, `SELECT count(*) FROM jobs WHERE uid = $1 AND legal_hold = $2`, j.UID, want); n != 1 {
+			t.Errorf("job annotated %q: legal_hold is not %t", v, want)
+		}
+	}
+
+	// A namespace's value, as the pruner reads it from the API, is decided the same way.
+	for _, ns := range []string{"held", "not-held", "unannotated"} {
+		mustUpsertJob(t, records, newJob(ns).namespace(ns).phase("Completed").build())
+		if _, err := records.FinalizeJob(ctx, record.Finalization{Cluster: "test", JobUID: ns, Location: "s3://b/p/", ArchivedAt: at(time.Hour),
+			ManifestKey: ns + "/manifest.json", RecordDigest: strings.Repeat("a", 64), RetainUntil: at(2 * time.Hour)},
+			func(int64, string) ([]byte, error) { return []byte("{}"), nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cands, err := records.PruneCandidates(ctx, "test", at(3*time.Hour), map[string]string{"held": "case 2026-118", "not-held": "false"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, cand := range cands {
+		got = append(got, cand.Entry.JobUID)
+	}
+	sort.Strings(got)
+	if diff := cmp.Diff([]string{"not-held", "unannotated"}, got); diff != "" {
+		t.Errorf("prune candidates with namespace holds (-want +got):\n%s", diff)
 	}
 }

@@ -1,5 +1,20 @@
--- Undoes version 16: jobvault_refuse_change again for the triggers that let no one delete, and
--- jobvault_append_only as 0005 defined it for those the pruner may delete ('prunable').
+-- Undoes version 16: jobvault_retention_rules as 0007 defined it, without jobvault_legal_hold;
+-- jobvault_refuse_change again for the triggers that let no one delete, and jobvault_append_only
+-- as 0005 defined it for those the pruner may delete ('prunable').
+
+CREATE OR REPLACE FUNCTION jobvault_retention_rules() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.legal_hold := coalesce(NEW.annotations ->> 'jobvault.io/legal-hold', '') NOT IN ('', 'false');
+    IF TG_OP = 'UPDATE' AND OLD.retain_until IS NOT NULL
+       AND (NEW.retain_until IS NULL OR NEW.retain_until < OLD.retain_until) THEN
+        NEW.retain_until := OLD.retain_until;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+DROP FUNCTION jobvault_legal_hold(text);
 
 CREATE FUNCTION jobvault_refuse_change() RETURNS trigger
     LANGUAGE plpgsql AS $$

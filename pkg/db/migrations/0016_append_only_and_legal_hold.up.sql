@@ -1,4 +1,5 @@
--- jobvault schema, version 16: one trigger function keeps rows append-only.
+-- jobvault schema, version 16: one trigger function keeps rows append-only, and one function
+-- decides what a legal hold annotation means.
 --
 -- Versions 4 and 5 had two: jobvault_refuse_change (the audit chain's tables: audit_chain,
 -- audit_digests and, from 7, audit_prunes) refused every change; jobvault_append_only (recorded
@@ -53,3 +54,26 @@ END
 $$;
 
 DROP FUNCTION jobvault_refuse_change();
+
+-- jobvault_legal_hold decides what a jobvault.io/legal-hold annotation value means, for a job's
+-- (jobvault_retention_rules, 0007) and a namespace's (the pruner's candidates, which pkg/db
+-- selects with the namespaces' values) alike: any value but "" and "false" holds. The database
+-- must enforce the hold (the pruner's deletion checks it), so it is the one place that decides.
+CREATE FUNCTION jobvault_legal_hold(value text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT coalesce(value, '') NOT IN ('', 'false') $$;
+
+COMMENT ON FUNCTION jobvault_legal_hold(text) IS
+    'Whether a jobvault.io/legal-hold annotation value places a legal hold: any value but '''' and ''false''. The one place the rule is decided, for jobs and namespaces.';
+
+CREATE OR REPLACE FUNCTION jobvault_retention_rules() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.legal_hold := jobvault_legal_hold(NEW.annotations ->> 'jobvault.io/legal-hold');
+    IF TG_OP = 'UPDATE' AND OLD.retain_until IS NOT NULL
+       AND (NEW.retain_until IS NULL OR NEW.retain_until < OLD.retain_until) THEN
+        NEW.retain_until := OLD.retain_until;
+    END IF;
+    RETURN NEW;
+END
+$$;
