@@ -15,8 +15,8 @@ import (
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
-// resweep finds, every ResweepPeriod, the tracked jobs and pods whose record is behind what the
-// archiver's cache shows, and enqueues them, so that a reconcile that never happened (an event
+// resweep is the missed-event sweep: it finds, every MissedEventSweepPeriod, the tracked jobs and
+// pods whose record is behind what the archiver's cache shows, and enqueues them, so that a reconcile that never happened (an event
 // lost or filtered, a reconcile that ended waiting for an event that never came) is repaired
 // within a period:
 //   - a pod holding the pod finalizer that is finished (ended, being deleted, released by an

@@ -83,15 +83,18 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		return err
 	}
 	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
-	sweep, err := periodic.New("sweep", opts.SweepPeriod, pods.sweep, deps.Clock, ctrl.Log.WithName("sweep"))
+	// Two repair loops: the untracked-pod sweep lists the API server for pods held outside the
+	// cache; the missed-event sweep compares the cache with the records.
+	sweep, err := periodic.New("untracked-pod-sweep", opts.UntrackedPodSweepPeriod, pods.sweep, deps.Clock, ctrl.Log.WithName("untracked-pod-sweep"))
 	if err != nil {
 		return err
 	}
-	missed, err := periodic.New("resweep", opts.ResweepPeriod, resweep.run, deps.Clock, ctrl.Log.WithName("resweep"))
+	missed, err := periodic.New("missed-event-sweep", opts.MissedEventSweepPeriod, resweep.run, deps.Clock, ctrl.Log.WithName("missed-event-sweep"))
 	if err != nil {
 		return err
 	}
-	// The informers' initial list enqueues every object at start: the first resweep waits.
+	// The informers' initial list enqueues every object at start: the first missed-event sweep
+	// waits.
 	missed.FirstAfterPeriod = true
 	if err := errors.Join(mgr.Add(captures), mgr.Add(missed), mgr.Add(sweep)); err != nil {
 		return err

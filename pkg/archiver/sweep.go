@@ -20,7 +20,8 @@ import (
 // sweepPage is how many pods one list request of the sweep returns.
 const sweepPage = 500
 
-// sweep is the periodic task (a periodic.Runnable, on the leader) of sweepOnce.
+// sweep is the untracked-pod sweep: the periodic task (a periodic.Runnable, on the leader,
+// every UntrackedPodSweepPeriod) of sweepOnce.
 func (r *PodReconciler) sweep(ctx context.Context) error {
 	n, err := r.sweepOnce(ctx)
 	if n > 0 {

@@ -141,7 +141,7 @@ var (
 	JobsBackstoppedTotal = newCounter("jobvault_archiver_jobs_backstopped_total",
 		"VcJobs the webhook missed, given their finalizer by the archiver.")
 	ResweepEnqueuedTotal = newCounterVec("jobvault_archiver_resweep_enqueued_total",
-		"Jobs and pods the periodic resweep found behind their record and enqueued, by kind (job, pod). Steady growth means events are being missed.",
+		"Jobs and pods the missed-event sweep (--missed-event-sweep-period) found behind their record and enqueued, by kind (job, pod). Steady growth means events are being missed.",
 		kinds)
 	ReleaseLatencySeconds = newHistogram("jobvault_archiver_release_latency_seconds",
 		"Time from a job's terminal phase to the release of its finalizer.", prometheus.ExponentialBuckets(0.05, 2, 16))
