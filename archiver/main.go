@@ -10,11 +10,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +37,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/cli"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/periodic"
 	"github.com/jobvault/jobvault/pkg/shard"
 )
 
@@ -78,6 +80,45 @@ type flags struct {
 	auditDigestPeriod       time.Duration
 	prunePeriod             time.Duration
 	signingKey              ed25519.PrivateKey
+	// deprecated are the old names of renamed flags that were given (renamedFlags).
+	deprecated []string
+}
+
+// renamedFlags maps the old name of each renamed flag to its name. The old names still work,
+// deprecated: the two repair loops' periods were --sweep-period and --resweep-period, names that
+// did not say how the loops differ.
+var renamedFlags = map[string]string{
+	"sweep-period":   "untracked-pod-sweep-period",
+	"resweep-period": "missed-event-sweep-period",
+}
+
+// aliasFlag is the old name of a renamed flag: it sets the same value.
+type aliasFlag struct{ flag.Value }
+
+// String is the flag's value; "" for the zero aliasFlag the flag package makes for --help.
+func (a *aliasFlag) String() string {
+	if a == nil || a.Value == nil {
+		return ""
+	}
+	return a.Value.String()
+}
+
+// renamed records which deprecated names were given, and refuses a setting given under both
+// its names.
+func (f *flags) renamed(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	var errs []error
+	for _, old := range slices.Sorted(maps.Keys(renamedFlags)) {
+		if !given[old] {
+			continue
+		}
+		f.deprecated = append(f.deprecated, old)
+		if given[renamedFlags[old]] {
+			errs = append(errs, fmt.Errorf("--%s is the deprecated name of --%s: give one", old, renamedFlags[old]))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func parseFlags() (*flags, error) {
@@ -97,8 +138,11 @@ func parseFlags() (*flags, error) {
 	fs.Int64Var(&f.opts.Capture.NodeLogMaxSize, "node-log-max-size", f.opts.Capture.NodeLogMaxSize, "The nodes' log rotation size in bytes (the kubelet's containerLogMaxSize). A container log read only after its end (never followed) that comes within a tenth of it, and a follow stream that lagged and jumped by half of it or more at the container's peak rate (the node's reader skips rotated files a stream is more than one behind), are recorded with a 'possibly rotated before read' gap. 0 turns both checks off.")
 	fs.DurationVar(&f.opts.Retention, "retention", f.opts.Retention, "How long final objects (log objects, job.json, manifest.json) are retained from their pod's or job's finalization: their retain-until date, which --store-lock-mode enforces in the store and after which the pruner deletes the job (--prune-period). A namespace's jobvault.io/retention annotation (a Go duration, e.g. 2160h) overrides it for its jobs and pods. 0: no retain-until date (no lock, never pruned).")
 	fs.BoolVar(&f.opts.Redact, "redact", f.opts.Redact, "Record jobs with every string outside the allow-list of fields audits need (docs/audit.md, Secrets stay out) replaced by a marker, redacted:sha256: and the value's sha256 in hex; --redact=false records them as they are.")
-	fs.DurationVar(&f.opts.SweepPeriod, "sweep-period", f.opts.SweepPeriod, "How often pods that hold the pod finalizer outside the archiver's view (their volcano.sh/job-name label removed) are looked for and let go.")
-	fs.DurationVar(&f.opts.ResweepPeriod, "resweep-period", f.opts.ResweepPeriod, "How often tracked jobs and pods whose record is behind what the archiver's cache shows (a finished pod still held, a running container not captured, a job changed since it was recorded, a finalizable job still held) are looked for and enqueued: repairs events that were missed.")
+	fs.DurationVar(&f.opts.UntrackedPodSweepPeriod, "untracked-pod-sweep-period", f.opts.UntrackedPodSweepPeriod, "How often the leader lists the API server for pods that hold the pod finalizer outside the archiver's view (their volcano.sh/job-name label removed: untracked) and lets them go, the first time at its start.")
+	fs.DurationVar(&f.opts.MissedEventSweepPeriod, "missed-event-sweep-period", f.opts.MissedEventSweepPeriod, "How often the leader compares its cache with the records for tracked jobs and pods whose record is behind (a finished pod still held, a running container not captured, a job changed since it was recorded, a finalizable job still held) and enqueues them: repairs events that were missed.")
+	for _, old := range slices.Sorted(maps.Keys(renamedFlags)) {
+		fs.Var(&aliasFlag{fs.Lookup(renamedFlags[old]).Value}, old, fmt.Sprintf("Deprecated: the old name of --%s.", renamedFlags[old]))
+	}
 	fs.IntVar(&f.opts.PodWorkers, "pod-workers", f.opts.PodWorkers, "Pods reconciled in parallel (captures run beside them, bounded by --max-streams).")
 	fs.IntVar(&f.opts.JobWorkers, "job-workers", f.opts.JobWorkers, "Jobs reconciled in parallel.")
 	fs.StringVar(&f.excludeNamespaces, "exclude-namespaces", strings.Join(f.opts.ExcludeNamespaces, ","), "Comma-separated namespaces whose VcJobs are never tracked (keep in line with the webhook's namespaceSelector).")
@@ -123,6 +167,7 @@ func parseFlags() (*flags, error) {
 	}
 	flag.Parse()
 
+	renamedErr := f.renamed(fs)
 	f.opts.ExcludeNamespaces = splitList(f.excludeNamespaces)
 	f.opts.Namespaces = splitList(f.namespaces)
 	var auditErrs []error
@@ -151,10 +196,19 @@ func parseFlags() (*flags, error) {
 			auditErrs = append(auditErrs, fmt.Errorf("--audit-signing-key: %w", err))
 		}
 	}
-	if err := errors.Join(f.db.Validate(), f.opts.Validate(), f.store.Validate(), shardErr, errors.Join(auditErrs...)); err != nil {
+	if err := errors.Join(f.db.Validate(), f.opts.Validate(), f.store.Validate(), shardErr, renamedErr, errors.Join(auditErrs...)); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return f, nil
+}
+
+// addPeriodic runs task every period on the leader, logged under name.
+func addPeriodic(mgr ctrl.Manager, name string, period time.Duration, task periodic.Task) error {
+	r, err := periodic.New(name, period, task, clock.RealClock{}, ctrl.Log.WithName(name))
+	if err != nil {
+		return err
+	}
+	return mgr.Add(r)
 }
 
 func splitList(s string) []string {
@@ -175,6 +229,9 @@ func run() error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	ctx := ctrl.SetupSignalHandler()
 	log := ctrl.Log.WithName("setup")
+	for _, old := range f.deprecated {
+		log.Info("Deprecated flag name; it still works", "flag", "--"+old, "use", "--"+renamedFlags[old])
+	}
 	// A soft memory limit at 90% of the container's (its cgroup's), unless GOMEMLIMIT is set: the
 	// cache is most of the heap, and the garbage collector alone lets the heap grow to twice what
 	// is live before it collects (100,000 pods: 1.3 GiB of RSS for about 550 MiB live).
@@ -241,8 +298,8 @@ func run() error {
 		log.Info("Audit chain heads are NOT signed: no --audit-signing-key")
 	} else if !clusterWide {
 		log.Info("Audit chain heads are signed by shard 0")
-	} else if err := mgr.Add(&audit.Signer{Records: records, Store: store, Prefix: f.opts.Layout.Prefix, Cluster: f.opts.Cluster, Key: f.signingKey,
-		Period: f.auditDigestPeriod, Clock: clock.RealClock{}, Log: ctrl.Log.WithName("audit-signer")}); err != nil {
+	} else if err := addPeriodic(mgr, "audit-signer", f.auditDigestPeriod, archiver.SignerTask(&audit.Signer{Records: records, Store: store,
+		Prefix: f.opts.Layout.Prefix, Cluster: f.opts.Cluster, Key: f.signingKey, Clock: clock.RealClock{}})); err != nil {
 		return err
 	} else {
 		log.Info("Signing the audit chain head", "period", f.auditDigestPeriod, "keyID", audit.KeyID(f.signingKey.Public().(ed25519.PublicKey)))
@@ -251,22 +308,15 @@ func run() error {
 		log.Info("Retention pruning is off: --prune-period 0")
 	} else if !clusterWide {
 		log.Info("Retention pruning is done by shard 0")
-	} else if err := mgr.Add(&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster, Period: f.prunePeriod,
-		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), HeldNamespaces: archiver.NamespaceHolds(mgr.GetAPIReader()),
-		Clock: clock.RealClock{}, Log: ctrl.Log.WithName("pruner")}); err != nil {
+	} else if err := addPeriodic(mgr, "pruner", f.prunePeriod, (&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster,
+		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), NamespaceHolds: archiver.NamespaceHolds(mgr.GetAPIReader()),
+		Clock: clock.RealClock{}}).Pass); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	// Ready only when both backends answer, so that a rollout waits for a replica that can write
-	// and a monitor sees one that cannot. Leader election does not look at readiness: a replica
-	// whose backends are down may still hold the lease, and then retries until they are back.
-	if err := mgr.AddReadyzCheck("backends", func(req *http.Request) error {
-		return errors.Join(records.Ping(req.Context()), store.Ping(req.Context()))
-	}); err != nil {
-		return err
-	}
+	// Readiness ("backends", the prober's last ping of both backends) comes with SetupWithManager.
 	log.Info("Starting archiver", "store", store.URL(f.opts.Layout.Prefix), "logDeadline", f.opts.LogDeadline, "shard", f.opts.Shard.String())
 	return mgr.Start(ctx)
 }

@@ -15,34 +15,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
-
-// chainLockSeconds is how long each finalization held its cluster's chain head: finalizations
-// are serialized on it, so its sum over a second is the chain's utilisation.
-var chainLockSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-	Name:    "jobvault_archiver_chain_lock_seconds",
-	Help:    "Time each job finalization held the audit chain head locked (finalizations of a cluster are serialized on it).",
-	Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12),
-})
-
-// segmentsSweptTotal counts the segment objects deleted at finalizations: stored, but never
-// recorded or never forgotten (the database failed, or the archiver died, between the two steps).
-var segmentsSweptTotal = prometheus.NewCounter(prometheus.CounterOpts{
-	Name: "jobvault_archiver_segments_swept_total",
-	Help: "Segment objects of finished pods left in the store (stored but never recorded, or never deleted) and deleted when their job was finalized.",
-})
-
-func init() {
-	metrics.Registry.MustRegister(chainLockSeconds, segmentsSweptTotal)
-}
 
 // Sealer finalizes a job's record and archive: it stores job.json, reads the job's rows back,
 // hashes every object of the archive, marks the job archived or released and appends it to the

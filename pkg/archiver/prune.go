@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/objstore"
@@ -20,29 +18,16 @@ import (
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
-// legalHold reports whether an annotation value places a legal hold (the database decides the
-// same for jobs, in migration 0007).
-func legalHold(v string) bool { return v != "" && v != "false" }
-
-var prunedJobsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "jobvault_archiver_pruned_jobs_total",
-	Help: "Finalized jobs the retention pruner deleted (pruned) or tried to and could not (error: retried at the next period).",
-}, []string{"result"})
-
-func init() {
-	metrics.Registry.MustRegister(prunedJobsTotal)
-}
-
 // PruneRecords is what the pruner reads and writes in the database (implemented by *db.DB).
 type PruneRecords interface {
-	PruneCandidates(ctx context.Context, cluster string, now time.Time, heldNamespaces []string, limit int) ([]record.PruneCandidate, error)
+	PruneCandidates(ctx context.Context, cluster string, now time.Time, namespaceHolds map[string]string, limit int) ([]record.PruneCandidate, error)
 	RecordPrunes(ctx context.Context, prunes []record.Prune) error
 	DeletePrunedRows(ctx context.Context, jobUIDs []string) (int64, error)
 }
 
 // Pruner deletes the rows and objects of finalized jobs whose retain-until date (jobs.retain_until,
 // recorded at finalization) has passed and that no legal hold holds, in batches. It runs on the
-// leader only, every Period.
+// leader only, periodically (Pass).
 //
 // The order never leaves a chain entry pointing at deleted data without a record of why: first the
 // prune record (audit_prunes: the job's chain entry, retain-until date, policy and objects), then
@@ -54,46 +39,37 @@ type Pruner struct {
 	Records PruneRecords
 	Store   objstore.Store
 	Cluster string
-	// Period between passes; Batch jobs per batch (100 if 0).
-	Period time.Duration
-	Batch  int
+	// Batch is how many jobs a batch prunes (100 if 0).
+	Batch int
 	// Policy describes the retention applied, recorded with each prune (e.g. "--retention 720h0m0s").
 	Policy string
-	// HeldNamespaces returns the namespaces under legal hold (NamespaceHolds); nil: none. A pass
-	// whose holds cannot be read deletes nothing.
-	HeldNamespaces func(ctx context.Context) ([]string, error)
-	Clock          clock.Clock
-	Log            logr.Logger
+	// NamespaceHolds returns the jobvault.io/legal-hold annotation of each namespace that has
+	// one (NamespaceHolds); nil: none. The database decides which values hold, for namespaces as
+	// for jobs. A pass whose holds cannot be read deletes nothing.
+	NamespaceHolds func(ctx context.Context) (map[string]string, error)
+	Clock          clock.PassiveClock
 }
 
-// NeedLeaderElection: one pruner per cluster.
-func (p *Pruner) NeedLeaderElection() bool { return true }
-
-// Start prunes at once, then every Period until ctx ends. A failed pass is logged and retried at
-// the next tick.
-func (p *Pruner) Start(ctx context.Context) error {
-	for {
-		if n, err := p.PruneOnce(ctx); err != nil {
-			p.Log.Error(err, "Retention pruning failed; retrying at the next period", "pruned", n)
-		} else if n > 0 {
-			p.Log.Info("Pruned finalized jobs past their retain-until date", "jobs", n)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-p.Clock.After(p.Period):
-		}
+// Pass is the pruner's periodic task (a periodic.Runnable, on the leader): one PruneOnce.
+func (p *Pruner) Pass(ctx context.Context) error {
+	n, err := p.PruneOnce(ctx)
+	if err != nil {
+		return fmt.Errorf("retention pruning (%d jobs pruned): %w", n, err)
 	}
+	if n > 0 {
+		logr.FromContextOrDiscard(ctx).Info("Pruned finalized jobs past their retain-until date", "jobs", n)
+	}
+	return nil
 }
 
 // PruneOnce deletes every job prunable now, a batch at a time, and returns how many it deleted.
 // A job whose objects cannot be deleted yet (a store lock later than its recorded date) keeps its
 // rows and is reported in the error; the others of its batch go on.
 func (p *Pruner) PruneOnce(ctx context.Context) (int, error) {
-	var held []string
-	if p.HeldNamespaces != nil {
+	var held map[string]string
+	if p.NamespaceHolds != nil {
 		var err error
-		if held, err = p.HeldNamespaces(ctx); err != nil {
+		if held, err = p.NamespaceHolds(ctx); err != nil {
 			return 0, fmt.Errorf("read namespace legal holds: %w", err)
 		}
 	}
@@ -200,20 +176,20 @@ func (p *Pruner) deleteObjects(ctx context.Context, keys []string, now time.Time
 	return nil
 }
 
-// NamespaceHolds returns a Pruner.HeldNamespaces that lists the namespaces, uncached, and returns
-// those with a legal hold annotation.
-func NamespaceHolds(reader client.Reader) func(ctx context.Context) ([]string, error) {
-	return func(ctx context.Context) ([]string, error) {
+// NamespaceHolds returns a Pruner.NamespaceHolds that lists the namespaces, uncached, and returns
+// the legal hold annotation of those that have one.
+func NamespaceHolds(reader client.Reader) func(ctx context.Context) (map[string]string, error) {
+	return func(ctx context.Context) (map[string]string, error) {
 		var list corev1.NamespaceList
 		if err := reader.List(ctx, &list); err != nil {
 			return nil, err
 		}
-		var held []string
+		holds := map[string]string{}
 		for _, ns := range list.Items {
-			if legalHold(ns.Annotations[tracking.LegalHoldAnnotation]) {
-				held = append(held, ns.Name)
+			if v, ok := ns.Annotations[tracking.LegalHoldAnnotation]; ok {
+				holds[ns.Name] = v
 			}
 		}
-		return held, nil
+		return holds, nil
 	}
 }

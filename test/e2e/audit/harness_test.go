@@ -64,7 +64,7 @@ func newChainRig(t testing.TB) *chainRig {
 	clk := testingclock.NewFakeClock(base)
 	r := &chainRig{Records: records, DSN: dsn, Store: store, Clock: clk, Pub: pub,
 		Sealer: archiver.Sealer{Records: records, Store: store, Layout: archive.Layout{Prefix: prefix}, Cluster: "eu-1"}}
-	r.Signer = &audit.Signer{Records: records, Store: store, Prefix: prefix, Cluster: "eu-1", Key: key, Period: time.Hour, Clock: clk}
+	r.Signer = &audit.Signer{Records: records, Store: store, Prefix: prefix, Cluster: "eu-1", Key: key, Clock: clk}
 	return r
 }
 

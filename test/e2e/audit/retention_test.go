@@ -41,7 +41,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 	ctx := t.Context()
 
 	// Job 1 gets a legal hold by annotation (as the archiver's upsert of the VcJob would record
-	// it); job 2's namespace (team-2) is held.
+	// it); job 2's namespace (team-2) is held, job 3's (team-3) says "false".
 	held, nsHeld := r.Refs[1], r.Refs[2]
 	j, err := r.Records.Job(ctx, held.UID)
 	if err != nil {
@@ -52,7 +52,10 @@ func TestAuditRetentionPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	pruner := &archiver.Pruner{Records: r.Records, Store: fsStore, Cluster: "eu-1", Batch: 2, Policy: "--retention 720h0m0s", Clock: r.Clock,
-		HeldNamespaces: func(ctx context.Context) ([]string, error) { return []string{nsHeld.Namespace}, nil }}
+		NamespaceHolds: func(ctx context.Context) (map[string]string, error) {
+			// The database decides what the values mean: team-3's "false" holds nothing.
+			return map[string]string{nsHeld.Namespace: "case 2026-118", r.Refs[3].Namespace: "false"}, nil
+		}}
 
 	// The recorded date is the lock's: the manifest file's modification time (fs lock date).
 	c := r.superuser(t)

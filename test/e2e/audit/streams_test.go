@@ -96,7 +96,7 @@ func TestStreamsIndexSealed(t *testing.T) {
 	// Pruned at retention: the index goes with the log.
 	r.Clock.SetTime(base.Add(retention + 24*time.Hour))
 	pruner := &archiver.Pruner{Records: r.Records, Store: fsStore, Cluster: "eu-1", Batch: 2, Policy: "--retention 720h0m0s", Clock: r.Clock,
-		HeldNamespaces: func(context.Context) ([]string, error) { return nil, nil }}
+		NamespaceHolds: func(context.Context) (map[string]string, error) { return nil, nil }}
 	if n, err := pruner.PruneOnce(ctx); err != nil || n != 2 {
 		t.Fatalf("prune: %d jobs, %v; want 2", n, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/jobvault/jobvault/pkg/metrics"
 )
 
 // metric is one Prometheus series family a program defines.
@@ -19,8 +21,13 @@ type metric struct {
 	Where            string // the file that defines it, relative to the module root
 }
 
-// metricDirs are the directories whose collectors are documented.
+// metricDirs are the directories whose collectors are documented. The archiver's own series are
+// defined in pkg/metrics, which describes them itself (metrics.Definitions, with each label's
+// values): they are read from there, not parsed.
 var metricDirs = []string{"pkg", "archiver", "webhook"}
+
+// definedDir is pkg/metrics, skipped by the parse.
+var definedDir = filepath.Join("pkg", "metrics")
 
 // constructors are client_golang's constructors and the type of what each makes; NewDesc's type
 // comes from the const metrics made of it.
@@ -46,8 +53,14 @@ func metricsOf(root string) ([]metric, error) {
 		names := map[*ast.File]string{}
 		fset := token.NewFileSet()
 		err := filepath.WalkDir(filepath.Join(root, d), func(path string, e fs.DirEntry, err error) error {
-			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			if err != nil {
 				return err
+			}
+			if e.IsDir() && path == filepath.Join(root, definedDir) {
+				return filepath.SkipDir
+			}
+			if e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
 			}
 			f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
 			if err != nil {
@@ -69,8 +82,23 @@ func metricsOf(root string) ([]metric, error) {
 			out = append(out, ms...)
 		}
 	}
+	out = append(out, definedMetrics()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// definedMetrics are the archiver's series as pkg/metrics defines them, each label with the
+// values it takes.
+func definedMetrics() []metric {
+	var out []metric
+	for _, d := range metrics.Definitions() {
+		m := metric{Name: d.Name, Type: d.Type, Help: d.Help, Where: filepath.ToSlash(filepath.Join(definedDir, "metrics.go"))}
+		for _, l := range d.Labels {
+			m.Labels = append(m.Labels, l.Name+" ("+strings.Join(l.Values, ", ")+")")
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // packageMetrics finds the metrics one package's files define.
