@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -31,6 +32,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
+	"github.com/jobvault/jobvault/pkg/apiserver"
 	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/audit"
 	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
@@ -41,11 +43,19 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit") {
+	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit" || os.Args[1] == "api") {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		command := cli.Main
-		if os.Args[1] == "audit" {
+		switch os.Args[1] {
+		case "audit":
 			command = auditcli.Main
+		case "api":
+			// The archive as an aggregated Kubernetes API, read-only (issue 27): a mode of this
+			// binary, so that one image ships it with the same --db-* and --store-* flags; it
+			// runs as its own Deployment with its own database role and store credentials.
+			command = func(ctx context.Context, args []string, _, stderr io.Writer) int {
+				return apiserver.Main(ctx, args, stderr)
+			}
 		}
 		code := command(ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
