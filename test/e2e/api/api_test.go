@@ -74,7 +74,7 @@ func bind(t *testing.T, env *testbed.Env, ns, user string, role rbacv1.RoleRef) 
 // TestArchiveAPI: a user with view in namespace A lists and reads A's archived jobs and their
 // logs (byte-exact, by name and by UID after the job was deleted) through the kube-apiserver,
 // and is refused namespace B; a user who may get VcJobs but not pods/log sees the jobs, not the
-// logs; kubectl get prints the table.
+// logs; kubectl get prints the table; kubectl-jobvault does the same reads.
 func TestArchiveAPI(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendS3)
 	env := s.Env
@@ -250,6 +250,10 @@ func TestArchiveAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("kubectl jobvault gets jobs and prints logs", func(t *testing.T) {
+		pluginProofs(t, s.NS, nsB, uid, viewer, want)
+	})
+
 	t.Run("kubectl get prints the table", func(t *testing.T) {
 		out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", viewer.kubeconfig, "get", "archivedjobs", "-n", s.NS).CombinedOutput()
 		if err != nil {
@@ -265,6 +269,47 @@ func TestArchiveAPI(t *testing.T) {
 			t.Errorf("kubectl get archivedjobs -n B: %v\n%s\nwant Error from server (Forbidden)", err, out)
 		}
 	})
+}
+
+// pluginProofs runs kubectl-jobvault as the viewer: it lists the namespace's jobs as a table and
+// as JSON in pages, prints a deleted job's log byte-exact by name and by UID, and reports a
+// refusal as kubectl does.
+func pluginProofs(t *testing.T, ns, nsB, uid string, viewer reader, want map[string][]byte) {
+	bin := testbed.GoBuild(t, "./archiver/kubectl-jobvault")
+	run := func(args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		cmd := exec.CommandContext(t.Context(), bin, append([]string{"--kubeconfig", viewer.kubeconfig}, args...)...)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		return out.String(), errOut.String(), err
+	}
+	out, errOut, err := run("-n", ns, "get", "jobs")
+	if header := strings.Fields(strings.SplitN(out, "\n", 2)[0]); err != nil || strings.Join(header, " ") != "NAME PHASE ARCHIVE SUBMITTER AGE FINISHED" ||
+		!strings.Contains(out, "vault-a") || !strings.Contains(out, "vault-b") {
+		t.Errorf("kubectl jobvault get jobs: %v\n%s%s\nwant the table with vault-a and vault-b", err, out, errOut)
+	}
+	out, errOut, err = run("-n", ns, "get", "jobs", "--state=archived", "--submitter=alice", "--since=1h", "-o", "json", "--chunk-size=1")
+	var list v1alpha1.ArchivedJobList
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &list)
+	}
+	if err != nil || len(list.Items) != 2 {
+		t.Errorf("kubectl jobvault get jobs -o json in pages of 1: %v, %d jobs, want 2\n%s", err, len(list.Items), errOut)
+	}
+	for _, id := range []string{"job/vault-a", "job/" + uid} {
+		out, errOut, err = run("-n", ns, "logs", id)
+		if err != nil || out != string(want["vault-a"]) {
+			t.Errorf("kubectl jobvault logs %s: %v, %d bytes %q, want the %d archived\n%s", id, err, len(out), clip([]byte(out)), len(want["vault-a"]), errOut)
+		}
+	}
+	out, errOut, err = run("-n", nsB, "get", "jobs")
+	if err == nil || !strings.HasPrefix(errOut, "Error from server (Forbidden): ") || strings.Contains(errOut, "goroutine") {
+		t.Errorf("kubectl jobvault get jobs -n B: %v\n%s%s\nwant Error from server (Forbidden)", err, out, errOut)
+	}
+	out, errOut, err = run("-n", nsB, "logs", "job/vault-a")
+	if err == nil || !strings.HasPrefix(errOut, "Error from server (Forbidden): ") {
+		t.Errorf("kubectl jobvault logs -n B: %v\n%s%s\nwant Error from server (Forbidden)", err, out, errOut)
+	}
 }
 
 // waitViewAggregated waits until kube-controller-manager has aggregated config/apiserver's
