@@ -68,6 +68,39 @@ func configureFrontProxy(api *envtest.APIServer, dir string) error {
 	return nil
 }
 
+// auditPolicy records every request to jobvault's archive API (who read which archived job and
+// log) and nothing else, so that the log stays small.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources:
+  - group: archive.jobvault.io
+- level: None
+`
+
+// configureAudit writes auditPolicy into dir and has kube-apiserver log the requests it selects,
+// as JSON lines, to AuditLogPath.
+func configureAudit(api *envtest.APIServer, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create audit dir: %w", err)
+	}
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return fmt.Errorf("write audit policy: %w", err)
+	}
+	args := api.Configure()
+	args.Set("audit-policy-file", policy)
+	args.Set("audit-log-path", filepath.Join(dir, "audit.log"))
+	args.Set("audit-log-format", "json")
+	return nil
+}
+
+// AuditLogPath is the kube-apiserver's audit log: a JSON event per line for every request to
+// the archive API (archive.jobvault.io), with the user who made it.
+func (e *Env) AuditLogPath() string { return filepath.Join(WorkDir(), "audit", "audit.log") }
+
 // APIService describes an aggregated API served by a process of the test on 127.0.0.1.
 type APIService struct {
 	Group, Version string

@@ -169,6 +169,9 @@ func startCluster() (*Env, error) {
 	if err := configureFrontProxy(api, filepath.Join(work, "front-proxy")); err != nil {
 		return nil, fmt.Errorf("testbed part kube-apiserver: front-proxy certificates: %w", err)
 	}
+	if err := configureAudit(api, filepath.Join(work, "audit")); err != nil {
+		return nil, fmt.Errorf("testbed part kube-apiserver: audit: %w", err)
+	}
 	api.Out, api.Err = logFile("kube-apiserver")
 	e.ControlPlane.Etcd = &envtest.Etcd{}
 	e.ControlPlane.Etcd.Out, e.ControlPlane.Etcd.Err = logFile("etcd")

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,8 +148,10 @@ func TestArchiveAPI(t *testing.T) {
 				break
 			}
 		}
+		// Oldest first, by creation (whole seconds) then UID: the two jobs may share a second.
+		slices.Sort(names)
 		if strings.Join(names, ",") != "vault-a,vault-b" {
-			t.Errorf("pages listed %v, want vault-a then vault-b", names)
+			t.Errorf("pages listed %v, want vault-a and vault-b once each", names)
 		}
 		raw, err := viewer.get(ctx, url.Values{"fieldSelector": {"spec.submitter=alice,status.archiveState=archived,metadata.name=vault-b"}}, "namespaces", s.NS, "archivedjobs")
 		var list v1alpha1.ArchivedJobList
@@ -250,6 +254,16 @@ func TestArchiveAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("the kube-apiserver's audit log names who read which log", func(t *testing.T) {
+		deadline := time.Now().Add(30 * time.Second)
+		for !audited(t, env.AuditLogPath(), viewer.name, s.NS, "vault-a", "log") {
+			if time.Now().After(deadline) {
+				t.Fatalf("no audit event of %s reading the log of %s/vault-a in %s", viewer.name, s.NS, env.AuditLogPath())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
 	t.Run("kubectl jobvault gets jobs and prints logs", func(t *testing.T) {
 		pluginProofs(t, s.NS, nsB, uid, viewer, want)
 	})
@@ -310,6 +324,35 @@ func pluginProofs(t *testing.T, ns, nsB, uid string, viewer reader, want map[str
 	if err == nil || !strings.HasPrefix(errOut, "Error from server (Forbidden): ") {
 		t.Errorf("kubectl jobvault logs -n B: %v\n%s%s\nwant Error from server (Forbidden)", err, out, errOut)
 	}
+}
+
+// audited reports whether the audit log at path holds an allowed get by user of the archived
+// job's subresource in namespace ns.
+func audited(t *testing.T, path, user, ns, name, subresource string) bool {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read the audit log: %v", err)
+	}
+	for line := range strings.Lines(string(raw)) {
+		var e struct {
+			Stage     string                    `json:"stage"`
+			User      struct{ Username string } `json:"user"`
+			ObjectRef struct {
+				Resource, Namespace, Name, Subresource, APIGroup string
+			} `json:"objectRef"`
+			ResponseStatus struct{ Code int } `json:"responseStatus"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		o := e.ObjectRef
+		if e.Stage == "ResponseComplete" && e.User.Username == user && o.APIGroup == v1alpha1.GroupName && o.Resource == v1alpha1.Resource &&
+			o.Namespace == ns && o.Name == name && o.Subresource == subresource && e.ResponseStatus.Code == 200 {
+			return true
+		}
+	}
+	return false
 }
 
 // waitViewAggregated waits until kube-controller-manager has aggregated config/apiserver's
