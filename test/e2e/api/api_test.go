@@ -93,6 +93,16 @@ func TestArchiveAPI(t *testing.T) {
 		want[job.Name] = testbed.Bytes(logs[testbed.PodName(job.Name, "worker", 0)]["main"].Current)
 		stack.CreateAs(t, env, "alice", job)
 	}
+	// vault-c: two containers, each restarted once: every run is an instance of its own.
+	multi := testbed.Job(s.NS, "vault-c").Task("main", 1, []string{"app", "sidecar"}, testbed.RestartsOnce()).Obj()
+	multiPod := testbed.PodName(multi.Name, "main", 0)
+	multiLogs := map[string]testbed.ContainerLogs{
+		"app":     {Current: stack.SampleChunks(multiPod + "/app"), Previous: []testbed.Chunk{{Stream: "stderr", Data: []byte("app crashed ✗\n")}}},
+		"sidecar": {Current: stack.SampleChunks(multiPod + "/sidecar"), Previous: []testbed.Chunk{{Stream: "stdout", Data: []byte("sidecar first run\n")}}},
+	}
+	env.SetPodLogs(t, s.NS, multiPod, multiLogs)
+	stack.CreateAs(t, env, "alice", multi)
+	jobs = append(jobs, multi)
 	for _, job := range jobs {
 		s.WaitArchived(t, job, 3*time.Minute)
 	}
@@ -150,8 +160,8 @@ func TestArchiveAPI(t *testing.T) {
 		}
 		// Oldest first, by creation (whole seconds) then UID: the two jobs may share a second.
 		slices.Sort(names)
-		if strings.Join(names, ",") != "vault-a,vault-b" {
-			t.Errorf("pages listed %v, want vault-a and vault-b once each", names)
+		if strings.Join(names, ",") != "vault-a,vault-b,vault-c" {
+			t.Errorf("pages listed %v, want vault-a, vault-b and vault-c once each", names)
 		}
 		raw, err := viewer.get(ctx, url.Values{"fieldSelector": {"spec.submitter=alice,status.archiveState=archived,metadata.name=vault-b"}}, "namespaces", s.NS, "archivedjobs")
 		var list v1alpha1.ArchivedJobList
@@ -223,6 +233,46 @@ func TestArchiveAPI(t *testing.T) {
 		}
 		if raw, err := viewer.get(ctx, url.Values{"container": {"sidecar"}}, "namespaces", s.NS, "archivedjobs", "vault-b", "log"); !apierrors.IsNotFound(err) {
 			t.Errorf("log of a container never recorded: %v %s, want NotFound", err, raw)
+		}
+	})
+
+	t.Run("viewer reads every run of every container", func(t *testing.T) {
+		raw, err := viewer.get(ctx, nil, "namespaces", s.NS, "archivedjobs", "vault-c")
+		if err != nil {
+			t.Fatalf("get vault-c: %v (%s)", err, raw)
+		}
+		var job v1alpha1.ArchivedJob
+		mustJSON(t, raw, &job)
+		var got []string
+		for _, p := range job.Status.Pods {
+			for _, c := range p.Containers {
+				for _, i := range c.Instances {
+					got = append(got, fmt.Sprintf("%s/%s/%s:%s", p.Name, c.Name, i.Name, i.State))
+				}
+			}
+		}
+		slices.Sort(got)
+		wantRuns := []string{multiPod + "/app/current:stored", multiPod + "/app/previous-1:stored",
+			multiPod + "/sidecar/current:stored", multiPod + "/sidecar/previous-1:stored"}
+		if !slices.Equal(got, wantRuns) {
+			t.Errorf("vault-c's runs %v, want %v", got, wantRuns)
+		}
+		for _, c := range []struct {
+			q    url.Values
+			want []byte
+		}{
+			{url.Values{"container": {"app"}, "previous": {"true"}}, testbed.Bytes(multiLogs["app"].Previous)},
+			{url.Values{"container": {"sidecar"}, "instance": {"previous-1"}}, testbed.Bytes(multiLogs["sidecar"].Previous)},
+			{url.Values{"container": {"sidecar"}}, testbed.Bytes(multiLogs["sidecar"].Current)},
+		} {
+			raw, err := viewer.get(ctx, c.q, "namespaces", s.NS, "archivedjobs", "vault-c", "log")
+			if err != nil || !bytes.Equal(raw, c.want) {
+				t.Errorf("log of vault-c with %v: %v %q, want %q", c.q, err, clip(raw), clip(c.want))
+			}
+		}
+		raw, err = viewer.get(ctx, nil, "namespaces", s.NS, "archivedjobs", "vault-c", "log")
+		if !apierrors.IsBadRequest(err) || !strings.Contains(string(raw), "choose one of: [app sidecar]") {
+			t.Errorf("log of vault-c without a container: %v %s, want BadRequest naming app and sidecar", err, raw)
 		}
 	})
 
@@ -307,14 +357,18 @@ func pluginProofs(t *testing.T, ns, nsB, uid string, viewer reader, want map[str
 	if err == nil {
 		err = json.Unmarshal([]byte(out), &list)
 	}
-	if err != nil || len(list.Items) != 2 {
-		t.Errorf("kubectl jobvault get jobs -o json in pages of 1: %v, %d jobs, want 2\n%s", err, len(list.Items), errOut)
+	if err != nil || len(list.Items) != 3 {
+		t.Errorf("kubectl jobvault get jobs -o json in pages of 1: %v, %d jobs, want 3\n%s", err, len(list.Items), errOut)
 	}
 	for _, id := range []string{"job/vault-a", "job/" + uid} {
 		out, errOut, err = run("-n", ns, "logs", id)
 		if err != nil || out != string(want["vault-a"]) {
 			t.Errorf("kubectl jobvault logs %s: %v, %d bytes %q, want the %d archived\n%s", id, err, len(out), clip([]byte(out)), len(want["vault-a"]), errOut)
 		}
+	}
+	out, errOut, err = run("-n", ns, "logs", "job/vault-c", "-c", "app", "--previous")
+	if err != nil || out != "app crashed ✗\n" {
+		t.Errorf("kubectl jobvault logs job/vault-c -c app --previous: %v, %q\n%s", err, out, errOut)
 	}
 	out, errOut, err = run("-n", nsB, "get", "jobs")
 	if err == nil || !strings.HasPrefix(errOut, "Error from server (Forbidden): ") || strings.Contains(errOut, "goroutine") {
