@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/google/go-cmp/cmp"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -15,6 +19,8 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/inspect"
+	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
@@ -196,3 +202,82 @@ func TestMirrorAuthorizes(t *testing.T) {
 		}
 	}
 }
+
+// TestLogStreamMemoryFlat streams a 256 MiB log (gzip in the fs store) through the log
+// subresource's streamer, whole and tailed (two passes), one line of it 64 MiB long: the heap
+// stays within a few MiB of where it started, whatever the log's size.
+func TestLogStreamMemoryFlat(t *testing.T) {
+	const size = 256 << 20
+	store, err := objstore.New(t.Context(), objstore.Config{Backend: objstore.BackendFS, FSRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		zw, _ := gzip.NewWriterLevel(pw, gzip.BestSpeed)
+		line := bytes.Repeat([]byte("0123456789abcdef"), 1<<10) // 16 KiB
+		line[len(line)-1] = '\n'
+		written := 0
+		for written < size-(64<<20) {
+			n, _ := zw.Write(line)
+			written += n
+		}
+		long := bytes.Repeat([]byte("x"), 1<<20)
+		for range 64 { // one 64 MiB line without newline at the end
+			n, _ := zw.Write(long)
+			written += n
+		}
+		pw.CloseWithError(zw.Close())
+	}()
+	if err := store.Put(t.Context(), "log.gz", pr, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	two := int64(2)
+	for _, tail := range []*int64{nil, &two} {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		peak := make(chan uint64)
+		done := make(chan struct{})
+		go func() {
+			var m runtime.MemStats
+			var top uint64
+			for {
+				select {
+				case <-done:
+					peak <- top
+					return
+				case <-time.After(5 * time.Millisecond):
+					runtime.ReadMemStats(&m)
+					top = max(top, m.HeapInuse)
+				}
+			}
+		}()
+		s := &logStream{store: store, log: inspect.Log{Key: "log.gz"}, tail: tail}
+		counted := &lineCounter{}
+		n := int64(0)
+		err := s.copy(t.Context(), writerFunc(func(p []byte) (int, error) {
+			n += int64(len(p))
+			return counted.Write(p)
+		}))
+		close(done)
+		top := <-peak
+		if err != nil {
+			t.Fatalf("copy (tail %v): %v", tail, err)
+		}
+		wantBytes := int64(size)
+		if tail != nil {
+			wantBytes = 16<<10 + 64<<20 // the last 16 KiB line and the long one
+		}
+		if n != wantBytes {
+			t.Errorf("copy (tail %v): %d bytes, want %d", tail, n, wantBytes)
+		}
+		if grew := int64(top) - int64(before.HeapInuse); grew > 16<<20 {
+			t.Errorf("copy (tail %v) of a %d MiB log: the heap grew by %d MiB, want less than 16", tail, size>>20, grew>>20)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
