@@ -67,7 +67,7 @@ var runAsPrinted = map[string]string{
 // notYetRun are the sections whose commands no test runs as printed yet, and why: each is listed
 // by this test's log, so that the gap stays in sight.
 var notYetRun = map[string]string{
-	"docs/audit.md#Verify the chain":             "needs a demo archiver that signs the chain head with a key whose pub.pem is at hand; `archiver audit verify` is proved by test/e2e/audit and stack.Rig.AuditVerify",
+	"docs/audit.md#Verify the chain":             "needs a demo archiver that signs the chain head with a key whose pub.pem is at hand; `archiver audit verify` is proved by test/integration/audit and stack.Rig.AuditVerify",
 	"docs/install-helm.md#Install":               helmNotRun,
 	"docs/install-helm.md#Values":                helmNotRun,
 	"docs/install-helm.md#Upgrade and uninstall": helmNotRun,

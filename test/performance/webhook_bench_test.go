@@ -1,4 +1,4 @@
-package bench
+package performance
 
 import (
 	"bytes"
@@ -169,7 +169,7 @@ var (
 // -create-rates, with our webhook and the floors of any webhook (see createArms). The jobs use a
 // queue that does not exist (absentQueue), so Volcano does no work for them.
 //
-// The flags go after the package: go test -run '^$' -bench CreateVcJob -benchtime 1000x ./test/e2e/bench -create-rates=10,20
+// The flags go after the package: go test -run '^$' -bench CreateVcJob -benchtime 1000x ./test/performance -create-rates=10,20
 func BenchmarkCreateVcJob(b *testing.B) {
 	var rates []float64
 	for _, f := range strings.Split(*createRates, ",") {

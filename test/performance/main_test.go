@@ -3,7 +3,7 @@
 // capture throughput against a raw pods/log copy, and its release latency; the node agent against
 // the API capture on the real node (BenchmarkAgent). Their targets are in targets.yaml, each
 // once; its only test (TestTargets) reads that file, so `go test ./...` starts nothing here.
-package bench
+package performance
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package bench
+package performance
 
 // What the benchmarks measure, in one place: processes and the machine from /proc, the API
 // server from its /metrics, latencies as quantiles.

@@ -1,4 +1,4 @@
-package bench
+package performance
 
 // The database at audit scale (issue 13 item 5): docs/audit.md's audit queries, keyset pagination
 // 1,000 pages deep and deleting a month of history, on 1M jobs, 10M transitions and 20M log rows
