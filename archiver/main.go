@@ -32,7 +32,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
-	"github.com/jobvault/jobvault/pkg/apiserver"
 	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/cli"
@@ -43,18 +42,9 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit" || os.Args[1] == "api") {
+	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit") {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := 0
-		switch os.Args[1] {
-		case "api":
-			// The archive as an aggregated Kubernetes API, read-only (issue 27): a mode of this
-			// binary, so that one image ships it with the same --db-* and --store-* flags; it
-			// runs as its own Deployment with its own database role and store credentials.
-			code = apiserver.Main(ctx, os.Args[2:], os.Stderr)
-		default:
-			code = cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
-		}
+		code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
@@ -172,7 +162,7 @@ func parseFlags() (*flags, error) {
 	f.opts.Layout.BindFlags(fs)
 	f.zap.BindFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage:\n  archiver [flags]              run the controller\n  archiver logs COMMAND ...     read archived logs back (ls, cat, verify); archiver logs --help\n  archiver audit COMMAND ...    the audit chain (verify, export); archiver audit --help\n  archiver api [flags]          the archive as the aggregated API archive.jobvault.io; archiver api --help\n  archiver agent [flags]        the node agent: capture logs from the node's files; archiver agent --help\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), "Usage:\n  archiver [flags]              run the controller\n  archiver logs COMMAND ...     read archived logs back (ls, cat, verify); archiver logs --help\n  archiver audit COMMAND ...    the audit chain (verify, export); archiver audit --help\n  archiver agent [flags]        the node agent: capture logs from the node's files; archiver agent --help\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	flag.Parse()

@@ -6,7 +6,7 @@
 // read of the live objects is (see mirror). It reads the database as the read-only
 // jobvault_reader role and the store with read-only credentials.
 //
-// It runs as `archiver api` (Main).
+// It runs as the program apiserver (archiver/apiserver, Main).
 package apiserver
 
 import (
@@ -193,11 +193,11 @@ func Run(ctx context.Context, o *Options) error {
 	return server.PrepareRun().RunWithContext(ctx)
 }
 
-// Main is `archiver api`: it parses args, validates every option and serves until ctx ends. It
+// Main is the apiserver program: it parses args, validates every option and serves until ctx ends. It
 // returns the process's exit code.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	o := NewOptions()
-	fs := pflag.NewFlagSet("archiver api", pflag.ContinueOnError)
+	fs := pflag.NewFlagSet("apiserver", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -207,11 +207,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "archiver api: invalid configuration:\n%v\n", err)
+		fmt.Fprintf(stderr, "apiserver: invalid configuration:\n%v\n", err)
 		return 2
 	}
 	if err := Run(ctx, o); err != nil {
-		fmt.Fprintln(stderr, "archiver api:", err)
+		fmt.Fprintln(stderr, "apiserver:", err)
 		return 1
 	}
 	return 0

@@ -1,5 +1,5 @@
 // Package plugin is kubectl-jobvault, the kubectl plugin that reads jobvault's archive through
-// the archive API (archive.jobvault.io, served by `archiver api`) with the user's own kubeconfig
+// the archive API (archive.jobvault.io, served by the apiserver program) with the user's own kubeconfig
 // and context, as kubectl reads live objects: `kubectl jobvault get jobs` and `kubectl jobvault
 // logs job/NAME`. Errors read as kubectl's (`Error from server (Forbidden): …`).
 package plugin

@@ -23,13 +23,13 @@ import (
 // APIUser is the identity the archive API server runs as, with config/apiserver's RBAC.
 const APIUser = "system:serviceaccount:jobvault-system:jobvault-api"
 
-// API is the archive API server (`archiver api`) of a rig, registered with the aggregator.
+// API is the archive API server (archiver/apiserver) of a rig, registered with the aggregator.
 type API struct {
 	Proc *testbed.Process
 	Port int
 }
 
-// StartAPI runs `archiver api` for the rig's database, as the read-only jobvault_reader role,
+// StartAPI runs the apiserver program for the rig's database, as the read-only jobvault_reader role,
 // and store, serving on 127.0.0.1 with a certificate minted into the test's temp dir, and
 // registers it as archive.jobvault.io/v1alpha1 (an ExternalName Service of localhost, as the
 // testbed reaches aggregated servers). It runs as APIUser with the RBAC of config/apiserver for
@@ -51,7 +51,7 @@ func StartAPI(t testing.TB, s *Rig) *API {
 		t.Fatal(err)
 	}
 	a := &API{Port: testbed.FreePort(t)}
-	args := []string{"api", "--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(a.Port),
+	args := []string{"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(a.Port),
 		"--tls-cert-file=" + filepath.Join(dir, certgen.CertFile), "--tls-private-key-file=" + filepath.Join(dir, certgen.KeyFile),
 		"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
 		"--db-dsn=" + LoginRole(t, s.DSN, "jobvault_reader")}
@@ -61,9 +61,9 @@ func StartAPI(t testing.TB, s *Rig) *API {
 			args = append(args, arg)
 		}
 	}
-	cmd := exec.Command(testbed.GoBuild(t, "./archiver"), args...)
+	cmd := exec.Command(testbed.GoBuild(t, "./archiver/apiserver"), args...)
 	cmd.Env = append(os.Environ(), s.Environ...)
-	a.Proc = testbed.Start(t, "archiver-api", cmd)
+	a.Proc = testbed.Start(t, "apiserver", cmd)
 	s.Env.RegisterAPIService(t, testbed.APIService{Group: v1alpha1.GroupName, Version: v1alpha1.SchemeGroupVersion.Version,
 		Port: a.Port, Service: "jobvault-api", Namespace: "jobvault-system", CABundle: serving.CACert})
 	return a

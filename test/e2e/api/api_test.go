@@ -1,4 +1,4 @@
-// Package api proves the archive API (archiver api, issue 27) on the testbed: the real
+// Package api proves the archive API (the apiserver program, issue 27) on the testbed: the real
 // kube-apiserver reaches it through the aggregator (an APIService and an ExternalName Service of
 // localhost), with the users' own credentials and the cluster's RBAC.
 package api

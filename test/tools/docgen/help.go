@@ -22,8 +22,9 @@ type flagDoc struct {
 	Name, Type, Usage string
 }
 
-// programs are the binaries whose commands are documented, as packages of the module.
-var programs = []string{"archiver", "webhook"}
+// programs are the binaries whose commands are documented, as packages of the module; each is
+// named after its directory.
+var programs = []string{"archiver", "archiver/apiserver", "webhook"}
 
 // helpOf builds each program and reads the --help of it and of every subcommand its usage
 // lists, so a command added to a program is documented without a change here.
@@ -34,9 +35,10 @@ func helpOf(root string) ([]command, error) {
 	}
 	defer os.RemoveAll(dir)
 	var cmds []command
-	for _, prog := range programs {
+	for _, pkg := range programs {
+		prog := filepath.Base(pkg)
 		bin := filepath.Join(dir, prog)
-		build := exec.Command("go", "build", "-o", bin, "./"+prog)
+		build := exec.Command("go", "build", "-o", bin, "./"+pkg)
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("build %s: %w\n%s", prog, err, out)
@@ -89,7 +91,7 @@ func runHelp(bin string, args []string) (string, error) {
 var (
 	flagLine  = regexp.MustCompile(`^  -([a-z0-9][a-z0-9-]*)(?: (\S+))?$`)
 	flagUsage = regexp.MustCompile(`^    \t(.*)$`)
-	// pflagLine is a flag as spf13/pflag prints it, its usage on the same line: archiver api's
+	// pflagLine is a flag as spf13/pflag prints it, its usage on the same line: apiserver's
 	// flags come from k8s.io/apiserver's options, which are pflag's.
 	pflagLine = regexp.MustCompile(`^\s+(?:-[a-zA-Z], )?--([a-z0-9][a-z0-9-]*)(?: ([a-zA-Z][\w.:]*))?\s{2,}(.*)$`)
 	// pflagMore continues a pflag usage on the next line, indented to its column.
