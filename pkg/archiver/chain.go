@@ -100,9 +100,9 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	}
 	// Anything missing (an operator's release, a pod not archived, a log unreadable or with a gap,
 	// a stored log unreadable now, a record refused) makes the job released, never archived.
-	out.Reason, out.Cause = incompleteReason(operatorReason, rec.Pods, rec.Logs, rec.Gaps)
-	out.Reason, out.Cause = withReason(out.Reason, out.Cause, hashed.unreadableReason(), "unreadable")
-	out.Reason, out.Cause = withReason(out.Reason, out.Cause, s.Refused, "refused")
+	out.Reason, out.Cause = record.IncompleteReason(operatorReason, rec.Pods, rec.Logs, rec.Gaps)
+	out.Reason, out.Cause = record.WithReason(out.Reason, out.Cause, hashed.unreadableReason(), "unreadable")
+	out.Reason, out.Cause = record.WithReason(out.Reason, out.Cause, s.Refused, "refused")
 	if chained || rec.Job.ArchiveState != record.ArchivePending {
 		// Finalized before (before the chain existed, or by a run that crashed after its commit):
 		// the record says how.
