@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -44,10 +45,8 @@ type Records interface {
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
 	PodsByUID(ctx context.Context, uids []string) ([]record.Pod, error)
 	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
-	// The audit chain (see Sealer).
-	Transitions(ctx context.Context, jobUID string) ([]record.Transition, error)
-	ChainEntry(ctx context.Context, jobUID string) (record.ChainEntry, bool, error)
-	FinalizeJob(ctx context.Context, f record.Finalization, seal record.Seal) (record.Finalized, error)
+	// The audit chain (see audit.Sealer).
+	audit.SealerRecords
 	capture.Records
 	RunOwners
 }

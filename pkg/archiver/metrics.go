@@ -17,8 +17,6 @@ var (
 	jobsBackstoppedTotal     = metrics.JobsBackstoppedTotal
 	resweepEnqueuedTotal     = metrics.ResweepEnqueuedTotal
 	releaseLatencySeconds    = metrics.ReleaseLatencySeconds
-	chainLockSeconds         = metrics.ChainLockSeconds
-	segmentsSweptTotal       = metrics.SegmentsSweptTotal
 	runsClaimedTotal         = metrics.RunsClaimedTotal
 	runsTakenOverTotal       = metrics.RunsTakenOverTotal
 	prunedJobsTotal          = metrics.PrunedJobsTotal
