@@ -38,6 +38,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/periodic"
+	"github.com/jobvault/jobvault/pkg/retention"
 	"github.com/jobvault/jobvault/pkg/shard"
 )
 
@@ -308,8 +309,8 @@ func run() error {
 		log.Info("Retention pruning is off: --prune-period 0")
 	} else if !clusterWide {
 		log.Info("Retention pruning is done by shard 0")
-	} else if err := addPeriodic(mgr, "pruner", f.prunePeriod, (&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster,
-		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), NamespaceHolds: archiver.NamespaceHolds(mgr.GetAPIReader()),
+	} else if err := addPeriodic(mgr, "pruner", f.prunePeriod, (&retention.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster,
+		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), NamespaceHolds: retention.NamespaceHolds(mgr.GetAPIReader()),
 		Clock: clock.RealClock{}}).Pass); err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/retention"
 	"github.com/jobvault/jobvault/pkg/shard"
 )
 
@@ -132,7 +133,7 @@ type Options struct {
 	// sha256 marker before the job is recorded (see redact).
 	Redact bool
 	// Retention is how long final objects are kept from their job's or pod's finalization (see
-	// retainUntil); zero keeps them without a retain-until date.
+	// retention.Until); zero keeps them without a retain-until date.
 	Retention time.Duration
 	// Shard is this replica's share of the jobs (and so of their pods): the others are left to the
 	// replicas of the other shards. The zero value and a Total of 1 archive everything.
@@ -195,6 +196,12 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("pod and job workers must be at least 1, got %d and %d", o.PodWorkers, o.JobWorkers))
 	}
 	return errors.Join(errs...)
+}
+
+// retainUntilIn is the retain-until date of the final objects of a job or pod of namespace
+// finalized at finalizedAt: Retention, or the namespace's own (retention.UntilIn).
+func (o Options) retainUntilIn(ctx context.Context, c client.Reader, namespace string, finalizedAt time.Time) time.Time {
+	return retention.UntilIn(ctx, c, namespace, o.Retention, finalizedAt)
 }
 
 // Deps are the archiver's collaborators. Every field is required.

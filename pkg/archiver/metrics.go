@@ -19,7 +19,6 @@ var (
 	releaseLatencySeconds    = metrics.ReleaseLatencySeconds
 	runsClaimedTotal         = metrics.RunsClaimedTotal
 	runsTakenOverTotal       = metrics.RunsTakenOverTotal
-	prunedJobsTotal          = metrics.PrunedJobsTotal
 )
 
 // Values of the kind label of the held-finalizer gauges and of releases_incomplete_total.
