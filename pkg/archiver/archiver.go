@@ -130,7 +130,7 @@ type Options struct {
 	// Layout names the archive's objects.
 	Layout archive.Layout
 	// Redact replaces every string of a job outside the allow-list of fields audits need by its
-	// sha256 marker before the job is recorded (see redact).
+	// sha256 marker before the job is recorded (see redact.Job).
 	Redact bool
 	// Retention is how long final objects are kept from their job's or pod's finalization (see
 	// retention.Until); zero keeps them without a retain-until date.
