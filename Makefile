@@ -140,10 +140,11 @@ $(GOLANGCI_LINT):
 	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Regenerate the Volcano CRDs the testbed installs
+manifests: $(CONTROLLER_GEN) ## Regenerate the Volcano CRDs the testbed installs and the archive API's deepcopy functions
 	cd test/tools/volcano && for g in batch/v1alpha1 bus/v1alpha1 scheduling/v1beta1 flow/v1alpha1 nodeinfo/v1alpha1; do \
 	  $(CONTROLLER_GEN) crd:crdVersions=v1,generateEmbeddedObjectMeta=true,maxDescLen=0 \
 	    paths=volcano.sh/apis/pkg/apis/$$g output:crd:dir=../../testbed/crds/volcano; done
+	$(CONTROLLER_GEN) object paths=./pkg/apiserver/v1alpha1/...
 
 $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(shell sed -n 's/^CONTROLLER_GEN_VERSION=//p' test/testbed/versions.env)

@@ -29,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
+	"github.com/jobvault/jobvault/pkg/apiserver"
 	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/cli"
@@ -39,9 +40,18 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit") {
+	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit" || os.Args[1] == "api") {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		code := 0
+		switch os.Args[1] {
+		case "api":
+			// The archive as an aggregated Kubernetes API, read-only (issue 27): a mode of this
+			// binary, so that one image ships it with the same --db-* and --store-* flags; it
+			// runs as its own Deployment with its own database role and store credentials.
+			code = apiserver.Main(ctx, os.Args[2:], os.Stderr)
+		default:
+			code = cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		}
 		stop()
 		os.Exit(code)
 	}

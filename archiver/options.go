@@ -134,7 +134,7 @@ func (f *options) bindFlags(fs *flag.FlagSet) {
 	f.opts.Layout.BindFlags(fs)
 	f.zap.BindFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage:\n  archiver [flags]              run the controller\n  archiver logs COMMAND ...     read archived logs back (ls, cat, verify); archiver logs --help\n  archiver audit COMMAND ...    the audit chain (verify); archiver audit --help\n  archiver agent [flags]        the node agent: capture logs from the node's files; archiver agent --help\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), "Usage:\n  archiver [flags]              run the controller\n  archiver logs COMMAND ...     read archived logs back (ls, cat, verify); archiver logs --help\n  archiver audit COMMAND ...    the audit chain (verify, export); archiver audit --help\n  archiver api [flags]          the archive as the aggregated API archive.jobvault.io; archiver api --help\n  archiver agent [flags]        the node agent: capture logs from the node's files; archiver agent --help\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 }

@@ -579,27 +579,7 @@ func TestDBAgentRole(t *testing.T) {
 		}
 	}
 	// Nothing else: every privilege the agent holds on this database's relations.
-	var got []string
-	rows, err := c.QueryContext(ctx, `
-SELECT c.relname || ':' || p.privilege
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p(privilege)
-WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'm', 'S', 'p')
-  AND CASE WHEN p.privilege IN ('SELECT', 'INSERT', 'UPDATE', 'REFERENCES')
-           THEN has_any_column_privilege('jobvault_agent', c.oid, p.privilege)
-           ELSE has_table_privilege('jobvault_agent', c.oid, p.privilege) END
-ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, s)
-	}
+	got := rolePrivileges(t, c, "jobvault_agent")
 	want := []string{"capture_agents:INSERT", "capture_agents:SELECT", "capture_agents:UPDATE", "log_gaps:INSERT", "log_gaps:SELECT",
 		"log_runs:SELECT", "log_runs:UPDATE", "log_segments:INSERT", "log_segments:SELECT"}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -87,8 +87,13 @@ func runHelp(bin string, args []string) (string, error) {
 }
 
 var (
-	flagLine     = regexp.MustCompile(`^  -([a-z0-9][a-z0-9-]*)(?: (\S+))?$`)
-	flagUsage    = regexp.MustCompile(`^    \t(.*)$`)
+	flagLine  = regexp.MustCompile(`^  -([a-z0-9][a-z0-9-]*)(?: (\S+))?$`)
+	flagUsage = regexp.MustCompile(`^    \t(.*)$`)
+	// pflagLine is a flag as spf13/pflag prints it, its usage on the same line: archiver api's
+	// flags come from k8s.io/apiserver's options, which are pflag's.
+	pflagLine = regexp.MustCompile(`^\s+(?:-[a-zA-Z], )?--([a-z0-9][a-z0-9-]*)(?: ([a-zA-Z][\w.:]*))?\s{2,}(.*)$`)
+	// pflagMore continues a pflag usage on the next line, indented to its column.
+	pflagMore    = regexp.MustCompile(`^\s{20,}(\S.*)$`)
 	progSubLine  = regexp.MustCompile(`^  (\S+) ([a-z][a-z0-9-]*) `)
 	commandsLine = regexp.MustCompile(`^  ([a-z][a-z0-9-]*)  `)
 )
@@ -104,6 +109,19 @@ func parseHelp(name, text string) command {
 				typ = "bool" // the flag package prints no type for a bool flag
 			}
 			cmd.Flags = append(cmd.Flags, flagDoc{Name: m[1], Type: typ})
+			continue
+		}
+		if m := pflagLine.FindStringSubmatch(line); m != nil {
+			typ := m[2]
+			if typ == "" {
+				typ = "bool"
+			}
+			cmd.Flags = append(cmd.Flags, flagDoc{Name: m[1], Type: typ, Usage: strings.TrimSpace(m[3])})
+			continue
+		}
+		if m := pflagMore.FindStringSubmatch(line); m != nil && len(cmd.Flags) > 0 {
+			f := &cmd.Flags[len(cmd.Flags)-1]
+			f.Usage = strings.TrimSpace(f.Usage + " " + m[1])
 			continue
 		}
 		if m := flagUsage.FindStringSubmatch(line); m != nil && len(cmd.Flags) > 0 {
