@@ -39,7 +39,7 @@ testbed: ## Build and cache every testbed binary (kube-apiserver, etcd, Volcano 
 test: testbed ## Run every test against the real testbed (the README's test command)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) ./...
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzLayout$$' -fuzztime $(FUZZ_LAYOUT) ./pkg/archive
-	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZ_REDACT) -fuzzminimizetime 0 ./pkg/archiver
+	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZ_REDACT) -fuzzminimizetime 0 ./pkg/record/redact
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzReadLines$$' -fuzztime $(FUZZ_READLINES) ./pkg/capture
 
 .PHONY: test-scale

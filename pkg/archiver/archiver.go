@@ -21,9 +21,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/retention"
 	"github.com/jobvault/jobvault/pkg/shard"
 )
 
@@ -44,10 +46,8 @@ type Records interface {
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
 	PodsByUID(ctx context.Context, uids []string) ([]record.Pod, error)
 	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
-	// The audit chain (see Sealer).
-	Transitions(ctx context.Context, jobUID string) ([]record.Transition, error)
-	ChainEntry(ctx context.Context, jobUID string) (record.ChainEntry, bool, error)
-	FinalizeJob(ctx context.Context, f record.Finalization, seal record.Seal) (record.Finalized, error)
+	// The audit chain (see audit.Sealer).
+	audit.SealerRecords
 	capture.Records
 	RunOwners
 }
@@ -130,10 +130,10 @@ type Options struct {
 	// Layout names the archive's objects.
 	Layout archive.Layout
 	// Redact replaces every string of a job outside the allow-list of fields audits need by its
-	// sha256 marker before the job is recorded (see redact).
+	// sha256 marker before the job is recorded (see redact.Job).
 	Redact bool
 	// Retention is how long final objects are kept from their job's or pod's finalization (see
-	// retainUntil); zero keeps them without a retain-until date.
+	// retention.Until); zero keeps them without a retain-until date.
 	Retention time.Duration
 	// Shard is this replica's share of the jobs (and so of their pods): the others are left to the
 	// replicas of the other shards. The zero value and a Total of 1 archive everything.
@@ -196,6 +196,12 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("pod and job workers must be at least 1, got %d and %d", o.PodWorkers, o.JobWorkers))
 	}
 	return errors.Join(errs...)
+}
+
+// retainUntilIn is the retain-until date of the final objects of a job or pod of namespace
+// finalized at finalizedAt: Retention, or the namespace's own (retention.UntilIn).
+func (o Options) retainUntilIn(ctx context.Context, c client.Reader, namespace string, finalizedAt time.Time) time.Time {
+	return retention.UntilIn(ctx, c, namespace, o.Retention, finalizedAt)
 }
 
 // Deps are the archiver's collaborators. Every field is required.

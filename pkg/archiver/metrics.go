@@ -17,11 +17,8 @@ var (
 	jobsBackstoppedTotal     = metrics.JobsBackstoppedTotal
 	resweepEnqueuedTotal     = metrics.ResweepEnqueuedTotal
 	releaseLatencySeconds    = metrics.ReleaseLatencySeconds
-	chainLockSeconds         = metrics.ChainLockSeconds
-	segmentsSweptTotal       = metrics.SegmentsSweptTotal
 	runsClaimedTotal         = metrics.RunsClaimedTotal
 	runsTakenOverTotal       = metrics.RunsTakenOverTotal
-	prunedJobsTotal          = metrics.PrunedJobsTotal
 )
 
 // Values of the kind label of the held-finalizer gauges and of releases_incomplete_total.

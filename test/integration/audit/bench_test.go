@@ -104,7 +104,7 @@ func BenchmarkAuditFinalize(b *testing.B) {
 }
 
 // BenchmarkAuditVerify is the full proof of verification: a few thousand jobs finalized into the
-// chain through archiver.Sealer (the archiver's own code path, without a cluster, for speed)
+// chain through audit.Sealer (the archiver's own code path, without a cluster, for speed)
 // against real Postgres and MinIO, the head signed every 500, then 1,000 random tamperings of
 // every kind; every one must be detected and named (the benchmark fails otherwise). It reports
 // verify's time per 1,000 jobs on the untouched chain and on the tampered one.

@@ -1,4 +1,4 @@
-// Package audit tests the audit chain (pkg/audit, db.FinalizeJob, archiver.Sealer) against a real
+// Package audit tests the audit chain (pkg/audit, db.FinalizeJob, audit.Sealer) against a real
 // Postgres and MinIO, without a cluster; the real archiver's chain is verified end to end by
 // test/e2e/archiver's TestArchiverAuditChainVerifies.
 package audit

@@ -15,7 +15,6 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
@@ -29,12 +28,12 @@ import (
 const prefix = "archive"
 
 // chainRig is a real Postgres and MinIO with jobs finalized into the chain through
-// archiver.Sealer, the code path of JobReconciler.finalize, without a cluster.
+// audit.Sealer, the code path of JobReconciler.finalize, without a cluster.
 type chainRig struct {
 	Records *db.DB
 	DSN     string
 	Store   objstore.Store
-	Sealer  archiver.Sealer
+	Sealer  audit.Sealer
 	Signer  *audit.Signer
 	Clock   *testingclock.FakeClock
 	Pub     ed25519.PublicKey
@@ -63,7 +62,7 @@ func newChainRig(t testing.TB) *chainRig {
 	}
 	clk := testingclock.NewFakeClock(base)
 	r := &chainRig{Records: records, DSN: dsn, Store: store, Clock: clk, Pub: pub,
-		Sealer: archiver.Sealer{Records: records, Store: store, Layout: archive.Layout{Prefix: prefix}, Cluster: "eu-1"}}
+		Sealer: audit.Sealer{Records: records, Store: store, Layout: archive.Layout{Prefix: prefix}, Cluster: "eu-1"}}
 	r.Signer = &audit.Signer{Records: records, Store: store, Prefix: prefix, Cluster: "eu-1", Key: key, Clock: clk}
 	return r
 }

@@ -10,16 +10,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/retention"
 	"github.com/jobvault/jobvault/pkg/tracking"
 	"github.com/jobvault/jobvault/test/stack"
 )
 
-// retention is the --retention of TestAuditRetentionPrune.
-const retention = 30 * 24 * time.Hour
+// retentionPeriod is the --retention of TestAuditRetentionPrune.
+const retentionPeriod = 30 * 24 * time.Hour
 
 // TestAuditRetentionPrune proves retention on Postgres and the fs store with read-only locks, through
 // the Sealer (the archiver's finalization) and the Pruner with a fake clock: each job's
@@ -35,7 +35,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Store, r.Sealer.Store, r.Signer.Store = fsStore, fsStore, fsStore
-	r.Sealer.RetainUntil = func(at time.Time) time.Time { return at.Add(retention) }
+	r.Sealer.RetainUntil = func(at time.Time) time.Time { return at.Add(retentionPeriod) }
 	r.build(t, 6, 2, 0)
 	r.sign(t)
 	ctx := t.Context()
@@ -51,7 +51,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 	if err := r.Records.UpsertJob(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	pruner := &archiver.Pruner{Records: r.Records, Store: fsStore, Cluster: "eu-1", Batch: 2, Policy: "--retention 720h0m0s", Clock: r.Clock,
+	pruner := &retention.Pruner{Records: r.Records, Store: fsStore, Cluster: "eu-1", Batch: 2, Policy: "--retention 720h0m0s", Clock: r.Clock,
 		NamespaceHolds: func(ctx context.Context) (map[string]string, error) {
 			// The database decides what the values mean: team-3's "false" holds nothing.
 			return map[string]string{nsHeld.Namespace: "case 2026-118", r.Refs[3].Namespace: "false"}, nil
@@ -78,7 +78,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 	}
 
 	// A day before the first date: nothing goes, and the store refuses an early deletion.
-	r.Clock.SetTime(base.Add(retention - 24*time.Hour))
+	r.Clock.SetTime(base.Add(retentionPeriod - 24*time.Hour))
 	if n, err := pruner.PruneOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("prune before the retain-until dates: %d jobs, %v; want 0", n, err)
 	}
@@ -90,7 +90,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 	}
 
 	// A day after every date: all but the held jobs go.
-	r.Clock.SetTime(base.Add(retention + 24*time.Hour))
+	r.Clock.SetTime(base.Add(retentionPeriod + 24*time.Hour))
 	n, err := pruner.PruneOnce(ctx)
 	if err != nil || n != 4 {
 		t.Fatalf("prune after the retain-until dates: %d jobs, %v; want 4", n, err)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/archiver"
+	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -47,7 +47,7 @@ func TestSealedRowsAreTheFinalizedRows(t *testing.T) {
 	late := &lateRow{DB: records, gap: record.Gap{PodUID: ref.UID + "-pod0", Container: "main", Run: 0,
 		After: base.Add(5 * time.Second), Reason: record.GapUnreadable, Detail: "recorded late"}}
 	r := &chainRig{Records: records, DSN: dsn, Store: store,
-		Sealer: archiver.Sealer{Records: late, Store: store, Layout: archive.Layout{Prefix: prefix}, Cluster: "eu-1"}}
+		Sealer: audit.Sealer{Records: late, Store: store, Layout: archive.Layout{Prefix: prefix}, Cluster: "eu-1"}}
 	ref, err = r.job(t.Context(), 1) // job 1: no gap of its own
 	if err != nil {
 		// The finalization saw the late row: the archiver retries, as its reconcile does.

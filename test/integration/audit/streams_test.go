@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/retention"
 	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 )
@@ -34,7 +34,7 @@ func TestStreamsIndexSealed(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Store, r.Sealer.Store, r.Signer.Store = fsStore, fsStore, fsStore
-	r.Sealer.RetainUntil = func(at time.Time) time.Time { return at.Add(retention) }
+	r.Sealer.RetainUntil = func(at time.Time) time.Time { return at.Add(retentionPeriod) }
 	indexBytes := map[string]int64{}
 	r.AfterLog = func(ctx context.Context, _ archive.JobRef, pod record.Pod, logKey string) error {
 		if !strings.HasSuffix(pod.Name, "-0") {
@@ -49,7 +49,7 @@ func TestStreamsIndexSealed(t *testing.T) {
 		index := binary.AppendUvarint(nil, uint64(h.ContentBytes)<<2|uint64(capture.StreamStdout))
 		indexBytes[logKey+archive.StreamsSuffix] = int64(len(index))
 		return fsStore.Put(ctx, logKey+archive.StreamsSuffix, bytes.NewReader(index),
-			objstore.PutOptions{ContentType: "application/octet-stream", RetainUntil: base.Add(retention)})
+			objstore.PutOptions{ContentType: "application/octet-stream", RetainUntil: base.Add(retentionPeriod)})
 	}
 	r.build(t, 2, 1, 0)
 	ctx := t.Context()
@@ -94,8 +94,8 @@ func TestStreamsIndexSealed(t *testing.T) {
 	}
 
 	// Pruned at retention: the index goes with the log.
-	r.Clock.SetTime(base.Add(retention + 24*time.Hour))
-	pruner := &archiver.Pruner{Records: r.Records, Store: fsStore, Cluster: "eu-1", Batch: 2, Policy: "--retention 720h0m0s", Clock: r.Clock,
+	r.Clock.SetTime(base.Add(retentionPeriod + 24*time.Hour))
+	pruner := &retention.Pruner{Records: r.Records, Store: fsStore, Cluster: "eu-1", Batch: 2, Policy: "--retention 720h0m0s", Clock: r.Clock,
 		NamespaceHolds: func(context.Context) (map[string]string, error) { return nil, nil }}
 	if n, err := pruner.PruneOnce(ctx); err != nil || n != 2 {
 		t.Fatalf("prune: %d jobs, %v; want 2", n, err)
@@ -136,7 +136,7 @@ func logsVerify(t *testing.T, r *chainRig, ref archive.JobRef) verify.JobReport 
 // fsUnlocked replaces a locked object of the fs store with b, as an attacker with the disk would.
 func fsUnlocked(t *testing.T, r *chainRig, key string, b []byte) {
 	t.Helper()
-	if err := r.Store.(objstore.ExpiredDeleter).DeleteExpired(t.Context(), key, base.Add(10*retention)); err != nil {
+	if err := r.Store.(objstore.ExpiredDeleter).DeleteExpired(t.Context(), key, base.Add(10*retentionPeriod)); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Store.Put(t.Context(), key, bytes.NewReader(b), objstore.PutOptions{}); err != nil {

@@ -1,4 +1,4 @@
-package archiver
+package redact
 
 import (
 	"crypto/sha256"
@@ -80,7 +80,7 @@ func TestRedactDropsSecretsOutsideAllowList(t *testing.T) {
 		Status: batchv1alpha1.JobStatus{State: batchv1alpha1.JobState{Phase: batchv1alpha1.Running, Message: "running"}},
 	}
 	plantSecret(job, secret)
-	redact(job)
+	Job(job)
 	b, err := json.Marshal(job)
 	if err != nil {
 		t.Fatal(err)
@@ -134,11 +134,11 @@ func FuzzRedact(f *testing.F) {
 		}
 		job.ManagedFields = nil // recordable drops them before redacting
 		recorded := job.DeepCopy()
-		redact(recorded)
+		Job(recorded)
 		checkLeaves(t, "", genericJSON(t, &job), genericJSON(t, recorded))
 
 		again := recorded.DeepCopy()
-		redact(again)
+		Job(again)
 		if a, b := mustJSON(t, again), mustJSON(t, recorded); a != b {
 			t.Errorf("redacting the recorded job again changed it:\n got %s\nwant %s", a, b)
 		}
@@ -151,13 +151,13 @@ func FuzzRedact(f *testing.F) {
 		leaks := func(s string) bool { return strings.Contains(s, secret) || strings.Contains(s, escaped) }
 		control := job.DeepCopy()
 		plantSecret(control, "zz-control-zz")
-		redact(control)
+		Job(control)
 		if leaks(markers.ReplaceAllString(mustJSON(t, control), "")) {
 			return // the value is part of the job's kept fields, or of the planted job's own text
 		}
 		planted := job.DeepCopy()
 		plantSecret(planted, secret)
-		redact(planted)
+		Job(planted)
 		out := mustJSON(t, planted)
 		if leaks(markers.ReplaceAllString(out, "")) {
 			t.Errorf("the recorded job leaks %q:\n%s", secret, out)

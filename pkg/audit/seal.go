@@ -1,4 +1,4 @@
-package archiver
+package audit
 
 import (
 	"bytes"
@@ -18,30 +18,42 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/jobvault/jobvault/pkg/archive"
-	"github.com/jobvault/jobvault/pkg/audit"
+	"github.com/jobvault/jobvault/pkg/metrics"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
+// SealerRecords is what the Sealer reads and writes in the database (implemented by *db.DB): the
+// job's rows, and its entry in the chain.
+type SealerRecords interface {
+	Job(ctx context.Context, uid string) (record.Job, error)
+	Transitions(ctx context.Context, jobUID string) ([]record.Transition, error)
+	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
+	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
+	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
+	ChainEntry(ctx context.Context, jobUID string) (record.ChainEntry, bool, error)
+	FinalizeJob(ctx context.Context, f record.Finalization, seal record.Seal) (record.Finalized, error)
+}
+
 // Sealer finalizes a job's record and archive: it stores job.json, reads the job's rows back,
 // hashes every object of the archive, marks the job archived or released and appends it to the
 // cluster's audit chain in one transaction (Records.FinalizeJob), then stores the manifest that
-// entry hashed. JobReconciler.finalize calls it before releasing the finalizer; it needs no
+// entry hashed. pkg/archiver's JobReconciler.finalize calls it before releasing the finalizer; it needs no
 // cluster, so tests and benchmarks chain jobs through it directly.
 //
 // Idempotent, whatever step a crash interrupted: before the chain entry commits, a re-run starts
 // over (same keys; the entry is not there, so no number was taken); after, it stores the entry's
 // manifest bytes again and touches nothing else (job.json was stored, and hashed, before).
 type Sealer struct {
-	Records Records
+	Records SealerRecords
 	Store   objstore.Store
 	Layout  archive.Layout
 	Cluster string
 	// RetainUntil, when not nil, gives the retain-until date of the final objects of a job
-	// finalized at a time (Options.retainUntil); a zero date leaves them unlocked.
+	// finalized at a time (the archiver's --retention, or the namespace's: pkg/retention); a zero date leaves them unlocked.
 	RetainUntil func(finalizedAt time.Time) time.Time
 	// Refused says why the database refused part of the job's record ("" if it did not): the job
-	// is then released with it (JobReconciler.record).
+	// is then released with it (pkg/archiver's JobReconciler.record).
 	Refused string
 	// GiveUp: a stored log that cannot be read back for a reason that may heal (the store
 	// failing) is recorded as unreadable, and the job released, instead of the seal failing to be
@@ -100,9 +112,9 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 	}
 	// Anything missing (an operator's release, a pod not archived, a log unreadable or with a gap,
 	// a stored log unreadable now, a record refused) makes the job released, never archived.
-	out.Reason, out.Cause = incompleteReason(operatorReason, rec.Pods, rec.Logs, rec.Gaps)
-	out.Reason, out.Cause = withReason(out.Reason, out.Cause, hashed.unreadableReason(), "unreadable")
-	out.Reason, out.Cause = withReason(out.Reason, out.Cause, s.Refused, "refused")
+	out.Reason, out.Cause = record.IncompleteReason(operatorReason, rec.Pods, rec.Logs, rec.Gaps)
+	out.Reason, out.Cause = record.WithReason(out.Reason, out.Cause, hashed.unreadableReason(), "unreadable")
+	out.Reason, out.Cause = record.WithReason(out.Reason, out.Cause, s.Refused, "refused")
 	if chained || rec.Job.ArchiveState != record.ArchivePending {
 		// Finalized before (before the chain existed, or by a run that crashed after its commit):
 		// the record says how.
@@ -142,10 +154,10 @@ func (s Sealer) keys(ref archive.JobRef) (jobKeys, error) {
 // append digests the rows as they will be once finalized and appends the job to the chain with the
 // archive's objects as hashed, recording retain as the job's retain-until date (the date its final
 // objects are locked until).
-func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record, out Sealed, objects []archive.ObjectEntry, retain time.Time) (record.ChainEntry, error) {
+func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec Record, out Sealed, objects []archive.ObjectEntry, retain time.Time) (record.ChainEntry, error) {
 	row := finalizedRow(rec.Job, out)
 	rec.Job = row
-	digest, rows := audit.RecordDigest(rec)
+	digest, rows := RecordDigest(rec)
 	keys, err := s.keys(ref)
 	if err != nil {
 		return record.ChainEntry{}, err
@@ -158,7 +170,7 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 	// what it finalizes.
 	check := func(now record.JobRows) error {
 		now.Job = finalizedRow(now.Job, out)
-		if d, _ := audit.RecordDigest(audit.Record(now)); d != digest {
+		if d, _ := RecordDigest(Record(now)); d != digest {
 			return errRowsChanged
 		}
 		return nil
@@ -169,7 +181,7 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec audit.Record
 		return record.ChainEntry{}, err
 	}
 	if fin.Appended {
-		chainLockSeconds.Observe(fin.LockHeld.Seconds())
+		metrics.ChainLockSeconds.Observe(fin.LockHeld.Seconds())
 	}
 	return fin.Entry, nil
 }
@@ -248,7 +260,7 @@ func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLo
 	g.SetLimit(hashReaders)
 	for i, l := range stored {
 		g.Go(func() error {
-			h, err := audit.HashObject(gctx, s.Store, l.ObjectKey, true)
+			h, err := HashObject(gctx, s.Store, l.ObjectKey, true)
 			switch {
 			case errors.Is(err, objstore.ErrNotFound):
 				unreadable[i] = l.ObjectKey + ": not in the store"
@@ -293,7 +305,7 @@ func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLo
 // hashStreams hashes the stream index beside the stored log under key, as stored (nil: the log
 // has none).
 func (s Sealer) hashStreams(ctx context.Context, key string) (*archive.ObjectEntry, error) {
-	h, err := audit.HashObject(ctx, s.Store, key+archive.StreamsSuffix, false)
+	h, err := HashObject(ctx, s.Store, key+archive.StreamsSuffix, false)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		return nil, nil
@@ -336,7 +348,7 @@ func (s Sealer) sweepSegments(ctx context.Context, ref archive.JobRef, pods []re
 		if err := s.Store.Delete(ctx, key); err != nil && !errors.Is(err, objstore.ErrNotFound) {
 			return fmt.Errorf("delete segment %s left by a finished pod: %w", key, err)
 		}
-		segmentsSweptTotal.Inc()
+		metrics.SegmentsSweptTotal.Inc()
 	}
 	if len(left) > 0 {
 		ctrl.LoggerFrom(ctx).Info("Deleted segments left in the store by finished pods", "jobUID", ref.UID, "segments", len(left))
@@ -345,9 +357,9 @@ func (s Sealer) sweepSegments(ctx context.Context, ref archive.JobRef, pods []re
 }
 
 // read returns the job's rows.
-func (s Sealer) read(ctx context.Context, uid string) (audit.Record, error) {
+func (s Sealer) read(ctx context.Context, uid string) (Record, error) {
 	var (
-		rec audit.Record
+		rec Record
 		err error
 	)
 	if rec.Job, err = s.Records.Job(ctx, uid); err != nil {
@@ -381,7 +393,7 @@ func (s Sealer) putJSON(ctx context.Context, key string, v any, retain time.Time
 		return archive.ObjectEntry{Key: key, Bytes: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}, err
 	}
 	// An earlier pass stored it, locked: that object is the record, so hash what it holds.
-	h, err := audit.HashObject(ctx, s.Store, key, false)
+	h, err := HashObject(ctx, s.Store, key, false)
 	return h.ObjectEntry, err
 }
 

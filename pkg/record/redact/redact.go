@@ -1,4 +1,10 @@
-package archiver
+// Package redact keeps tenants' secrets out of jobvault's record: a VcJob is recorded (rows,
+// job.json, the manifest) with every string outside an allow-list of the fields audits need
+// replaced by its sha256 marker. It sits with what it protects, the record (pkg/record), in a
+// package of its own: the record's value types are shared by the database (pkg/db, which needs
+// no Kubernetes type), the node agent and the CLI, and none of them needs the Volcano types that
+// redaction walks.
+package redact
 
 import (
 	"crypto/sha256"
@@ -20,9 +26,9 @@ const (
 	// lastAppliedAnnotation is kubectl's copy of the whole object as last applied: it repeats every
 	// value of the spec, secrets included, so it is never kept (it is not on the allow-list).
 	lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
-	// RedactedPrefix starts the marker that replaces a string the allow-list does not keep:
-	// RedactedPrefix followed by the value's sha256 in lower-case hex.
-	RedactedPrefix = "redacted:sha256:"
+	// MarkerPrefix starts the marker that replaces a string the allow-list does not keep:
+	// MarkerPrefix followed by the value's sha256 in lower-case hex.
+	MarkerPrefix = "redacted:sha256:"
 )
 
 // markerPattern matches a marker. A value already in this form is kept as it is: that makes
@@ -107,28 +113,15 @@ func redactValue(v string) string {
 		return v
 	}
 	sum := sha256.Sum256([]byte(v))
-	return RedactedPrefix + hex.EncodeToString(sum[:])
+	return MarkerPrefix + hex.EncodeToString(sum[:])
 }
 
-// recordable is the job as jobvault records it (rows, job.json, the manifest): a copy without
-// managed fields, with Redact every string outside the allow-list replaced by its marker (see
-// redact), and with the submitter annotations replaced by the unknown submitter where the webhook
-// cannot be shown to have written them (see unprovedSubmitter).
-func (o Options) recordable(job *batchv1alpha1.Job) *batchv1alpha1.Job {
-	out := job.DeepCopy()
-	out.ManagedFields = nil
-	if o.Redact {
-		redact(out)
-	}
-	unprovedSubmitter(out)
-	return out
-}
-
-// redact replaces, in place, every string of the job outside the allow-list (keptPaths) by its
+// Job replaces, in place, every string of the job outside the allow-list (keptPaths) by its
 // marker (redactValue): the values of maps and lists as well as fields; map keys are kept. Values
 // the API server parses (quantities, times, durations) are kept: they are numbers. Applied twice
-// it changes nothing more (jobTransform caches jobs redacted, and recordable redacts them again).
-func redact(job *batchv1alpha1.Job) {
+// it changes nothing more (the archiver caches jobs redacted, and redacts them again when it
+// records them).
+func Job(job *batchv1alpha1.Job) {
 	redactIn(reflect.ValueOf(job).Elem(), "")
 }
 

@@ -1,4 +1,4 @@
-package archiver
+package retention
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/metrics"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
@@ -117,7 +118,7 @@ func (p *Pruner) pruneBatch(ctx context.Context, cands []record.PruneCandidate, 
 		if err := json.Unmarshal(c.Entry.Manifest, &m); err != nil {
 			// Its entry is unreadable: verify reports it; deleting would hide the evidence.
 			failed[c.Entry.JobUID] = true
-			prunedJobsTotal.WithLabelValues("error").Inc()
+			metrics.PrunedJobsTotal.WithLabelValues("error").Inc()
 			return 0, fmt.Errorf("job %s: chain entry seq %d: manifest: %w", c.Entry.JobUID, c.Entry.Seq, err)
 		}
 		objects := make([]string, 0, len(m.Objects)+1)
@@ -138,7 +139,7 @@ func (p *Pruner) pruneBatch(ctx context.Context, cands []record.PruneCandidate, 
 	for _, pr := range prunes {
 		if err := p.deleteObjects(ctx, pr.Objects, now); err != nil {
 			failed[pr.JobUID] = true
-			prunedJobsTotal.WithLabelValues("error").Inc()
+			metrics.PrunedJobsTotal.WithLabelValues("error").Inc()
 			errs = append(errs, fmt.Errorf("job %s: %w", pr.JobUID, err))
 			continue
 		}
@@ -157,7 +158,7 @@ func (p *Pruner) pruneBatch(ctx context.Context, cands []record.PruneCandidate, 
 	if err != nil {
 		return 0, errors.Join(append(errs, err)...)
 	}
-	prunedJobsTotal.WithLabelValues("pruned").Add(float64(n))
+	metrics.PrunedJobsTotal.WithLabelValues("pruned").Add(float64(n))
 	return int(n), errors.Join(errs...)
 }
 
