@@ -45,13 +45,13 @@ func (r *verifyREST) Get(ctx context.Context, name string, _ *metav1.GetOptions)
 	case err != nil:
 		return nil, internal(err)
 	}
-	out := verificationOf(rep)
+	out := VerificationOf(rep)
 	return &out, nil
 }
 
-// verificationOf is the API's form of a report of verify.Job (kubectl-jobvault turns it back
+// VerificationOf is the API's form of a report of verify.Job (kubectl-jobvault turns it back
 // into one to print it as `archiver logs verify` does).
-func verificationOf(rep verify.JobReport) v1alpha1.ArchivedJobVerification {
+func VerificationOf(rep verify.JobReport) v1alpha1.ArchivedJobVerification {
 	out := v1alpha1.ArchivedJobVerification{
 		ObjectMeta:   metav1.ObjectMeta{Name: rep.Job.Name, Namespace: rep.Job.Namespace, UID: types.UID(rep.Job.UID)},
 		ArchiveState: string(rep.ArchiveState),
