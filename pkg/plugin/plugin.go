@@ -1,7 +1,8 @@
 // Package plugin is kubectl-jobvault, the kubectl plugin that reads jobvault's archive through
 // the archive API (archive.jobvault.io, served by `archiver api`) with the user's own kubeconfig
-// and context, as kubectl reads live objects: `kubectl jobvault get jobs` and `kubectl jobvault
-// logs job/NAME`. Errors read as kubectl's (`Error from server (Forbidden): …`).
+// and context, as kubectl reads live objects: `kubectl jobvault get jobs`, `describe job NAME`,
+// `logs job/NAME` (live from the node while the job runs, from the archive for the rest) and
+// `verify job NAME`. Errors read as kubectl's (`Error from server (Forbidden): …`).
 package plugin
 
 import (
