@@ -340,19 +340,39 @@ func TestArchiveAPI(t *testing.T) {
 			t.Fatalf("vault-live is %s, want Running while its logs are read", phase)
 		}
 		run := pluginRunner(t, viewer)
+		// The running pod's lines, which only the node has, are what kubectl logs prints of it,
+		// whatever the node serves of a line not ended yet or a tail of long lines; every
+		// container in the pod's order (kubectl's own --all-containers has none).
+		kubectlLogs := func(args ...string) string {
+			kubectl := append([]string{"--kubeconfig", viewer.kubeconfig, "-n", s.NS, "logs", longPod}, args...)
+			out, err := exec.CommandContext(ctx, "kubectl", kubectl...).Output()
+			if err != nil || !strings.HasPrefix(string(out), "hello from "+longPod+"/app\n") && !strings.HasPrefix(string(out), "[pod/"+longPod+"/") {
+				t.Fatalf("kubectl %s: %v %q, want the running container's lines", strings.Join(kubectl, " "), err, clip(out))
+			}
+			return string(out)
+		}
 		for _, c := range []struct {
 			args []string
 			want string
 		}{
-			// The running container's lines, which only the node has.
-			{[]string{longPod, "-c", "app"}, string(testbed.Bytes(longLogs["app"].Current))},
-			// The completed pod's last run from the node, its first from the archive.
+			{[]string{"-c", "app"}, kubectlLogs("-c", "app")},
+			{[]string{"--all-containers", "--prefix", "--tail=1"},
+				kubectlLogs("-c", "app", "--prefix", "--tail=1") + kubectlLogs("-c", "sidecar", "--prefix", "--tail=1")},
+		} {
+			plugin := append([]string{"-n", s.NS, "logs", "job/" + live.Name, longPod}, c.args...)
+			out, errOut, err := run(plugin...)
+			if err != nil || out != c.want {
+				t.Errorf("kubectl jobvault %s: %v, %q, want what kubectl logs prints: %q\n%s", strings.Join(plugin, " "), err, clip([]byte(out)), clip([]byte(c.want)), errOut)
+			}
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			// The completed pod's last run, its first from the archive.
 			{[]string{crashPod}, string(testbed.Bytes(crashLogs.Current))},
 			{[]string{crashPod, "--previous"}, "crash's first run\n"},
 			{[]string{crashPod, "--instance", "previous-1", "--prefix"}, "[pod/" + crashPod + "/app] crash's first run\n"},
-			{[]string{longPod, "--all-containers", "--prefix", "--tail=1"},
-				"[pod/" + longPod + "/app] " + lastLine(testbed.Bytes(longLogs["app"].Current)) +
-					"[pod/" + longPod + "/sidecar] " + lastLine(testbed.Bytes(longLogs["sidecar"].Current))},
 		} {
 			args := append([]string{"-n", s.NS, "logs", "job/" + live.Name}, c.args...)
 			out, errOut, err := run(args...)
@@ -527,12 +547,6 @@ func waitInstance(t *testing.T, r reader, ns, name, pod, container, instance str
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// lastLine is the last line of a log, with its newline if it has one.
-func lastLine(b []byte) string {
-	s := string(b)
-	return s[strings.LastIndexByte(strings.TrimSuffix(s, "\n"), '\n')+1:]
 }
 
 // audited reports whether the audit log at path holds an allowed get by user of the archived
