@@ -155,7 +155,7 @@ func New(o *Options, records Records, store objstore.Store) (*genericapiserver.G
 	info.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		v1alpha1.Resource: jobs,
 		v1alpha1.Resource + "/" + v1alpha1.LogSubresource:    &logREST{jobs: jobs, store: store},
-		v1alpha1.Resource + "/" + v1alpha1.VerifySubresource: &verifyREST{jobs: jobs, store: store},
+		v1alpha1.Resource + "/" + v1alpha1.VerifySubresource: newVerifyREST(jobs, store),
 	}
 	if err := server.InstallAPIGroup(&info); err != nil {
 		return nil, fmt.Errorf("new archive API server: install %s: %w", v1alpha1.GroupName, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +23,18 @@ import (
 type verifyREST struct {
 	jobs  *jobsREST
 	store objstore.Store
+	// slots bounds the verifications running at once, server-wide: each re-reads a whole
+	// archive, and one tenant's repeated requests must not take the store's bandwidth from
+	// everyone's log reads. A request finding none free is refused (429), not queued.
+	slots chan struct{}
+}
+
+// maxVerifications is how many verifications run at once (each with verify.Job's own bounded
+// workers).
+const maxVerifications = 2
+
+func newVerifyREST(jobs *jobsREST, store objstore.Store) *verifyREST {
+	return &verifyREST{jobs: jobs, store: store, slots: make(chan struct{}, maxVerifications)}
 }
 
 var _ rest.Getter = (*verifyREST)(nil)
@@ -30,9 +43,15 @@ func (r *verifyREST) New() runtime.Object { return &v1alpha1.ArchivedJobVerifica
 func (r *verifyREST) Destroy()            {}
 
 // Get verifies the job named name (the latest of that name, or its UID) and returns the
-// findings. A job whose archive the records place in another store than the server's is an
+// findings, or refuses with TooManyRequests while maxVerifications run. A job whose archive the records place in another store than the server's is an
 // internal error: the server cannot verify it, which must not read as missing objects.
 func (r *verifyREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	select {
+	case r.slots <- struct{}{}:
+		defer func() { <-r.slots }()
+	default:
+		return nil, apierrors.NewTooManyRequests(fmt.Sprintf("%d verifications are running: try again shortly", cap(r.slots)), 5)
+	}
 	job, err := r.jobs.find(ctx, genericapirequest.NamespaceValue(ctx), name)
 	if err != nil {
 		return nil, err
