@@ -1,6 +1,6 @@
 // Command kubectl-jobvault is the kubectl plugin that reads jobvault's archive with the user's own
-// credentials: copy it onto the PATH and run `kubectl jobvault get jobs` or `kubectl jobvault
-// logs job/NAME`. The program is package plugin.
+// credentials: copy it onto the PATH and run `kubectl jobvault get jobs`, `describe job NAME`,
+// `logs job/NAME` or `verify job NAME`. The program is package plugin.
 package main
 
 import (

@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -190,6 +191,9 @@ func TestMirrorAuthorizes(t *testing.T) {
 		{"read allows get and list", allowOnly{read}, archive("list", ""), true},
 		{"read does not allow logs", allowOnly{read}, archive("get", "log"), false},
 		{"read on the log allows logs", allowOnly{readLog}, archive("get", "log"), true},
+		{"pods/log allows verify", allowOnly{podLogs}, archive("get", "verify"), true},
+		{"read on the log allows verify", allowOnly{readLog}, archive("get", "verify"), true},
+		{"get vcjobs does not allow verify", allowOnly{vcjobs, read}, archive("get", "verify"), false},
 		{"watch is not served", allowOnly{read, vcjobs, "watch archive.jobvault.io/archivedjobs/"}, archive("watch", ""), false},
 		{"discovery goes to the delegate", allowOnly{"get /apis/archive.jobvault.io/v1alpha1"},
 			authorizer.AttributesRecord{User: u, Verb: "get", Path: "/apis/archive.jobvault.io/v1alpha1"}, true},
@@ -281,3 +285,23 @@ func TestLogStreamMemoryFlat(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestVerifyBounded: while maxVerifications run, another verification is refused at once with
+// TooManyRequests, before it reads anything; a freed slot serves again.
+func TestVerifyBounded(t *testing.T) {
+	r := newVerifyREST(&jobsREST{}, nil)
+	for range maxVerifications {
+		r.slots <- struct{}{}
+	}
+	if _, err := r.Get(t.Context(), "j", nil); !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("verification beyond the bound: %v, want TooManyRequests", err)
+	}
+	<-r.slots
+	// A free slot: the request goes on to look the job up (not found: no namespace).
+	if _, err := r.Get(t.Context(), "j", nil); !apierrors.IsNotFound(err) {
+		t.Errorf("verification with a slot free: %v, want NotFound of the job", err)
+	}
+	if len(r.slots) != maxVerifications-1 {
+		t.Errorf("%d slots taken after the request, want %d: the slot was not given back", len(r.slots), maxVerifications-1)
+	}
+}

@@ -64,8 +64,9 @@ func (m mirror) Authorize(ctx context.Context, a authorizer.Attributes) (authori
 
 // mirroredRights are the reads that allow a request on the archive, any one of them: for get or
 // list of archivedjobs, the same verb on jobs.batch.volcano.sh, or ReadVerb on archivedjobs; for
-// get of archivedjobs/log, get of pods/log, or ReadVerb on archivedjobs/log. Anything else is
-// not served.
+// get of archivedjobs/log or archivedjobs/verify, get of pods/log, or ReadVerb on
+// archivedjobs/log (verify reads the logs: the right to read them is the right to verify).
+// Anything else is not served.
 func mirroredRights(a authorizer.Attributes) ([]authorizer.AttributesRecord, bool) {
 	if a.GetResource() != v1alpha1.Resource {
 		return nil, false
@@ -76,9 +77,10 @@ func mirroredRights(a authorizer.Attributes) ([]authorizer.AttributesRecord, boo
 	switch {
 	case a.GetSubresource() == "" && (a.GetVerb() == "get" || a.GetVerb() == "list"):
 		live.Verb, live.APIGroup, live.APIVersion, live.Resource, live.Name = a.GetVerb(), volcanoGroup, "*", volcanoJobs, a.GetName()
-	case a.GetSubresource() == v1alpha1.LogSubresource && a.GetVerb() == "get":
+	case (a.GetSubresource() == v1alpha1.LogSubresource || a.GetSubresource() == v1alpha1.VerifySubresource) && a.GetVerb() == "get":
 		// The pod is an option of the request, not known here: the right to read the logs of
-		// every pod of the namespace is asked.
+		// every pod of the namespace is asked. Verifying reads every log of the job: it needs
+		// the same right.
 		live.Verb, live.APIGroup, live.APIVersion, live.Resource, live.Subresource = "get", "", "v1", "pods", "log"
 		own.Subresource = v1alpha1.LogSubresource
 	default:

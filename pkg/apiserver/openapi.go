@@ -70,6 +70,18 @@ func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPID
 	add("ArchivedJobLogOptions", "ArchivedJobLogOptions are the query parameters of the log subresource.",
 		with(typeMeta, map[string]spec.Schema{"pod": str, "container": str, "instance": str, "previous": boolean,
 			"tailLines": i64, "limitBytes": i64}), nil)
+	add("ArchivedJobVerification", "ArchivedJobVerification is a job's archive re-read and compared with the database, as archiver logs verify does.",
+		with(typeMeta, map[string]spec.Schema{"metadata": meta("ObjectMeta"), "archiveState": str, "location": str, "logs": i32,
+			"stored": i32, "unavailable": i32, "findings": arrayOf(own("VerificationFinding")), "unreferenced": strs,
+			"gaps": arrayOf(own("VerificationGap"))}),
+		[]string{"logs", "stored", "unavailable"}, "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta",
+		typePrefix+"VerificationFinding", typePrefix+"VerificationGap")
+	add("VerificationFinding", "VerificationFinding is one thing found wrong with the archive.",
+		map[string]spec.Schema{"kind": str, "item": str, "key": str, "detail": str}, []string{"kind", "item", "detail"})
+	add("VerificationGap", "VerificationGap is output of a container run the records say is missing.",
+		map[string]spec.Schema{"podUID": str, "container": str, "run": i32, "after": meta("Time"), "before": meta("Time"),
+			"reason": str, "detail": str},
+		[]string{"podUID", "container", "run", "reason"}, metaTime)
 	return defs
 }
 

@@ -154,7 +154,8 @@ func New(o *Options, records Records, store objstore.Store) (*genericapiserver.G
 	info := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	info.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		v1alpha1.Resource: jobs,
-		v1alpha1.Resource + "/" + v1alpha1.LogSubresource: &logREST{jobs: jobs, store: store},
+		v1alpha1.Resource + "/" + v1alpha1.LogSubresource:    &logREST{jobs: jobs, store: store},
+		v1alpha1.Resource + "/" + v1alpha1.VerifySubresource: newVerifyREST(jobs, store),
 	}
 	if err := server.InstallAPIGroup(&info); err != nil {
 		return nil, fmt.Errorf("new archive API server: install %s: %w", v1alpha1.GroupName, err)

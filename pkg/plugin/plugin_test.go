@@ -3,11 +3,13 @@ package plugin
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
@@ -33,6 +35,9 @@ func TestPrintErrorAsKubectl(t *testing.T) {
 		{apierrors.NewForbidden(schema.GroupResource{Group: "archive.jobvault.io", Resource: "archivedjobs"}, "j", errors.New("no")),
 			`Error from server (Forbidden): archivedjobs.archive.jobvault.io "j" is forbidden: no` + "\n"},
 		{errors.New("no kubeconfig"), "error: no kubeconfig\n"},
+		{fmt.Errorf("read the log: %w", apierrors.NewTooManyRequests("2 verifications are running", 5)),
+			"Error from server (TooManyRequests): 2 verifications are running\n"},
+		{&apierrors.StatusError{ErrStatus: metav1.Status{Message: "the server is confused"}}, "Error from server: the server is confused\n"},
 	} {
 		var b bytes.Buffer
 		printError(&b, c.err)

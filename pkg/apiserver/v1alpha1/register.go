@@ -23,6 +23,8 @@ const (
 	Resource = "archivedjobs"
 	// LogSubresource is the subresource that streams a container run's archived log.
 	LogSubresource = "log"
+	// VerifySubresource is the subresource that verifies a job's archive on request.
+	VerifySubresource = "verify"
 )
 
 // Field selectors of the archivedjobs list, besides metadata.name and metadata.namespace. Each
@@ -43,7 +45,7 @@ var FieldSelectors = []string{"metadata.name", "metadata.namespace", FieldSubmit
 // AddToScheme registers the types, the conversion of the log options from query parameters and
 // the field selectors the list accepts.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &ArchivedJob{}, &ArchivedJobList{}, &ArchivedJobLogOptions{})
+	s.AddKnownTypes(SchemeGroupVersion, &ArchivedJob{}, &ArchivedJobList{}, &ArchivedJobLogOptions{}, &ArchivedJobVerification{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	if err := s.AddConversionFunc((*url.Values)(nil), (*ArchivedJobLogOptions)(nil), func(a, b any, _ conversion.Scope) error {
 		return logOptionsFromQuery(*a.(*url.Values), b.(*ArchivedJobLogOptions))

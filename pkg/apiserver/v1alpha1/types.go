@@ -160,3 +160,53 @@ type ArchivedJobLogOptions struct {
 	// LimitBytes, if set, returns at most that many bytes (after TailLines).
 	LimitBytes *int64 `json:"limitBytes,omitempty"`
 }
+
+// ArchivedJobVerification is what the verify subresource returns: the job's archive re-read from
+// the store and compared with the database on request, by the same verifier as `archiver logs
+// verify` (package verify), with the same findings. Nothing is stored: each get verifies anew.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type ArchivedJobVerification struct {
+	metav1.TypeMeta `json:",inline"`
+	// ObjectMeta names the job verified (name, namespace, UID).
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// ArchiveState is the job's archive state when verified; a pending job's job.json and
+	// manifest.json are not checked yet.
+	ArchiveState string `json:"archiveState,omitempty"`
+	// Location is the job's archive directory, as recorded.
+	Location string `json:"location,omitempty"`
+	// Logs counts the log records; Stored those re-read, Unavailable those recorded unavailable.
+	Logs        int32 `json:"logs"`
+	Stored      int32 `json:"stored"`
+	Unavailable int32 `json:"unavailable"`
+	// Findings are everything found wrong; none: the archive is what the database says.
+	Findings []VerificationFinding `json:"findings,omitempty"`
+	// Unreferenced are objects under the job's directory no record names: worth a look, not a
+	// failure.
+	Unreferenced []string `json:"unreferenced,omitempty"`
+	// Gaps are the output the records say is missing, with the reasons: not a failure.
+	Gaps []VerificationGap `json:"gaps,omitempty"`
+}
+
+// VerificationFinding is one thing found wrong with the archive.
+type VerificationFinding struct {
+	// Kind is missing, mismatch, corrupt, unreadable, manifest or record.
+	Kind string `json:"kind"`
+	// Item names what is concerned, for people (job.json, a log, …).
+	Item string `json:"item"`
+	// Key is the object concerned, when Item does not name it.
+	Key    string `json:"key,omitempty"`
+	Detail string `json:"detail"`
+}
+
+// VerificationGap is output of a container run the records say is missing.
+type VerificationGap struct {
+	PodUID    string       `json:"podUID"`
+	Container string       `json:"container"`
+	Run       int32        `json:"run"`
+	After     *metav1.Time `json:"after,omitempty"`
+	Before    *metav1.Time `json:"before,omitempty"`
+	Reason    string       `json:"reason"`
+	Detail    string       `json:"detail,omitempty"`
+}

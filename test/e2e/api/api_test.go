@@ -27,6 +27,7 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
@@ -103,6 +104,17 @@ func TestArchiveAPI(t *testing.T) {
 	env.SetPodLogs(t, s.NS, multiPod, multiLogs)
 	stack.CreateAs(t, env, "alice", multi)
 	jobs = append(jobs, multi)
+	// vault-live: still running when read. Its pod of task "long" writes on; its pod of task
+	// "crash" restarted once and completed: the earlier run is in the archive, the later on the
+	// node.
+	live := testbed.Job(s.NS, "vault-live").Task("crash", 1, []string{"app"}, testbed.RestartsOnce()).
+		Task("long", 1, []string{"app", "sidecar"}, testbed.RunsFor("10m")).Obj()
+	crashPod, longPod := testbed.PodName(live.Name, "crash", 0), testbed.PodName(live.Name, "long", 0)
+	crashLogs := testbed.ContainerLogs{Current: stack.SampleChunks(crashPod + "/app"), Previous: []testbed.Chunk{{Stream: "stdout", Data: []byte("crash's first run\n")}}}
+	longLogs := map[string]testbed.ContainerLogs{"app": {Current: stack.SampleChunks(longPod + "/app")}, "sidecar": {Current: stack.SampleChunks(longPod + "/sidecar")}}
+	env.SetPodLogs(t, s.NS, crashPod, map[string]testbed.ContainerLogs{"app": crashLogs})
+	env.SetPodLogs(t, s.NS, longPod, longLogs)
+	stack.CreateAs(t, env, "alice", live)
 	for _, job := range jobs {
 		s.WaitArchived(t, job, 3*time.Minute)
 	}
@@ -150,8 +162,12 @@ func TestArchiveAPI(t *testing.T) {
 			}
 			for _, j := range list.Items {
 				names = append(names, j.Name)
-				if j.Status.ArchiveState != "archived" || j.Spec.Submitter != "alice" {
-					t.Errorf("job %s: archive state %q, submitter %q; want archived by alice", j.Name, j.Status.ArchiveState, j.Spec.Submitter)
+				state := "archived"
+				if j.Name == live.Name {
+					state = "pending" // it runs
+				}
+				if j.Status.ArchiveState != state || j.Spec.Submitter != "alice" {
+					t.Errorf("job %s: archive state %q, submitter %q; want %s by alice", j.Name, j.Status.ArchiveState, j.Spec.Submitter, state)
 				}
 			}
 			if cont = list.Continue; cont == "" {
@@ -160,8 +176,8 @@ func TestArchiveAPI(t *testing.T) {
 		}
 		// Oldest first, by creation (whole seconds) then UID: the two jobs may share a second.
 		slices.Sort(names)
-		if strings.Join(names, ",") != "vault-a,vault-b,vault-c" {
-			t.Errorf("pages listed %v, want vault-a, vault-b and vault-c once each", names)
+		if strings.Join(names, ",") != "vault-a,vault-b,vault-c,vault-live" {
+			t.Errorf("pages listed %v, want vault-a, vault-b, vault-c and vault-live once each", names)
 		}
 		raw, err := viewer.get(ctx, url.Values{"fieldSelector": {"spec.submitter=alice,status.archiveState=archived,metadata.name=vault-b"}}, "namespaces", s.NS, "archivedjobs")
 		var list v1alpha1.ArchivedJobList
@@ -318,6 +334,127 @@ func TestArchiveAPI(t *testing.T) {
 		pluginProofs(t, s.NS, nsB, uid, viewer, want)
 	})
 
+	t.Run("kubectl jobvault logs reads a running job live and its earlier run from the archive", func(t *testing.T) {
+		waitInstance(t, viewer, s.NS, live.Name, crashPod, "app", "previous-1")
+		if phase := stack.GetJob(t, env, live).Status.State.Phase; phase != batchv1alpha1.Running {
+			t.Fatalf("vault-live is %s, want Running while its logs are read", phase)
+		}
+		run := pluginRunner(t, viewer)
+		// The running pod's lines, which only the node has, are what kubectl logs prints of it,
+		// whatever the node serves of a line not ended yet or a tail of long lines; every
+		// container in the pod's order (kubectl's own --all-containers has none).
+		kubectlLogs := func(args ...string) string {
+			kubectl := append([]string{"--kubeconfig", viewer.kubeconfig, "-n", s.NS, "logs", longPod}, args...)
+			out, err := exec.CommandContext(ctx, "kubectl", kubectl...).Output()
+			if err != nil || !strings.HasPrefix(string(out), "hello from "+longPod+"/app\n") && !strings.HasPrefix(string(out), "[pod/"+longPod+"/") {
+				t.Fatalf("kubectl %s: %v %q, want the running container's lines", strings.Join(kubectl, " "), err, clip(out))
+			}
+			return string(out)
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"-c", "app"}, kubectlLogs("-c", "app")},
+			{[]string{"--all-containers", "--prefix", "--tail=1"},
+				kubectlLogs("-c", "app", "--prefix", "--tail=1") + kubectlLogs("-c", "sidecar", "--prefix", "--tail=1")},
+		} {
+			plugin := append([]string{"-n", s.NS, "logs", "job/" + live.Name, longPod}, c.args...)
+			out, errOut, err := run(plugin...)
+			if err != nil || out != c.want {
+				t.Errorf("kubectl jobvault %s: %v, %q, want what kubectl logs prints: %q\n%s", strings.Join(plugin, " "), err, clip([]byte(out)), clip([]byte(c.want)), errOut)
+			}
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			// The completed pod's last run, its first from the archive.
+			{[]string{crashPod}, string(testbed.Bytes(crashLogs.Current))},
+			{[]string{crashPod, "--previous"}, "crash's first run\n"},
+			{[]string{crashPod, "--instance", "previous-1", "--prefix"}, "[pod/" + crashPod + "/app] crash's first run\n"},
+		} {
+			args := append([]string{"-n", s.NS, "logs", "job/" + live.Name}, c.args...)
+			out, errOut, err := run(args...)
+			if err != nil || out != c.want {
+				t.Errorf("kubectl jobvault %s: %v, %q, want %q\n%s", strings.Join(args, " "), err, clip([]byte(out)), clip([]byte(c.want)), errOut)
+			}
+		}
+		out, errOut, err := run("-n", s.NS, "logs", "job/vault-c", "--all-containers", "--prefix", "--previous")
+		wantOut := "[pod/" + multiPod + "/app] app crashed ✗\n[pod/" + multiPod + "/sidecar] sidecar first run\n"
+		if err != nil || out != wantOut {
+			t.Errorf("kubectl jobvault logs job/vault-c --all-containers --prefix --previous: %v, %q, want %q\n%s", err, out, wantOut, errOut)
+		}
+	})
+
+	t.Run("kubectl jobvault describe prints the job's record and its verification", func(t *testing.T) {
+		run := pluginRunner(t, viewer)
+		out, errOut, err := run("-n", s.NS, "describe", "job", "vault-c")
+		if err != nil {
+			t.Fatalf("kubectl jobvault describe job vault-c: %v\n%s%s", err, out, errOut)
+		}
+		var job v1alpha1.ArchivedJob
+		raw, err := viewer.get(ctx, nil, "namespaces", s.NS, "archivedjobs", "vault-c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustJSON(t, raw, &job)
+		for _, want := range []string{"Name:", "vault-c", "Submitter:", "alice", "State:", "archived", job.Status.ArchiveLocation,
+			"Phases:", "Completed", multiPod + ":", "app (regular):", "sidecar (regular):", "previous-1", "stored",
+			job.Status.Pods[0].Containers[0].Instances[0].SHA256, "Verification:", "OK: 4 log(s), 4 stored and re-read, 0 unavailable"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("describe job vault-c lacks %q:\n%s", want, out)
+			}
+		}
+		// A reader of jobs without the right to read logs gets the record, and the refusal of
+		// the verification, which reads the logs.
+		out, errOut, err = pluginRunner(t, jobReader)("-n", s.NS, "describe", "job", "vault-a")
+		if err != nil || !strings.Contains(out, "Verification:") || !strings.Contains(out, "not run: Error from server (Forbidden)") {
+			t.Errorf("describe as a reader of jobs: %v\n%s%s\nwant the record and the verification Forbidden", err, out, errOut)
+		}
+	})
+
+	t.Run("kubectl jobvault verify prints the findings of archiver logs verify", func(t *testing.T) {
+		run := pluginRunner(t, viewer)
+		for _, name := range []string{"vault-a", "vault-c"} {
+			raw, err := viewer.get(ctx, nil, "namespaces", s.NS, "archivedjobs", name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var job v1alpha1.ArchivedJob
+			mustJSON(t, raw, &job)
+			rep, err := verify.Job(ctx, s.Records, s.Store, string(job.UID), verify.JobOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var admin strings.Builder
+			if err := rep.WriteText(&admin); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, err := run("-n", s.NS, "verify", "job", name)
+			if err != nil || out != admin.String() || !strings.HasPrefix(out, "OK ") {
+				t.Errorf("kubectl jobvault verify job %s: %v\n%s%s\nwant what archiver logs verify prints:\n%s", name, err, out, errOut, admin.String())
+			}
+		}
+		out, errOut, err := pluginRunner(t, jobReader)("-n", s.NS, "verify", "job", "vault-a")
+		if err == nil || !strings.HasPrefix(errOut, "Error from server (Forbidden): ") {
+			t.Errorf("verify as a reader of jobs without pods/log: %v\n%s%s\nwant Error from server (Forbidden)", err, out, errOut)
+		}
+	})
+
+	t.Run("kubectl jobvault says Forbidden as kubectl does for every command", func(t *testing.T) {
+		run := pluginRunner(t, viewer)
+		for _, args := range [][]string{
+			{"get", "jobs"}, {"get", "job", "vault-a"}, {"describe", "job", "vault-a"}, {"verify", "job", "vault-a"},
+			{"logs", "job/vault-a"}, {"logs", "job/vault-a", "--all-containers", "--prefix"},
+		} {
+			out, errOut, err := run(append([]string{"-n", nsB}, args...)...)
+			if err == nil || !strings.HasPrefix(errOut, "Error from server (Forbidden): ") || strings.Count(errOut, "\n") != 1 || out != "" {
+				t.Errorf("kubectl jobvault %s -n B: %v\nstdout %q\nstderr %q\nwant one line Error from server (Forbidden)", strings.Join(args, " "), err, out, errOut)
+			}
+		}
+	})
+
 	t.Run("kubectl get prints the table", func(t *testing.T) {
 		out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", viewer.kubeconfig, "get", "archivedjobs", "-n", s.NS).CombinedOutput()
 		if err != nil {
@@ -339,14 +476,7 @@ func TestArchiveAPI(t *testing.T) {
 // as JSON in pages, prints a deleted job's log byte-exact by name and by UID, and reports a
 // refusal as kubectl does.
 func pluginProofs(t *testing.T, ns, nsB, uid string, viewer reader, want map[string][]byte) {
-	bin := testbed.GoBuild(t, "./archiver/kubectl-jobvault")
-	run := func(args ...string) (string, string, error) {
-		var out, errOut bytes.Buffer
-		cmd := exec.CommandContext(t.Context(), bin, append([]string{"--kubeconfig", viewer.kubeconfig}, args...)...)
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		return out.String(), errOut.String(), err
-	}
+	run := pluginRunner(t, viewer)
 	out, errOut, err := run("-n", ns, "get", "jobs")
 	if header := strings.Fields(strings.SplitN(out, "\n", 2)[0]); err != nil || strings.Join(header, " ") != "NAME PHASE ARCHIVE SUBMITTER AGE FINISHED" ||
 		!strings.Contains(out, "vault-a") || !strings.Contains(out, "vault-b") {
@@ -377,6 +507,45 @@ func pluginProofs(t *testing.T, ns, nsB, uid string, viewer reader, want map[str
 	out, errOut, err = run("-n", nsB, "logs", "job/vault-a")
 	if err == nil || !strings.HasPrefix(errOut, "Error from server (Forbidden): ") {
 		t.Errorf("kubectl jobvault logs -n B: %v\n%s%s\nwant Error from server (Forbidden)", err, out, errOut)
+	}
+}
+
+// pluginRunner returns a function that runs kubectl-jobvault (built once) as r with args and
+// returns its stdout, its stderr and how it exited.
+func pluginRunner(t *testing.T, r reader) func(args ...string) (string, string, error) {
+	bin := testbed.GoBuild(t, "./archiver/kubectl-jobvault")
+	return func(args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		cmd := exec.CommandContext(t.Context(), bin, append([]string{"--kubeconfig", r.kubeconfig}, args...)...)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		return out.String(), errOut.String(), err
+	}
+}
+
+// waitInstance waits until the archive records the container's run instance of job name as
+// stored.
+func waitInstance(t *testing.T, r reader, ns, name, pod, container, instance string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		raw, err := r.get(t.Context(), nil, "namespaces", ns, "archivedjobs", name)
+		var job v1alpha1.ArchivedJob
+		if err == nil && json.Unmarshal(raw, &job) == nil {
+			for _, p := range job.Status.Pods {
+				for _, c := range p.Containers {
+					for _, i := range c.Instances {
+						if p.Name == pod && c.Name == container && i.Name == instance && i.State == "stored" {
+							return
+						}
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the archive holds no stored %s of container %s of pod %s of job %s after 2 minutes: %v %s", instance, container, pod, name, err, clip(raw))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
