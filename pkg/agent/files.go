@@ -65,6 +65,9 @@ type heldFile struct {
 	letGo bool
 	// head is the start of a closed file: once closed, its inode may be reused by a new file.
 	head string
+	// id and idHead tell the file again after a restart (identity; see position.go).
+	id     fileID
+	idHead []byte
 }
 
 // runFiles are the files of one container run, in write order.
@@ -75,6 +78,10 @@ type runFiles struct {
 	durable time.Time
 	// changed is closed (and replaced) whenever a file of the run appears or grows.
 	changed chan struct{}
+	// pos is where the run's capture resumes in its files, from its last segment (nil: unknown),
+	// unless reader, the run's last reader, took lines since: then its position (reader.position).
+	pos    *filePos
+	reader *reader
 	// goneSince is when a file of the run was first seen held only by the agent (deleted from the
 	// disk), or every file gone, while the agent does not own the run (zero: not so).
 	goneSince time.Time
@@ -173,6 +180,7 @@ func (s *FileSource) close() {
 
 func (f *heldFile) close() {
 	if f.f != nil {
+		f.identity() // a position in it stays encodable
 		f.head = readHead(f.f)
 		_ = f.f.Close()
 		f.f = nil
@@ -695,10 +703,63 @@ type durableRecords struct {
 	s *FileSource
 }
 
+// PutSegment records the segment with the position in the run's files its last byte came from,
+// and tells the source it is durable.
 func (d durableRecords) PutSegment(ctx context.Context, seg record.Segment) error {
+	k := RunKey{PodUID: seg.PodUID, Container: seg.Container, Run: seg.Run}
+	seg.SourcePosition = d.s.position(k)
 	if err := d.Records.PutSegment(ctx, seg); err != nil {
 		return err
 	}
-	d.s.Durable(RunKey{PodUID: seg.PodUID, Container: seg.Container, Run: seg.Run}, seg.LastTime)
+	d.s.Durable(k, seg.LastTime)
 	return nil
+}
+
+// Segments reads the run's segments, as a capture does to resume from the last: its position in
+// the files is the one recorded with that segment.
+func (d durableRecords) Segments(ctx context.Context, podUID, container string, run int32) ([]record.Segment, error) {
+	segs, err := d.Records.Segments(ctx, podUID, container, run)
+	if err != nil {
+		return nil, err
+	}
+	var last []byte
+	if n := len(segs); n > 0 {
+		last = segs[n-1].SourcePosition
+	}
+	p, err := decodePosition(last)
+	if err != nil {
+		d.s.log.Error(err, "A segment's file position cannot be read; resuming by timestamp")
+	}
+	d.s.mu.Lock()
+	r := d.s.run(RunKey{PodUID: podUID, Container: container, Run: run}, "")
+	r.pos, r.reader = p, nil
+	d.s.mu.Unlock()
+	return segs, nil
+}
+
+// position is the encoded position of the run's capture in its files (nil: unknown).
+func (s *FileSource) position(k RunKey) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.runs[k]
+	if r == nil {
+		return nil
+	}
+	p := r.pos
+	if r.reader != nil {
+		if rp := r.reader.position(); rp != nil {
+			p = rp
+		}
+	}
+	if p == nil {
+		return nil
+	}
+	if p.f != nil {
+		id, _ := p.f.identity()
+		if id.headLen == 0 {
+			return nil // a file closed before it was ever read: no position in it to tell
+		}
+		p = &filePos{id: id, off: p.off, cut: p.cut}
+	}
+	return encodePosition(*p)
 }

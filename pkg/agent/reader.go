@@ -72,6 +72,14 @@ type reader struct {
 	recLast   byte
 	newLine   bool
 
+	// start, when set, is where the reader starts instead of from since: the capture's position in
+	// the files (exact; see position.go).
+	start *filePos
+	// cnt counts what is read of cur from base on: the offset of what br holds next is
+	// base + cnt.n - br.Buffered().
+	cnt  *countReader
+	base int64
+
 	out     []byte
 	emitted int64
 	closed  atomic.Bool // Close is called while the capture's reader goroutine may read
@@ -79,6 +87,19 @@ type reader struct {
 	// by the capture while its reader goroutine reads.
 	tagMu sync.Mutex
 	tags  []tagRun
+	// marks are the lines served whose bytes the capture has not all asked for (Streams), and pos
+	// the position after the last piece it asked for: both under tagMu.
+	marks []lineMark
+	pos   *filePos
+}
+
+// lineMark is one line served: it starts at the stream's offset at, with the record at start in
+// file f; once ended (end >= 0, the stream's offset after its content), next is the offset after
+// its last record, in file nextF.
+type lineMark struct {
+	at, end     int64
+	f, nextF    *heldFile
+	start, next int64
 }
 
 type tagRun struct {
@@ -92,9 +113,106 @@ func newReader(ctx context.Context, s *FileSource, k RunKey, opts capture.OpenOp
 	s.mu.Unlock()
 	r := &reader{ctx: ctx, s: s, k: k, rf: rf, follow: opts.Follow, done: map[*heldFile]bool{}, newLine: true}
 	if !opts.Since.IsZero() {
-		r.since = opts.Since.Truncate(time.Second) // pods/log takes sinceTime in whole seconds
+		// A capture resuming: from its position in the files, when they still hold it; else
+		// from the timestamp, as pods/log serves it.
+		if !r.startAtPosition() {
+			r.since = opts.Since.Truncate(time.Second) // pods/log takes sinceTime in whole seconds
+		}
 	}
+	s.mu.Lock()
+	rf.reader = r
+	s.mu.Unlock()
 	return r
+}
+
+// startAtPosition readies the reader to start at the run's position in its files (the last
+// reader's, or the one recorded with the last segment): the files before it are done. False: no
+// position known, or its file is gone.
+func (r *reader) startAtPosition() bool {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	p := r.rf.pos
+	if r.rf.reader != nil {
+		if rp := r.rf.reader.position(); rp != nil {
+			p = rp
+		}
+	}
+	if p == nil {
+		return false
+	}
+	f := r.rf.locate(p)
+	if f == nil {
+		r.s.log.Info("The file of the capture's position is gone; resuming by timestamp", "run", r.k.String())
+		return false
+	}
+	for _, g := range r.rf.files {
+		if g == f {
+			break
+		}
+		// Before the position: read, its bytes taken by the capture.
+		r.done[g] = true
+		g.drained = true
+	}
+	r.start = &filePos{f: f, off: p.off, cut: p.cut}
+	r.pos = r.start
+	return true
+}
+
+// StartsExactly implements capture.ExactStart.
+func (r *reader) StartsExactly() (exact, cut bool) {
+	if r.start == nil {
+		return false, false
+	}
+	return true, r.start.cut
+}
+
+// position is the position after the last piece the capture asked for (Streams); nil: none yet.
+func (r *reader) position() *filePos {
+	r.tagMu.Lock()
+	defer r.tagMu.Unlock()
+	return r.pos
+}
+
+// fileOff is the offset in cur of what the reader parses next.
+func (r *reader) fileOff() int64 {
+	return r.base + r.cnt.n - int64(r.br.Buffered())
+}
+
+// markLine notes a line served from its first record, at start in cur (tagMu: Streams reads the marks).
+func (r *reader) markLine(start int64) {
+	r.tagMu.Lock()
+	r.marks = append(r.marks, lineMark{at: r.emitted, end: -1, f: r.cur, start: start})
+	r.tagMu.Unlock()
+}
+
+// markLineEnd notes that the line being served ended here.
+func (r *reader) markLineEnd() {
+	r.tagMu.Lock()
+	if n := len(r.marks); n > 0 && r.marks[n-1].end < 0 {
+		m := &r.marks[n-1]
+		m.end, m.nextF, m.next = r.emitted, r.cur, r.fileOff()
+	}
+	r.tagMu.Unlock()
+}
+
+// advance moves the position to the stream's offset to, the end of a piece the capture took
+// (tagMu held): after the line, if the piece ended it, else at the line's start, cut.
+func (r *reader) advance(to int64) {
+	i := 0
+	for i+1 < len(r.marks) && r.marks[i+1].at < to {
+		i++
+	}
+	r.marks = r.marks[i:]
+	if len(r.marks) == 0 || r.marks[0].at >= to {
+		return
+	}
+	m := r.marks[0]
+	if m.end >= 0 && m.end <= to {
+		r.pos = &filePos{f: m.nextF, off: m.next}
+		r.marks = r.marks[1:]
+		return
+	}
+	r.pos = &filePos{f: m.f, off: m.start, cut: true}
 }
 
 // Read serves the log.
@@ -137,6 +255,7 @@ func (r *reader) Streams(from, to int64) []capture.StreamRun {
 		}
 	}
 	r.tags = r.tags[i:]
+	r.advance(to)
 	return out
 }
 
@@ -208,21 +327,42 @@ func (r *reader) next() bool {
 			continue
 		}
 		r.cur, r.curName, r.drainEOF, r.lastTS, r.servedGz = f, f.name, false, time.Time{}, false
-		r.file = io.NewSectionReader(f.f, 0, math.MaxInt64)
-		var src io.Reader = r.file
-		if f.gz {
-			zr, err := gzip.NewReader(src)
-			if err != nil {
-				r.done[f] = true
-				r.cur = nil
-				continue
-			}
-			r.zr, src = zr, zr
+		var off int64
+		if r.start != nil && r.start.f == f {
+			off, r.start = r.start.off, nil
 		}
-		r.br = bufio.NewReaderSize(src, pieceSize)
+		if err := r.openCur(off); err != nil {
+			r.s.log.Error(err, "Log file not readable; going on with the next", "file", f.name)
+			r.done[f] = true
+			r.cur = nil
+			continue
+		}
 		return true
 	}
 	return false
+}
+
+// openCur reads cur from off (in its content: decompressed, if compressed).
+func (r *reader) openCur(off int64) error {
+	f := r.cur
+	r.file = io.NewSectionReader(f.f, 0, math.MaxInt64)
+	var src io.Reader = r.file
+	if f.gz {
+		zr, err := gzip.NewReader(src)
+		if err != nil {
+			return fmt.Errorf("read compressed log file: %w", err)
+		}
+		if _, err := io.CopyN(io.Discard, zr, off); err != nil {
+			_ = zr.Close()
+			return fmt.Errorf("read compressed log file to the position %d: %w", off, err)
+		}
+		r.zr, src = zr, zr
+	} else if _, err := r.file.Seek(off, io.SeekStart); err != nil {
+		return fmt.Errorf("read log file from the position %d: %w", off, err)
+	}
+	r.cnt, r.base = &countReader{r: src}, off
+	r.br = bufio.NewReaderSize(r.cnt, pieceSize)
+	return nil
 }
 
 // laterHasBytes reports whether a file after cur has bytes: containerd writes no more to cur.
@@ -300,8 +440,9 @@ func (r *reader) truncated() bool {
 	if onGap != nil {
 		onGap(r.k, g)
 	}
-	r.file = io.NewSectionReader(f, 0, math.MaxInt64)
-	r.br = bufio.NewReaderSize(r.file, pieceSize)
+	if err := r.openCur(0); err != nil {
+		r.finishFile()
+	}
 	return true
 }
 
@@ -366,6 +507,7 @@ func (r *reader) header() error {
 	if !ok {
 		return r.skipRecord()
 	}
+	start := r.fileOff()
 	_, _ = r.br.Discard(sp + 1)
 	r.inContent, r.ts, r.stream, r.partial, r.recLen = true, ts, stream, bytes.HasPrefix(tag, []byte("P")), 0
 	if ts.After(r.lastTS) {
@@ -373,6 +515,7 @@ func (r *reader) header() error {
 	}
 	r.skipRec = !r.since.IsZero() && ts.Before(r.since)
 	if !r.skipRec && r.newLine {
+		r.markLine(start)
 		r.emit(append([]byte(ts.Format("2006-01-02T15:04:05.000000000Z07:00")), ' '), false)
 	}
 	return nil
@@ -416,6 +559,9 @@ func (r *reader) content() error {
 func (r *reader) endRecord() {
 	r.newLine = r.recLen == 0 || r.recLast == '\n'
 	r.inContent = false
+	if r.newLine && !r.skipRec {
+		r.markLineEnd()
+	}
 }
 
 // spaces returns the index of the n-th space in b, or -1.
