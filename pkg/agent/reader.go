@@ -155,6 +155,10 @@ func (r *reader) startAtPosition() bool {
 	}
 	r.start = &filePos{f: f, off: p.off, cut: p.cut}
 	r.pos = r.start
+	if p.f == nil {
+		// Worth a line: a restart (or a capture run again after a failure), not a reopening.
+		r.s.log.Info("Resuming the capture from its position in the files", "file", filepath.Join(r.rf.dir, f.name), "offset", p.off)
+	}
 	return true
 }
 
