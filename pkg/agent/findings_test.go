@@ -404,6 +404,16 @@ func TestOnlyRegularFilesTaken(t *testing.T) {
 // (truncated on the node), and reads the file again from its start: what is written after is
 // served.
 func TestTruncatedFileReadAgain(t *testing.T) {
+	testTruncated(t, "after truncate")
+}
+
+// TestTruncatedRegrownReadAgain: as TestTruncatedFileReadAgain, but the file grows past the
+// reader's position again before the reader looks: its size does not tell; its first bytes do.
+func TestTruncatedRegrownReadAgain(t *testing.T) {
+	testTruncated(t, "after truncate "+strings.Repeat("regrown", 200))
+}
+
+func testTruncated(t *testing.T, after string) {
 	dir := logDir(t)
 	root := filepath.Dir(filepath.Dir(dir))
 	cur := filepath.Join(dir, "0.log")
@@ -445,7 +455,7 @@ func TestTruncatedFileReadAgain(t *testing.T) {
 	if err := os.Truncate(cur, 0); err != nil {
 		t.Fatal(err)
 	}
-	c.rec("stdout", "after truncate", false)
+	c.rec("stdout", after, false)
 	c.flush(t, cur, false)
 	for served := false; !served; {
 		select {

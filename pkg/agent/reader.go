@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,8 @@ type reader struct {
 	// file reads cur's file from its start: its position past the file's size says it was
 	// truncated.
 	file *io.SectionReader
+	// curHead is cur's first bytes (uncompressed) when opened: a truncation shows in them.
+	curHead string
 	// drainEOF: a later file had bytes when cur was last at its end, so cur's next end is its last.
 	drainEOF bool
 	lastTS   time.Time
@@ -361,8 +364,11 @@ func (r *reader) openCur(off int64) error {
 			return fmt.Errorf("read compressed log file to the position %d: %w", off, err)
 		}
 		r.zr, src = zr, zr
-	} else if _, err := r.file.Seek(off, io.SeekStart); err != nil {
-		return fmt.Errorf("read log file from the position %d: %w", off, err)
+	} else {
+		if _, err := r.file.Seek(off, io.SeekStart); err != nil {
+			return fmt.Errorf("read log file from the position %d: %w", off, err)
+		}
+		r.curHead = readHead(f.f)
 	}
 	r.cnt, r.base = &countReader{r: src}, off
 	r.br = bufio.NewReaderSize(r.cnt, pieceSize)
@@ -428,8 +434,15 @@ func (r *reader) truncated() bool {
 	}
 	read, _ := r.file.Seek(0, io.SeekCurrent)
 	st, err := f.Stat()
-	if err != nil || st.Size() >= read {
+	if err != nil {
 		return false
+	}
+	how := fmt.Sprintf("truncated in place from %d bytes read to %d bytes", read, st.Size())
+	if st.Size() >= read {
+		if !r.regrown(f) {
+			return false
+		}
+		how = fmt.Sprintf("truncated in place and written again past the agent's position (%d bytes read, %d now: its first bytes changed)", read, st.Size())
 	}
 	if r.inContent {
 		r.endRecord()
@@ -437,7 +450,7 @@ func (r *reader) truncated() bool {
 	r.s.mu.Lock()
 	g := record.Gap{PodUID: r.k.PodUID, Container: r.k.Container, Run: r.k.Run, After: r.lastTS, Before: firstTime(r.cur),
 		Reason: record.GapTruncatedOnNode,
-		Detail: fmt.Sprintf("file %s truncated in place from %d bytes read to %d bytes: what was written past the agent's position before it is lost", r.curName, read, st.Size())}
+		Detail: fmt.Sprintf("file %s %s: what was written past the agent's position before it is lost", r.curName, how)}
 	onGap := r.s.onGap
 	r.s.mu.Unlock()
 	r.s.log.Info("Log file truncated in place; reading it again from its start", "file", filepath.Join(r.rf.dir, r.curName), "read", read, "size", st.Size())
@@ -448,6 +461,21 @@ func (r *reader) truncated() bool {
 		r.finishFile()
 	}
 	return true
+}
+
+// regrown reports whether cur's first bytes are no longer those read when it was opened: it was
+// truncated and written again past the reader's position before the reader looked at its size.
+// (Written to, a log file only grows: its start never changes but by a truncation.)
+func (r *reader) regrown(f *os.File) bool {
+	head := readHead(f)
+	n := min(len(head), len(r.curHead))
+	if head[:n] != r.curHead[:n] {
+		return true
+	}
+	if len(head) > len(r.curHead) {
+		r.curHead = head // it was shorter when opened: the rest of its head is known now
+	}
+	return false
 }
 
 // wait waits for the run's files to change (or the recheck period), or returns io.EOF for a read
