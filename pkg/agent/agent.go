@@ -109,13 +109,18 @@ type Agent struct {
 	notes map[db.RunKey][]record.Gap
 	// beat is when the last heartbeat was recorded (zero: none yet), for /healthz.
 	beat time.Time
-	// storeFails and runsFails count the captures that failed to store and the reads of the
-	// agent's runs that failed, in a row: past maxFails the agent does not beat (canStore).
-	storeFails, runsFails int
+	// storeFails counts, by run, the captures that failed to store in a row, and runsFails the
+	// reads of the agent's runs that failed in a row (canStore).
+	storeFails map[db.RunKey]int
+	runsFails  int
 }
 
-// maxFails is how many segment stores, or reads of its runs, may fail in a row before the agent
-// stops beating, so that the archiver takes its runs over in 15 s rather than at --log-deadline.
+// maxFails is how many segment stores of each run the agent captures, or reads of its runs, may
+// fail in a row before the agent stops beating, so that the archiver takes its runs over in 15 s
+// rather than at --log-deadline. A failure counts against what failed: one run's stores failing
+// while another run stores (its segment refused, say) are that run's trouble, retried, not the
+// node's; the heartbeat stops when every run captured fails (the store or the database is down
+// for the agent), or the agent cannot read its runs.
 const maxFails = 3
 
 // ownedRun is a run the agent captures: over once the archiver said so.
@@ -138,7 +143,7 @@ func New(cfg Config, records DB, store objstore.Store, log logr.Logger) (*Agent,
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, db: records, recs: records.AgentRecords(cfg.Node), store: store, log: log,
-		captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}}
+		captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}, storeFails: map[db.RunKey]int{}}
 	src, err := NewFileSource(cfg.PodLogsDir, cfg.MaxHeldBytes, a.letGo, log.WithName("files"))
 	if err != nil {
 		return nil, err
@@ -209,23 +214,32 @@ func (a *Agent) heartbeat(ctx context.Context) {
 func (a *Agent) canStore() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch {
-	case a.storeFails >= maxFails:
-		return fmt.Errorf("the last %d captures failed to store", a.storeFails)
-	case a.runsFails >= maxFails:
+	if a.runsFails >= maxFails {
 		return fmt.Errorf("the last %d reads of the agent's runs failed", a.runsFails)
+	}
+	failing := 0
+	for k := range a.captures {
+		if a.failed(k) >= maxFails {
+			failing++
+		}
+	}
+	if failing > 0 && failing == len(a.captures) {
+		return fmt.Errorf("the last %d or more stores of each of the agent's %d captures failed", maxFails, failing)
 	}
 	return nil
 }
 
-// stored counts a store that succeeded (ok) or failed, in a row.
-func (a *Agent) stored(ok bool) {
+// failed is how many times in a row run k failed to store (a.mu held).
+func (a *Agent) failed(k db.RunKey) int { return a.storeFails[k] }
+
+// stored counts a store of run k that succeeded (ok) or failed, in a row.
+func (a *Agent) stored(k db.RunKey, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if ok {
-		a.storeFails = 0
+		delete(a.storeFails, k)
 	} else {
-		a.storeFails++
+		a.storeFails[k]++
 	}
 }
 
@@ -283,6 +297,7 @@ func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, runs []db.AgentRu
 			}
 			a.mu.Lock()
 			delete(a.captures, r.RunKey)
+			delete(a.storeFails, r.RunKey)
 			a.mu.Unlock()
 		}()
 	}
@@ -353,7 +368,7 @@ func (a *Agent) captureRun(ctx context.Context, r db.AgentRun, o *ownedRun) {
 			}
 		}
 		captureFailures.Inc()
-		a.stored(false)
+		a.stored(r.RunKey, false)
 		log.Error(err, "Capture failed, will retry")
 		select {
 		case <-ctx.Done():
@@ -409,7 +424,7 @@ type countedRecords struct {
 func (c countedRecords) PutSegment(ctx context.Context, seg record.Segment) error {
 	err := c.Records.PutSegment(ctx, seg)
 	if err == nil {
-		c.a.stored(true)
+		c.a.stored(db.RunKey{PodUID: seg.PodUID, Container: seg.Container, Run: seg.Run}, true)
 	}
 	return err
 }

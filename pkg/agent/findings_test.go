@@ -157,7 +157,7 @@ func newTestAgent(t *testing.T, root string, fdb *fakeDB, recs capture.Records) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{cfg: cfg, db: fdb, recs: recs, store: store, log: logr.Discard(), captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}}
+	a := &Agent{cfg: cfg, db: fdb, recs: recs, store: store, log: logr.Discard(), captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}, storeFails: map[db.RunKey]int{}}
 	src, err := NewFileSource(root, cfg.MaxHeldBytes, a.letGo, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +341,7 @@ func TestNoHeartbeatWhileStoresFail(t *testing.T) {
 	if n := beats(); n != 1 {
 		t.Errorf("heartbeat recorded while every store fails (%d beats)", n)
 	}
-	a.stored(true)
+	a.stored(run.RunKey, true)
 	fdb.mu.Lock()
 	fdb.runsErr = errors.New("database down")
 	fdb.mu.Unlock()
@@ -475,5 +475,59 @@ func testTruncated(t *testing.T, after string) {
 		}
 	default:
 		t.Error("no gap recorded for the truncation")
+	}
+}
+
+// oneRunFailing refuses the segments of pod uid1 only: that run's store fails (its object key, a
+// segment too large), not the node's.
+type oneRunFailing struct{ fencedRecords }
+
+func (f *oneRunFailing) PutSegment(ctx context.Context, s record.Segment) error {
+	if s.PodUID == "uid1" {
+		return errors.New("segment refused")
+	}
+	return f.fencedRecords.PutSegment(ctx, s)
+}
+
+// TestOneRunFailingKeepsHeartbeat: the stores of one run fail again and again while the agent's
+// other run stores (and then waits for output): the failures are that run's, not the node's, so
+// the agent goes on beating and its other runs stay its own. (The failures were counted for the
+// node: three of one run in a row stopped the heartbeat, and the archiver took every run over.)
+func TestOneRunFailingKeepsHeartbeat(t *testing.T) {
+	root, bad := oneLineRun(t)
+	dir := filepath.Join(root, "ns_pod2_uid2", "main")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	c.rec("stdout", "line of the run that stores", false)
+	c.flush(t, filepath.Join(dir, "0.log"), false)
+	good := bad
+	good.PodUID, good.Pod, good.JobUID = "uid2", "pod2", "ju2"
+	fdb := &fakeDB{runs: []db.AgentRun{bad, good}}
+	recs := &oneRunFailing{}
+	recs.claimed.Store(true)
+	a := newTestAgent(t, root, fdb, recs)
+	a.cfg.Capture = capture.Config{SegmentBytes: 1, SegmentAge: 10 * time.Millisecond, Poll: 10 * time.Millisecond, Retry: 20 * time.Millisecond}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	a.poll(ctx, &wg)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		a.mu.Lock()
+		failed := a.failed(bad.RunKey)
+		a.mu.Unlock()
+		if failed >= maxFails {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run uid1 failed %d times in 20 s, want %d", failed, maxFails)
+		}
+	}
+	if segs, _ := recs.Segments(ctx, "", "", 0); len(segs) == 0 {
+		t.Fatal("the run that stores stored nothing")
+	}
+	if err := a.canStore(); err != nil {
+		t.Errorf("one run's failures stop the node's heartbeat: %v", err)
 	}
 }
