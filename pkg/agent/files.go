@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,6 +69,11 @@ type heldFile struct {
 	// id and idHead tell the file again after a restart (identity; see position.go).
 	id     fileID
 	idHead []byte
+	// copy is the compressed copy it was let go for (its bytes are all there), orig the file a
+	// copy stands for: a reader goes on in the copy where it was in the file.
+	copy, orig *heldFile
+	// readOff is how far a reader has read it (atomic: the reader updates it, bound reads it).
+	readOff atomic.Int64
 }
 
 // runFiles are the files of one container run, in write order.
@@ -613,10 +619,23 @@ func (s *FileSource) bound() {
 		return
 	}
 	// The files of runs the agent does not own go first (the API captures those runs; holding them
-	// only spares a later claim), then the oldest.
+	// only spares a later claim), then those the kubelet compressed (letting go loses nothing),
+	// then the oldest.
+	copies := map[*heldFile]string{}
+	for _, c := range cands {
+		if gz := c.r.dir + string(filepath.Separator) + c.f.name + ".gz"; !c.f.gz && regularFile(gz) {
+			copies[c.f] = gz
+		}
+	}
 	slices.SortFunc(cands, func(a, b cand) int {
 		if oa, ob := s.owned[a.k], s.owned[b.k]; oa != ob {
 			if ob {
+				return -1
+			}
+			return 1
+		}
+		if ca, cb := copies[a.f] != "", copies[b.f] != ""; ca != cb {
+			if ca {
 				return -1
 			}
 			return 1
@@ -628,16 +647,18 @@ func (s *FileSource) bound() {
 		if held <= s.maxHeld {
 			break
 		}
-		if c.r.stored(c.f) {
-			// Its bytes are durable (an earlier file kept it from being released): closing it
-			// loses nothing, so it records no gap.
+		if c.r.stored(c.f) || c.r.swapForCopy(c.f, copies[c.f]) {
+			// Its bytes are durable (an earlier file kept it from being released), or all in its
+			// compressed copy on the disk: closing it loses nothing, so it records no gap.
 			c.f.close()
 			held -= c.f.size
 			s.held = held
 			heldBytes.Set(float64(held))
+			c.r.signal()
 			continue
 		}
-		lg := LetGo{Name: c.f.name, After: c.r.durable, Bytes: c.f.size}
+		// Only what no reader has read is lost: what was read is in the capture's hands.
+		lg := LetGo{Name: c.f.name, After: c.r.durable, Bytes: c.f.size - min(c.f.readOff.Load(), c.f.size)}
 		if i := slices.Index(c.r.files, c.f); i+1 < len(c.r.files) {
 			lg.Before = firstTime(c.r.files[i+1])
 		}
@@ -657,6 +678,40 @@ func (s *FileSource) bound() {
 	for _, g := range gone {
 		g()
 	}
+}
+
+// swapForCopy puts the compressed copy of f at path (none: "") in f's place among the run's files
+// (s.mu held): readers go on in it where they were in f. False: no copy that can be opened.
+func (r *runFiles) swapForCopy(f *heldFile, path string) bool {
+	if path == "" {
+		return false
+	}
+	fh, err := openRegular(path)
+	if err != nil {
+		return false
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		_ = fh.Close()
+		return false
+	}
+	i := slices.Index(r.files, f)
+	if i < 0 {
+		_ = fh.Close()
+		return false
+	}
+	cp := &heldFile{f: fh, ino: inode(st), name: filepath.Base(path), gz: true, order: f.order, seq: f.seq, size: st.Size(),
+		drained: f.drained, lastTS: f.lastTS, orig: f}
+	f.copy = cp
+	r.files[i] = cp
+	filesHeld.WithLabelValues("compressed").Inc()
+	return true
+}
+
+// regularFile reports whether path is a regular file (no symlink followed).
+func regularFile(path string) bool {
+	st, err := os.Lstat(path)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // firstTime is the timestamp of a file's first record (zero: unknown).

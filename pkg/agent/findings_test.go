@@ -531,3 +531,54 @@ func TestOneRunFailingKeepsHeartbeat(t *testing.T) {
 		t.Errorf("one run's failures stop the node's heartbeat: %v", err)
 	}
 }
+
+// TestLetGoFileWithCompressedCopy: a rotated file the kubelet compressed (the .gz on the disk, the
+// file itself unlinked and held only by the agent) is past the held-bytes limit: none of its bytes
+// is lost, so it is let go without a gap, and its bytes are read from the compressed copy.
+func TestLetGoFileWithCompressedCopy(t *testing.T) {
+	dir := logDir(t)
+	root := filepath.Dir(filepath.Dir(dir))
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	for i := range 1000 { // past the reader's buffer: it reads on from the file after the swap
+		c.rec("stdout", fmt.Sprintf("rotated %d %s", i, strings.Repeat("r", 100)), false)
+	}
+	rot := filepath.Join(dir, "0.log.20261125-010000")
+	c.flush(t, rot, false)
+	c.rec("stderr", "current", false)
+	c.flush(t, filepath.Join(dir, "0.log"), false)
+	var lets []LetGo
+	s, err := NewFileSource(root, 1, func(_ RunKey, lg LetGo) { lets = append(lets, lg) }, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	// A reader has begun the file (and holds part of it in its buffer), another has not.
+	begun, err := s.Open(t.Context(), ref, capture.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 100)
+	if _, err := io.ReadFull(begun, first); err != nil {
+		t.Fatal(err)
+	}
+	gzipFile(t, rot, rot+".gz")
+	s.scanContainer(dir)
+	s.bound()
+	if len(lets) > 0 {
+		t.Errorf("let go with a gap: %+v; its bytes are all in its compressed copy", lets)
+	}
+	rest, err := io.ReadAll(begun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(first) + string(rest); got != c.served.String() {
+		t.Errorf("the reader begun served %d bytes, want %d", len(got), c.served.Len())
+	}
+	rc, err := s.Open(t.Context(), ref, capture.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readAll(t, rc); got != c.served.String() {
+		t.Errorf("served %d bytes, want %d", len(got), c.served.Len())
+	}
+}

@@ -128,8 +128,11 @@ func (f *heldFile) identity() (fileID, []byte) {
 // locate finds the file p names among the run's open files (s.mu held); nil: gone.
 func (r *runFiles) locate(p *filePos) *heldFile {
 	if p.f != nil {
-		if p.f.f != nil {
+		switch {
+		case p.f.f != nil:
 			return p.f
+		case p.f.copy != nil && p.f.copy.f != nil:
+			return p.f.copy // let go for its compressed copy: the offset is the same
 		}
 		return nil
 	}

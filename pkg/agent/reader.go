@@ -314,6 +314,9 @@ func (r *reader) fill() error {
 	case errors.Is(err, io.EOF):
 		return r.atEnd(changed)
 	default:
+		if r.toCopy() {
+			return nil
+		}
 		// The file was let go (closed) or cannot be read: go on with the next.
 		r.s.log.V(1).Info("Log file no longer readable; going on with the next", "file", r.curName, "error", err.Error())
 		r.finishFile()
@@ -326,8 +329,8 @@ func (r *reader) next() bool {
 	r.s.mu.Lock()
 	defer r.s.mu.Unlock()
 	for _, f := range r.rf.files {
-		if r.done[f] {
-			continue
+		if r.done[f] || (f.orig != nil && r.done[f.orig]) {
+			continue // read (a copy: its file was)
 		}
 		if f.f == nil {
 			r.done[f] = true // closed: released (durable) or let go (its gap is recorded)
@@ -347,6 +350,25 @@ func (r *reader) next() bool {
 		return true
 	}
 	return false
+}
+
+// toCopy goes on reading cur's compressed copy where cur was let go for one (swapForCopy): at
+// the same offset of its content, in the same record.
+func (r *reader) toCopy() bool {
+	r.s.mu.Lock()
+	cp := r.cur.copy
+	r.s.mu.Unlock()
+	if cp == nil {
+		return false
+	}
+	off := r.fileOff()
+	r.done[r.cur] = true
+	r.cur, r.curName = cp, cp.name
+	if err := r.openCur(off); err != nil {
+		r.s.log.Error(err, "Compressed copy of a log file not readable; going on with the next", "file", cp.name)
+		return false
+	}
+	return true
 }
 
 // openCur reads cur from off (in its content: decompressed, if compressed).
@@ -593,6 +615,9 @@ func (r *reader) endRecord() {
 	r.inContent = false
 	if r.newLine && !r.skipRec {
 		r.markLineEnd()
+	}
+	if r.cur != nil {
+		r.cur.readOff.Store(r.fileOff())
 	}
 }
 
