@@ -75,16 +75,21 @@ type archivedLog struct {
 // the kubelet's rotation at 1 MiB (checked every 10 s: files of about 50 MB, older ones
 // compressed) beside a CPU stress process. The agent's archive is byte-exact, without a gap; the
 // API capture of a twin pod in the same run (another rig: no agent in its database) is exact or
-// records its gaps. The bytes each kept are printed. (The issue asks 20 MiB/s for 30 s: on this
-// machine's two shared cores that is 600 MiB written, recorded and read twice per capture for
-// minutes; the rotations and compressions the capture must survive are the same at 5 MiB/s.)
+// records its gaps. The bytes each kept are printed. The issue's size, 20 MiB/s for 30 s, is
+// make bench-agent-full (JOBVAULT_PROOF_AGENT_MIB_PER_SEC and _SECONDS): on this machine's two
+// shared cores that is 600 MiB written, recorded and read twice per capture for minutes; the
+// rotations and compressions the capture must survive are the same at 5 MiB/s.
 func TestRealNodeAgentRotation(t *testing.T) {
 	t.Parallel()
 	s, rn := rig(t)
 	startAgent(t, s, rn)
 	twin, _ := rig(t)
 	stack.CPUStress(t, 1)
-	w := testbed.Workload{Bytes: 100 << 20, For: 20 * time.Second, Lines: []int{200, 20 << 10}}
+	mibPerSec, secs := envInt(t, "JOBVAULT_PROOF_AGENT_MIB_PER_SEC", 5), envInt(t, "JOBVAULT_PROOF_AGENT_SECONDS", 20)
+	size := int64(mibPerSec*secs) << 20
+	// Five minutes per 100 MiB to archive it (the default size's bound).
+	timeout := time.Duration(max(1, size/(100<<20))) * 5 * time.Minute
+	w := testbed.Workload{Bytes: size, For: time.Duration(secs) * time.Second, Lines: []int{200, 20 << 10}}
 	job, twinJob := agentJob(s, rn, "rotation", w), agentJob(twin, rn, "rotation", w)
 	stack.CreateAs(t, s.Env, "erin", job)
 	stack.CreateAs(t, twin.Env, "erin", twinJob)
@@ -97,7 +102,7 @@ func TestRealNodeAgentRotation(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		j := twin.WaitArchived(t, twinJob, 5*time.Minute)
+		j := twin.WaitArchived(t, twinJob, timeout)
 		twinJobUID = string(j.UID)
 		uid := podUID(t, twin, twinJobUID, testbed.PodName(twinJob.Name, "w", 0))
 		row := logRows(t, twin, twinJobUID)["main/"+record.InstanceCurrent]
@@ -106,16 +111,16 @@ func TestRealNodeAgentRotation(t *testing.T) {
 		}
 		twinWrote, twinGaps = rn.Written(twin.NS, uid, "main", 0), twin.Gaps(t, twinJobUID)
 	}()
-	_, row, got, written := archived(t, s, rn, job, 5*time.Minute)
+	_, row, got, written := archived(t, s, rn, job, timeout)
 	wg.Wait()
 	reasons := map[record.GapReason]int{}
 	for _, g := range twinGaps {
 		reasons[g.Reason]++
 	}
-	t.Logf("agent: kept %d of %d bytes written; API twin: kept %d of %d bytes, %d gaps recorded %v",
-		len(got), len(written), len(twinGot), len(twinWrote), len(twinGaps), reasons)
-	if len(written) != 100<<20 {
-		t.Fatalf("the container wrote %d bytes, want 100 MiB", len(written))
+	t.Logf("%d MiB/s for %d s through 1 MiB rotations: agent: kept %d of %d bytes written; API twin: kept %d of %d bytes, %d gaps recorded %v",
+		mibPerSec, secs, len(got), len(written), len(twinGot), len(twinWrote), len(twinGaps), reasons)
+	if int64(len(written)) != size {
+		t.Fatalf("the container wrote %d bytes, want %d", len(written), size)
 	}
 	if !bytes.Equal(got, written) {
 		t.Errorf("the agent archived %d bytes, the container wrote %d (the first %d agree)", len(got), len(written), commonPrefix(got, written))
@@ -368,8 +373,14 @@ func TestRealNodeAgentStoreDownWhileCollected(t *testing.T) {
 	if n := segments(t, s, rn); n != 0 {
 		t.Fatalf("%d segments stored while the store was down", n)
 	}
+	// The issue's proof keeps the store down 2 minutes (make bench-agent-full); make test as long
+	// as the collection and the failures take.
+	if down := time.Duration(envInt(t, "JOBVAULT_PROOF_STORE_DOWN_SECONDS", 0)) * time.Second; time.Since(downAt) < down {
+		time.Sleep(down - time.Since(downAt)) // not a wait for a condition: how long the store is down
+	}
 	proxy.up()
-	t.Logf("store down for %s", time.Since(downAt).Round(time.Second))
+	upAt := time.Now()
+	t.Logf("store down for %s", upAt.Sub(downAt).Round(time.Second))
 	s.WaitPodGone(t, name, 3*time.Minute)
 	written := rn.Written(s.NS, uid, "main", 0)
 	if !bytes.Contains(written, []byte(" term ")) {
@@ -380,7 +391,7 @@ func TestRealNodeAgentStoreDownWhileCollected(t *testing.T) {
 		t.Fatalf("log row %+v, want stored", row)
 	}
 	got, _ := s.ReadLog(t, row.ObjectKey)
-	t.Logf("kept %d of %d bytes written, after the kubelet had removed the files", len(got), len(written))
+	t.Logf("kept %d of %d bytes written, after the kubelet had removed the files and the store was down %s", len(got), len(written), upAt.Sub(downAt).Round(time.Second))
 	if !bytes.Equal(got, written) {
 		t.Errorf("archived %d bytes, written %d (the first %d agree)", len(got), len(written), commonPrefix(got, written))
 	}
