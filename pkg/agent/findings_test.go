@@ -157,7 +157,7 @@ func newTestAgent(t *testing.T, root string, fdb *fakeDB, recs capture.Records) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{cfg: cfg, db: fdb, recs: recs, store: store, log: logr.Discard(), captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}, storeFails: map[db.RunKey]int{}}
+	a := &Agent{cfg: cfg, db: fdb, recs: recs, store: store, log: logr.Discard(), captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}, storeFails: map[db.RunKey]failures{}}
 	src, err := NewFileSource(root, cfg.MaxHeldBytes, a.letGo, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -319,6 +319,7 @@ func TestNoHeartbeatWhileStoresFail(t *testing.T) {
 	recs := &failingRecords{}
 	recs.claimed.Store(true)
 	a := newTestAgent(t, root, fdb, recs)
+	a.cfg.StoreDownGrace = 0 // the grace is TestStoreDownWithinGraceKeepsHeartbeat's
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -580,5 +581,30 @@ func TestLetGoFileWithCompressedCopy(t *testing.T) {
 	}
 	if got, _ := readAll(t, rc); got != c.served.String() {
 		t.Errorf("served %d bytes, want %d", len(got), c.served.Len())
+	}
+}
+
+// TestStoreDownWithinGraceKeepsHeartbeat: every store of the agent fails, for less than its
+// grace: it goes on beating (its runs stay its own, their files held until the store is back),
+// and stops once the grace has passed.
+func TestStoreDownWithinGraceKeepsHeartbeat(t *testing.T) {
+	root, run := oneLineRun(t)
+	fdb := &fakeDB{runs: []db.AgentRun{run}}
+	recs := &failingRecords{}
+	recs.claimed.Store(true)
+	a := newTestAgent(t, root, fdb, recs)
+	a.cfg.StoreDownGrace = time.Hour
+	a.mu.Lock()
+	a.captures[run.RunKey] = &ownedRun{}
+	a.mu.Unlock()
+	for range 2 * maxFails {
+		a.stored(run.RunKey, false)
+	}
+	if err := a.canStore(); err != nil {
+		t.Errorf("the store down for less than the grace stops the heartbeat: %v", err)
+	}
+	a.cfg.StoreDownGrace = 0
+	if err := a.canStore(); err == nil {
+		t.Error("the store down past the grace does not stop the heartbeat")
 	}
 }
