@@ -18,7 +18,7 @@ import (
 )
 
 // benchLog writes a run's log of about size bytes of 200-byte lines, stdout and stderr in turn,
-// in one file, and returns the pod logs dir.
+// stamped to the nanosecond as containerd stamps them, in one file, and returns the pod logs dir.
 func benchLog(b *testing.B, size int) string {
 	b.Helper()
 	root := b.TempDir()
@@ -38,7 +38,7 @@ func benchLog(b *testing.B, size int) string {
 		if i%2 == 1 {
 			stream = "stderr"
 		}
-		k, _ := fmt.Fprintf(w, "%s %s F line %08d %s\n", t0.Add(time.Duration(i)*time.Microsecond).Format(time.RFC3339Nano), stream, i, body)
+		k, _ := fmt.Fprintf(w, "%s %s F line %08d %s\n", t0.Add(time.Duration(i)*time.Microsecond+123).Format(time.RFC3339Nano), stream, i, body)
 		n += k
 	}
 	if err := w.Flush(); err != nil {

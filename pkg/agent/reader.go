@@ -83,7 +83,9 @@ type reader struct {
 	cnt  *countReader
 	base int64
 
+	// out is the output produced, served up to served.
 	out     []byte
+	served  int
 	emitted int64
 	closed  atomic.Bool // Close is called while the capture's reader goroutine may read
 	// tags are the streams of the content bytes served and not yet asked for: Streams is called
@@ -224,7 +226,8 @@ func (r *reader) advance(to int64) {
 
 // Read serves the log.
 func (r *reader) Read(p []byte) (int, error) {
-	for len(r.out) == 0 {
+	for r.served == len(r.out) {
+		r.out, r.served = r.out[:0], 0 // all served: its buffer is filled again from its start
 		if r.closed.Load() {
 			return 0, errors.New("read log: reader closed")
 		}
@@ -232,8 +235,8 @@ func (r *reader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n := copy(p, r.out)
-	r.out = r.out[n:]
+	n := copy(p, r.out[r.served:])
+	r.served += n
 	return n, nil
 }
 
@@ -289,6 +292,23 @@ func (r *reader) emit(b []byte, content bool) {
 	}
 	r.out = append(r.out, b...)
 	r.emitted += int64(len(b))
+}
+
+// stampLayout is how pods/log prints a line's timestamp.
+const stampLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// stamp serves a line's timestamp and its space: the record's own text when it is in pods/log's
+// form already (containerd's, but for a fraction ending in zeros, which RFC 3339 drops), else
+// formatted, in place either way (formatting each line's was the reader's largest cost).
+func (r *reader) stamp(ts time.Time, text []byte) {
+	n := len(r.out)
+	if len(text) == len(stampLayout)-len("Z07:00")+1 && text[len(text)-1] == 'Z' && text[19] == '.' {
+		r.out = append(r.out, text...)
+	} else {
+		r.out = ts.AppendFormat(r.out, stampLayout)
+	}
+	r.out = append(r.out, ' ')
+	r.emitted += int64(len(r.out) - n)
 }
 
 // fill produces some output, or returns io.EOF at the end of a read without follow.
@@ -570,7 +590,7 @@ func (r *reader) header() error {
 	r.skipRec = !r.since.IsZero() && ts.Before(r.since)
 	if !r.skipRec && r.newLine {
 		r.markLine(start)
-		r.emit(append([]byte(ts.Format("2006-01-02T15:04:05.000000000Z07:00")), ' '), false)
+		r.stamp(ts, b[:bytes.IndexByte(b, ' ')])
 	}
 	return nil
 }
@@ -635,16 +655,21 @@ func spaces(b []byte, n int) int {
 
 // parseHeader parses "<RFC3339Nano> <stdout|stderr> <tag>".
 func parseHeader(h []byte) (time.Time, capture.Stream, []byte, bool) {
-	f := bytes.SplitN(h, []byte(" "), 3)
-	if len(f) != 3 {
+	i := bytes.IndexByte(h, ' ')
+	if i < 0 {
 		return time.Time{}, 0, nil, false
 	}
-	ts, err := time.Parse(time.RFC3339Nano, string(f[0]))
+	j := bytes.IndexByte(h[i+1:], ' ')
+	if j < 0 {
+		return time.Time{}, 0, nil, false
+	}
+	stream, tag := h[i+1:i+1+j], h[i+2+j:]
+	ts, err := time.Parse(time.RFC3339Nano, string(h[:i]))
 	if err != nil {
 		return time.Time{}, 0, nil, false
 	}
 	var st capture.Stream
-	switch string(f[1]) {
+	switch string(stream) {
 	case "stdout":
 		st = capture.StreamStdout
 	case "stderr":
@@ -652,5 +677,5 @@ func parseHeader(h []byte) (time.Time, capture.Stream, []byte, bool) {
 	default:
 		return time.Time{}, 0, nil, false
 	}
-	return ts, st, f[2], true
+	return ts, st, tag, true
 }
