@@ -449,7 +449,7 @@ func (c countedRecords) PutSegment(ctx context.Context, seg record.Segment) erro
 // letGo records the gap of a file let go past the held-bytes limit.
 func (a *Agent) letGo(k RunKey, lg LetGo) {
 	g := record.Gap{PodUID: k.PodUID, Container: k.Container, Run: k.Run, After: lg.After, Before: lg.Before, Reason: record.GapAgentLetGo,
-		Detail: fmt.Sprintf("file %s (%d bytes, deleted from the node's disk) let go at the agent's held-bytes limit of %d before its bytes were stored", lg.Name, lg.Bytes, a.cfg.MaxHeldBytes)}
+		Detail: fmt.Sprintf("file %s (%d bytes, %d of them not read yet, deleted from the node's disk) let go at the agent's held-bytes limit of %d before its bytes were stored", lg.Name, lg.Size, lg.Unread, a.cfg.MaxHeldBytes)}
 	a.noteGap(k, g)
 }
 

@@ -126,7 +126,9 @@ type LetGo struct {
 	// After is the run's durable position then, Before the first timestamp of the next file held
 	// (zero: none).
 	After, Before time.Time
-	Bytes         int64
+	// Size is the file's size, Unread what no reader had read of it (what read is in a capture's
+	// hands, lost only if that capture must read it again).
+	Size, Unread int64
 }
 
 // NewFileSource starts watching dir (the kubelet's podLogsDir) and opens every log file in it.
@@ -658,7 +660,7 @@ func (s *FileSource) bound() {
 			continue
 		}
 		// Only what no reader has read is lost: what was read is in the capture's hands.
-		lg := LetGo{Name: c.f.name, After: c.r.durable, Bytes: c.f.size - min(c.f.readOff.Load(), c.f.size)}
+		lg := LetGo{Name: c.f.name, After: c.r.durable, Size: c.f.size, Unread: c.f.size - min(c.f.readOff.Load(), c.f.size)}
 		if i := slices.Index(c.r.files, c.f); i+1 < len(c.r.files) {
 			lg.Before = firstTime(c.r.files[i+1])
 		}
