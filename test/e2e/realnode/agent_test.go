@@ -307,16 +307,7 @@ func TestRealNodeAgentHeldBytesLimit(t *testing.T) {
 	job := agentJob(s, rn, "held", testbed.Workload{Bytes: 3 << 20, For: 3 * time.Second, Lines: []int{200}, Hold: time.Hour})
 	stack.CreateAs(t, s.Env, "erin", job)
 	name := testbed.PodName(job.Name, "w", 0)
-	var p corev1.Pod
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p); err == nil &&
-			len(rn.Written(s.NS, string(p.UID), "main", 0)) == 3<<20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s did not write its output within 2 minutes", name)
-		}
-	}
+	p := waitWritten(t, s, rn, name, 3<<20)
 	jobUID := string(p.OwnerReferences[0].UID)
 	if err := s.Env.Client.Delete(t.Context(), stack.GetJob(t, s.Env, job)); err != nil {
 		t.Fatal(err)
@@ -363,16 +354,7 @@ func TestRealNodeAgentStoreDownWhileCollected(t *testing.T) {
 	proxy.down()
 	downAt := time.Now()
 	stack.CreateAs(t, s.Env, "erin", job)
-	var p corev1.Pod
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p); err == nil &&
-			len(rn.Written(s.NS, string(p.UID), "main", 0)) == 3<<20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s did not write its output within 2 minutes", name)
-		}
-	}
+	p := waitWritten(t, s, rn, name, 3<<20)
 	uid, jobUID := string(p.UID), string(p.OwnerReferences[0].UID)
 	if err := s.Env.Client.Delete(t.Context(), stack.GetJob(t, s.Env, job)); err != nil {
 		t.Fatal(err)
@@ -490,4 +472,20 @@ func (p *proxy) up() {
 		p.t.Fatalf("proxy up again on %s: %v", p.addr, err)
 	}
 	p.serve(ln)
+}
+
+// waitWritten waits until the container "main" of pod name has written n bytes, and returns the
+// pod.
+func waitWritten(t *testing.T, s *stack.Rig, rn *testbed.RealNode, name string, n int) corev1.Pod {
+	t.Helper()
+	var p corev1.Pod
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p); err == nil &&
+			len(rn.Written(s.NS, string(p.UID), "main", 0)) == n {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s did not write its output within 2 minutes", name)
+		}
+	}
 }

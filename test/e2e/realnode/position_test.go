@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -35,16 +32,7 @@ func TestRealNodeAgentRestartFilePosition(t *testing.T) {
 	job := agentJob(s, rn, "position", testbed.Workload{Bytes: 3 << 20, For: 3 * time.Second, Lines: []int{200}, Hold: 75 * time.Second})
 	stack.CreateAs(t, s.Env, "erin", job)
 	name := testbed.PodName(job.Name, "w", 0)
-	var p corev1.Pod
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p); err == nil &&
-			len(rn.Written(s.NS, string(p.UID), "main", 0)) == 3<<20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s did not write its output within 2 minutes", name)
-		}
-	}
+	p := waitWritten(t, s, rn, name, 3<<20)
 	uid := string(p.UID)
 	dir := filepath.Join(rn.PodLogsDir(), s.NS+"_"+name+"_"+uid, "main")
 	cur := filepath.Join(dir, "0.log")
