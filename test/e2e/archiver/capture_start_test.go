@@ -30,14 +30,23 @@ func TestCaptureMarksALateStartUnknown(t *testing.T) {
 	j := s.WaitArchived(t, job, 3*time.Minute)
 	written := wroteAll(t, s, rt, pod, out)
 	got, _ := s.ReadLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent).ObjectKey)
-	if !bytes.HasSuffix(written, got) || len(got) >= len(written)-(200<<10) {
-		t.Errorf("archived %d of %d bytes written, want the end of them, without the first 200 KiB or more", len(got), len(written))
+	start, breaks, ok := piecesOf(written, got)
+	if !ok || start < 200<<10 {
+		t.Errorf("archived %d of %d bytes written, from offset %d, want pieces of them in order to their end, without the first 200 KiB or more", len(got), len(written), start)
 	}
-	var unknown []record.Gap
+	var unknown, rotated []record.Gap
 	for _, g := range s.Gaps(t, string(j.UID)) {
-		if g.Reason == record.GapUnknownStart {
+		switch g.Reason {
+		case record.GapUnknownStart:
 			unknown = append(unknown, g)
+		case record.GapRotated, record.GapMaybeRotated:
+			rotated = append(rotated, g)
 		}
+	}
+	// Under load the follow may fall a file behind: a break in the archive is allowed only where
+	// a gap says so.
+	if breaks > 0 && len(rotated) == 0 {
+		t.Errorf("the archive skips %d times within what was written, with no rotated gap recorded", breaks)
 	}
 	if len(unknown) != 1 || !unknown[0].After.IsZero() || unknown[0].Before.IsZero() {
 		t.Errorf("gaps %+v, want one %q gap before the first line read", s.Gaps(t, string(j.UID)), record.GapUnknownStart)
@@ -46,4 +55,29 @@ func TestCaptureMarksALateStartUnknown(t *testing.T) {
 	if err != nil || jr.ArchiveState != record.ArchiveReleased || !strings.Contains(jr.ReleaseReason, string(record.GapUnknownStart)) {
 		t.Errorf("job row %s %q (%v), want released with the unknown start as reason", jr.ArchiveState, jr.ReleaseReason, err)
 	}
+}
+
+// piecesOf matches got, line by line, against written: each line must come later in written than
+// the one before it. It returns where the first line lies in written, how many times got skips
+// ahead (breaks), and whether every line matched and the last one ends written.
+func piecesOf(written, got []byte) (start, breaks int, ok bool) {
+	pos := -1
+	for _, line := range bytes.SplitAfter(got, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		from := max(pos, 0)
+		i := bytes.Index(written[from:], line)
+		if i < 0 {
+			return start, breaks, false
+		}
+		switch {
+		case pos < 0:
+			start = from + i
+		case i > 0:
+			breaks++
+		}
+		pos = from + i + len(line)
+	}
+	return start, breaks, pos == len(written)
 }
