@@ -152,6 +152,7 @@ func TestWebViewer(t *testing.T) {
 		if summary := get(t, b, chromedp.Text(chromedp.CSS(`#summary`))); !strings.Contains(summary, "1 line(s)") {
 			t.Errorf("the search's summary reads %q, want 1 line(s)", summary)
 		}
+		shot(t, b, shots, "ui-search.png")
 	})
 
 	t.Run("another namespace shows the API's refusal", func(t *testing.T) {
