@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -147,7 +148,7 @@ func (v *viewer) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/jobs?namespace="+v.c.namespace, http.StatusSeeOther)
+		http.Redirect(w, r, "/jobs?namespace="+url.QueryEscape(v.c.namespace), http.StatusSeeOther)
 	})
 	mux.HandleFunc("GET /jobs", v.jobsPage)
 	mux.HandleFunc("GET /jobs/{ns}/{name}", v.jobPage)

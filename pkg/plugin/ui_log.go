@@ -49,15 +49,14 @@ type gapView struct {
 
 // logView is what the log page shows of one run.
 type logView struct {
-	Lines          []logLine
-	Search         string
-	Matches        int64
-	MoreMatches    bool
-	Tail           int64
-	Cut            bool // the view stopped at uiMaxViewBytes or uiMaxSearchScan
-	Gaps           []gapView
-	Instance       *v1alpha1.LogInstance
-	ContainerFound bool
+	Lines       []logLine
+	Search      string
+	Matches     int64
+	MoreMatches bool
+	Tail        int64
+	Cut         bool      // the view stopped at uiMaxViewBytes or uiMaxSearchScan
+	Gaps        []gapView // the gaps the lines could not place
+	Instance    *v1alpha1.LogInstance
 }
 
 // logPage shows a run's log: its tail (or all of it, up to uiMaxViewBytes), or the lines that

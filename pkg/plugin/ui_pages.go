@@ -55,13 +55,13 @@ func ago(t time.Time) string {
 
 // jobsFilter is the list page's form.
 type jobsFilter struct {
-	Namespace, Submitter, Phase, State, Since string
-	Limit                                     int64
+	Namespace, Submitter, Phase, State, Since, Before string
+	Limit                                             int64
 }
 
 func filterOf(q url.Values) (jobsFilter, error) {
 	f := jobsFilter{Namespace: q.Get("namespace"), Submitter: q.Get("submitter"), Phase: q.Get("phase"), State: q.Get("state"),
-		Since: q.Get("since"), Limit: uiPageSize}
+		Since: q.Get("since"), Before: q.Get("before"), Limit: uiPageSize}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.ParseInt(l, 10, 64)
 		if err != nil || n < 1 || n > uiMaxPageSize {
@@ -99,6 +99,18 @@ func parseSince(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// parseBefore reads the upper time bound: a date (its midnight, UTC) or an RFC 3339 time.
+func parseBefore(s string) (time.Time, error) {
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return t, fmt.Errorf("created before %q: a date such as 2026-11-20, or an RFC 3339 time", s)
+	}
+	return t.UTC(), nil
+}
+
 // jobsPage lists one page of the jobs the filter selects.
 func (v *viewer) jobsPage(w http.ResponseWriter, r *http.Request) {
 	f, err := filterOf(r.URL.Query())
@@ -112,7 +124,16 @@ func (v *viewer) jobsPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := v.c.request(f.Namespace, v1alpha1.Resource).Param("limit", strconv.FormatInt(f.Limit, 10))
-	if sel := o.selector(time.Now()); sel != "" {
+	sel := o.selector(time.Now())
+	if f.Before != "" {
+		before, err := parseBefore(f.Before)
+		if err != nil {
+			v.refuse(w, http.StatusBadRequest, err)
+			return
+		}
+		sel = strings.TrimPrefix(sel+","+v1alpha1.FieldCreatedBefore+"="+before.Format(time.RFC3339), ",")
+	}
+	if sel != "" {
 		req.Param("fieldSelector", sel)
 	}
 	cont := r.URL.Query().Get("continue")

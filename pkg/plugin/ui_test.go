@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
 )
@@ -145,5 +148,58 @@ func TestLineOfExactlyTheBound(t *testing.T) {
 	text, cut, n, err := readLine(bufio.NewReaderSize(strings.NewReader(line+"\r\nnext\n"), 16))
 	if err != nil || text != line || cut || n != int64(len(line)+2) {
 		t.Errorf("readLine: %d bytes, cut %v, took %d, %v; want the %d bytes whole, %d taken", len(text), cut, n, err, len(line), len(line)+2)
+	}
+}
+
+// TestJobsPageAsksTheAPI: the list page's filter becomes the API's field selector and page
+// options, and a refusal of the API shows its Status message with its code.
+func TestJobsPageAsksTheAPI(t *testing.T) {
+	var asked []string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.URL.Path+"?"+r.URL.RawQuery)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(r.URL.Path, "/namespaces/b/") {
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"archivedjobs is forbidden: User \"ann\" cannot list"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"kind":"ArchivedJobList","apiVersion":"archive.jobvault.io/v1alpha1","metadata":{"continue":"k2"},"items":[{"metadata":{"name":"train-<1>","namespace":"a","uid":"u1"},"spec":{"submitter":"alice"},"status":{"phase":"Failed"}}]}`))
+	}))
+	defer api.Close()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := newViewer(&client{rest: cs.RESTClient(), namespace: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := func(target string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		v.routes().ServeHTTP(w, httptest.NewRequest(http.MethodGet, target, nil))
+		return w
+	}
+	w := page("/jobs?namespace=a&submitter=alice&phase=Failed&before=2026-11-20&limit=10&continue=k1")
+	body := w.Body.String()
+	if w.Code != http.StatusOK || !strings.Contains(body, "train-&lt;1&gt;") || !strings.Contains(body, `href="/jobs/a/u1"`) ||
+		!strings.Contains(body, "continue=k2") {
+		t.Errorf("list page: %d\n%s\nwant the job escaped, linked by UID, and the next page", w.Code, body)
+	}
+	q, _ := url.ParseQuery(strings.SplitN(asked[0], "?", 2)[1])
+	sel := q.Get("fieldSelector")
+	for _, want := range []string{"spec.submitter=alice", "status.phase=Failed", "createdBefore=2026-11-20T00:00:00Z"} {
+		if !strings.Contains(sel, want) {
+			t.Errorf("field selector %q lacks %q", sel, want)
+		}
+	}
+	if q.Get("limit") != "10" || q.Get("continue") != "k1" {
+		t.Errorf("asked %s, want limit=10 and continue=k1", asked[0])
+	}
+	w = page("/jobs?namespace=b")
+	if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), `Error from server (Forbidden): <span id="refusal-message">archivedjobs is forbidden: User &#34;ann&#34; cannot list</span>`) {
+		t.Errorf("refused list page: %d\n%s\nwant 403 with the Status message", w.Code, w.Body.String())
+	}
+	if w := page("/jobs?before=yesterday"); w.Code != http.StatusBadRequest {
+		t.Errorf("a bad time bound: %d, want 400", w.Code)
 	}
 }
