@@ -55,6 +55,7 @@ type logView struct {
 	MoreMatches bool
 	Tail        int64
 	Cut         bool      // the view stopped at uiMaxViewBytes or uiMaxSearchScan
+	Read        int64     // bytes of the log read
 	Gaps        []gapView // the gaps the lines could not place
 	Instance    *v1alpha1.LogInstance
 }
@@ -97,7 +98,7 @@ func (v *viewer) logPage(w http.ResponseWriter, r *http.Request) {
 	}
 	run, gaps := runOf(job, ref)
 	view.Instance = run
-	view.Gaps = placeGaps(&view, gaps)
+	view.Gaps = placeGaps(&view, gaps, run != nil && view.Read == run.Bytes)
 	self := ref.query()
 	download := "/jobs/" + url.PathEscape(job.Namespace) + "/" + url.PathEscape(r.PathValue("name")) + "/log/download?" + self.Encode()
 	v.render(w, "log", map[string]any{"Title": "Log of " + job.Name, "Job": job, "Ref": ref, "View": view,
@@ -135,6 +136,7 @@ func (lv *logView) read(body io.Reader) error {
 			lv.addLine(num, text, truncated)
 		}
 		if errors.Is(err, io.EOF) {
+			lv.Read = read
 			lv.Cut = (lv.Search != "" && read >= uiMaxSearchScan) || (lv.Search == "" && read >= uiMaxViewBytes)
 			return nil
 		}
@@ -273,10 +275,11 @@ func runNumber(c v1alpha1.ArchivedContainer, instance string) int32 {
 }
 
 // placeGaps inserts a marker for each gap among the view's lines where it falls: a gap from the
-// run's start before the first line, one to the run's end after the last, one between two times
-// before the first line stamped at or after its end. Gaps the lines cannot place (no stamps, or
+// run's start before the first line (when the view starts where the log does: whole, the log read
+// entire, or a search), one to the run's end after the last, one between two times before the
+// first line stamped at or after its end. Gaps the lines cannot place (no stamps, or
 // a search that shows none of the lines around them) are returned to be listed above the log.
-func placeGaps(lv *logView, gaps []v1alpha1.LogGap) []gapView {
+func placeGaps(lv *logView, gaps []v1alpha1.LogGap, whole bool) []gapView {
 	var unplaced []gapView
 	at := map[int][]gapView{}
 	stamped := false
@@ -286,7 +289,7 @@ func placeGaps(lv *logView, gaps []v1alpha1.LogGap) []gapView {
 	for _, g := range gaps {
 		gv := gapView{LogGap: g}
 		switch {
-		case g.After == nil && (lv.Tail == 0 || lv.Search != ""):
+		case g.After == nil && (whole || lv.Search != ""):
 			gv.Where = "at the run's start"
 			at[0] = append(at[0], gv)
 		case g.Before == nil:

@@ -99,7 +99,7 @@ func TestGapsPlaced(t *testing.T) {
 	if err := lv.read(strings.NewReader(stamped.String())); err != nil {
 		t.Fatal(err)
 	}
-	if unplaced := placeGaps(&lv, gaps); len(unplaced) != 0 {
+	if unplaced := placeGaps(&lv, gaps, true); len(unplaced) != 0 {
 		t.Errorf("unplaced %v, want every gap placed", unplaced)
 	}
 	var got []string
@@ -117,8 +117,16 @@ func TestGapsPlaced(t *testing.T) {
 	if err := plain.read(bufio.NewReader(strings.NewReader("a\nb\n"))); err != nil {
 		t.Fatal(err)
 	}
-	if unplaced := placeGaps(&plain, gaps[1:2]); len(unplaced) != 1 || len(plain.Lines) != 2 {
+	if unplaced := placeGaps(&plain, gaps[1:2], true); len(unplaced) != 1 || len(plain.Lines) != 2 {
 		t.Errorf("unstamped lines: %d unplaced, %d rows, want the gap unplaced", len(unplaced), len(plain.Lines))
+	}
+	// A tail that does not start where the log does cannot place a gap from the run's start.
+	tail := logView{Tail: 1}
+	if err := tail.read(strings.NewReader("z\n")); err != nil {
+		t.Fatal(err)
+	}
+	if unplaced := placeGaps(&tail, gaps[:1], false); len(unplaced) != 1 {
+		t.Errorf("a gap from the start above a tail: %d unplaced, want it listed", len(unplaced))
 	}
 }
 
