@@ -47,7 +47,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(newGetCommand(flags, streams), newLogsCommand(flags, streams))
+	root.AddCommand(newGetCommand(flags, streams), newLogsCommand(flags, streams), newUICommand(flags, streams))
 	root.AddCommand(newDescribeCommand(flags, streams), newVerifyCommand(flags, streams))
 	return root
 }
