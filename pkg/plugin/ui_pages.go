@@ -178,14 +178,9 @@ func (v *viewer) job(r *http.Request) (*v1alpha1.ArchivedJob, error) {
 }
 
 // getJSON decodes the answer of req into into. A refusal is returned with the Status the API
-// sent, whose message the page shows: Result.Error decodes it, where DoRaw and Result.Raw leave
-// the message "unknown".
+// sent (doRaw).
 func getJSON(ctx context.Context, req *rest.Request, into any) error {
-	res := req.Do(ctx)
-	if err := res.Error(); err != nil {
-		return err
-	}
-	raw, err := res.Raw()
+	raw, err := doRaw(ctx, req)
 	if err != nil {
 		return err
 	}
