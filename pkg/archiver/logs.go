@@ -16,6 +16,7 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
@@ -180,8 +181,12 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 	return pending, live, recorded, nil
 }
 
-// captureKey names a run's capture in the capture manager.
+// captureKey names a run's capture in the capture manager: it ends with the pod's UID
+// (capturedPod).
 func captureKey(ref capture.Ref) string { return ref.String() + "/" + ref.PodUID }
+
+// capturedPod is the UID of the pod whose run a capture key names (captureKey).
+func capturedPod(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
 
 // captureRun captures one container run until its log is recorded: stored, with any gap recorded
 // beside it, or unavailable when nothing of it could be read. Failures of the store or the
@@ -249,13 +254,16 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 				archiveFailuresTotal.WithLabelValues("log-unreadable").Inc()
 				log.Info("Log not readable yet, will retry", "error", err.Error())
 			}
+		case errors.Is(err, db.ErrFinalized):
+			log.Info("Capture stopped: its job is sealed")
+			return
 		default:
 			archiveFailuresTotal.WithLabelValues("store").Inc()
 			log.Error(err, "Capture failed, will retry")
 		}
 		if err == nil || gap != "" {
-			if err = r.recordRun(ctx, job, ref, ctype, gap, detail, whole); err == nil {
-				return
+			if err = r.recordRun(ctx, job, ref, ctype, gap, detail, whole); err == nil || errors.Is(err, db.ErrFinalized) {
+				return // recorded, or its job sealed meanwhile: nothing may be added to it
 			}
 			archiveFailuresTotal.WithLabelValues("database").Inc()
 			log.Error(err, "Recording the log failed, will retry")
