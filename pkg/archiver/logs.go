@@ -295,16 +295,28 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 		s = &all[i]
 	}
 	finished := r.finished(ctx, pod)
+	if s == nil {
+		return capture.End{Over: finished, Final: podEnded(pod)}, due, nil
+	}
+	lastRun, last := lastTerminated(*s)
 	switch {
-	case s == nil:
-		return capture.End{Over: finished}, due, nil
 	case s.RestartCount > ref.Run+1:
 		// The node keeps the last dead run only.
-		return capture.End{Over: true, Lost: record.GapRestarted}, due, nil
+		end := capture.End{Over: true, Lost: record.GapRestarted}
+		if last != nil && lastRun == ref.Run+1 {
+			end.Limit = runLimit(time.Time{}, last.StartedAt.Time)
+		}
+		return end, due, nil
+	case s.RestartCount == ref.Run+1 && last != nil && lastRun == ref.Run+1:
+		// Backing off after the next run died too (CrashLoopBackOff): the node serves that run as
+		// the container's previous one and as its current one. The run's own container cannot be
+		// asked for any more.
+		return capture.End{Over: true, Lost: record.GapRestarted, Limit: runLimit(time.Time{}, last.StartedAt.Time)}, due, nil
 	case s.RestartCount == ref.Run+1:
-		end := capture.End{Over: true, Previous: true}
-		if t := s.LastTerminationState.Terminated; t != nil {
-			due, end.StartedAt, end.FinishedAt = t.FinishedAt.Time, t.StartedAt.Time, t.FinishedAt.Time
+		end := capture.End{Over: true, Previous: true, Limit: runLimit(time.Time{}, stateStarted(s.State))}
+		if last != nil {
+			due, end.StartedAt, end.FinishedAt, end.ContainerID = last.FinishedAt.Time, last.StartedAt.Time, last.FinishedAt.Time, last.ContainerID
+			end.Limit = runLimit(last.FinishedAt.Time, stateStarted(s.State))
 		}
 		return end, due, nil
 	}
@@ -313,16 +325,91 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 	// follow stream of a container that is not running at once.
 	// A pod finished by the archiver's decision (termination margin, lost node) while the status
 	// shows the run running is read as it is, with a gap: never taken for complete.
-	end := capture.End{Over: finished, StillRunning: finished && s.State.Running != nil && !podEnded(pod)}
-	if t := s.State.Terminated; t != nil {
-		end.Terminated, end.StartedAt, end.FinishedAt = !finished, t.StartedAt.Time, t.FinishedAt.Time
+	end := capture.End{Over: finished, StillRunning: finished && s.State.Running != nil && !podEnded(pod), Final: podEnded(pod)}
+	t := s.State.Terminated
+	if t == nil && last != nil && lastRun == ref.Run {
+		t = last // backing off after this run died (CrashLoopBackOff): the status names it last
+	}
+	if t != nil {
+		end.Terminated, end.StartedAt, end.FinishedAt, end.ContainerID = !finished, t.StartedAt.Time, t.FinishedAt.Time, t.ContainerID
+		if mayRestart(pod, ref.Container, t.ExitCode) {
+			end.Limit = runLimit(t.FinishedAt.Time, time.Time{})
+		} else {
+			end.Final = true
+		}
 		if pod.DeletionTimestamp == nil {
 			due = t.FinishedAt.Time
 		}
 	} else if r := s.State.Running; r != nil {
-		end.StartedAt = r.StartedAt.Time
+		end.StartedAt, end.ContainerID = r.StartedAt.Time, s.ContainerID
 	}
 	return end, due, nil
+}
+
+// lastTerminated is the run the status's last termination state names, and that state (nil if
+// none). A kubelet names there the newest dead container but the current one: the run before the
+// current one, or, while the container waits to be restarted (CrashLoopBackOff), the run that died
+// last, whose number is then the restart count.
+func lastTerminated(s corev1.ContainerStatus) (int32, *corev1.ContainerStateTerminated) {
+	t := s.LastTerminationState.Terminated
+	if t == nil {
+		return 0, nil
+	}
+	if s.State.Waiting != nil {
+		return s.RestartCount, t
+	}
+	return s.RestartCount - 1, t
+}
+
+// stateStarted is when the container in state started (zero: it has not).
+func stateStarted(state corev1.ContainerState) time.Time {
+	switch {
+	case state.Running != nil:
+		return state.Running.StartedAt.Time
+	case state.Terminated != nil:
+		return state.Terminated.StartedAt.Time
+	}
+	return time.Time{}
+}
+
+// runLimit is the earliest a run of a container after the one that finished at finished can have
+// stamped a line, the next run having started at next (either zero: not known; both: zero). The
+// status keeps whole seconds. The next container is started after the run finished, so its lines
+// are stamped after the finish's second began; and after its start, less the moment its process
+// may write before the start is recorded: a second before its start's second.
+func runLimit(finished, next time.Time) time.Time {
+	var limit time.Time
+	if !finished.IsZero() {
+		limit = finished.Truncate(time.Second)
+	}
+	if n := next.Truncate(time.Second).Add(-time.Second); !next.IsZero() && n.After(limit) {
+		limit = n
+	}
+	return limit
+}
+
+// mayRestart reports whether the pod's container, terminated with exit, may run again: by the
+// pod's restart policy (init containers restart on failure unless it is Never; sidecars always;
+// ephemeral containers never).
+func mayRestart(pod *corev1.Pod, container string, exit int32) bool {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == container {
+			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+				return true
+			}
+			return pod.Spec.RestartPolicy != corev1.RestartPolicyNever && exit != 0
+		}
+	}
+	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == container }) {
+		return false // an ephemeral container
+	}
+	switch pod.Spec.RestartPolicy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return exit != 0
+	}
+	return true
 }
 
 // released is the release reason an operator gave the run's pod, if any.

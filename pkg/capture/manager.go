@@ -106,13 +106,19 @@ func queue(ended bool) int {
 var ErrPreempted = errors.New("capture stopped for another namespace")
 
 // yield stores, when the capture was stopped for another namespace (ErrPreempted), the segment it
-// holds: its next capture resumes from there, with nothing to read again from the node, which may
+// holds, and what it holds of its last read once that is known to be the run's (bind.go): its next capture resumes from there, with nothing to read again from the node, which may
 // have rotated it away by then. The store and database calls bound themselves.
-func (c *capture) yield(ctx context.Context) {
+func (c *capture) yield(ctx context.Context, over func(context.Context) (End, error)) {
 	if !errors.Is(context.Cause(ctx), ErrPreempted) || c.unfollowed {
 		return // a run held back whole waits for its gap check (maybeRotated)
 	}
-	if err := c.flush(context.WithoutCancel(ctx)); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	// The lines held of the last read are the run's once the status says so (bind.go).
+	err := c.settle(ctx, over)
+	if err == nil {
+		err = c.flush(ctx)
+	}
+	if err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "Storing the segment of a stopped capture failed; it is read again", "log", c.ref.String())
 	}
 }
