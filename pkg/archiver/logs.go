@@ -332,11 +332,9 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 	}
 	if t != nil {
 		end.Terminated, end.StartedAt, end.FinishedAt, end.ContainerID = !finished, t.StartedAt.Time, t.FinishedAt.Time, t.ContainerID
-		if mayRestart(pod, ref.Container, t.ExitCode) {
-			end.Limit = runLimit(t.FinishedAt.Time, time.Time{})
-		} else {
-			end.Final = true
-		}
+		// No later run yet: the node serves this one until the next starts, and then the status
+		// shows it (and the limit, above). One that cannot restart has no later run at all.
+		end.Final = end.Final || !mayRestart(pod, ref.Container, t.ExitCode)
 		if pod.DeletionTimestamp == nil {
 			due = t.FinishedAt.Time
 		}

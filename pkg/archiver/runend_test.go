@@ -44,7 +44,7 @@ func TestRunEndInCrashLoopBackOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !end.Terminated || end.Over || end.ContainerID != "containerd://c1" || !end.FinishedAt.Equal(t0.Add(11*time.Second)) || !end.Limit.Equal(t0.Add(11*time.Second)) {
-		t.Errorf("runEnd(run 1) = %+v, want terminated (not over: it restarts), its container c1, finished and limited at %s", end, t0.Add(11*time.Second))
+	if !end.Terminated || end.Over || end.Final || end.ContainerID != "containerd://c1" || !end.FinishedAt.Equal(t0.Add(11*time.Second)) || !end.Limit.IsZero() {
+		t.Errorf("runEnd(run 1) = %+v, want terminated (not over, not final: it restarts), its container c1, finished at %s, no limit (no later run yet)", end, t0.Add(11*time.Second))
 	}
 }

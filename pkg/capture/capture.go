@@ -93,8 +93,8 @@ type End struct {
 	// names another one for the run later is not the run's, and ends its capture (GapOtherRun).
 	ContainerID string
 	// Limit is the earliest a later run of the container can have stamped a line, as the status
-	// tells once it shows the run ended: its finish second, or the second before the next run's
-	// start second if that is later (the next container starts after this one finished; a
+	// tells once it shows a later run: the run's finish second, or the second before the next
+	// run's start second if that is later (the next container starts after this one finished; a
 	// process may write a moment before its start is recorded). Zero: no later run is known.
 	// Final: no later run can exist (the pod ended, or the container will not restart): every
 	// read of the container is the run's. See bind.go.
