@@ -152,7 +152,7 @@ const heldMax = 1 << 20
 
 // DefaultConfig is what the archiver uses unless told otherwise.
 var DefaultConfig = Config{SegmentBytes: 8 << 20, SegmentAge: 30 * time.Second, Poll: time.Second, Retry: 5 * time.Second,
-	NodeLogMaxSize: 10 << 20, Settle: 3 * time.Second}
+	NodeLogMaxSize: 10 << 20, Settle: 10 * time.Second}
 
 // Final names a run's final log object (previous: the run's log is the container's previous one)
 // and gives its retain-until date (zero: unlocked).

@@ -497,6 +497,10 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last 
 	if backOff, err := time.ParseDuration(pod.Annotations[backOffAnnotation]); err == nil {
 		// A kubelet backing off: the run died, the container waits, and its status names the run
 		// that died as its last state, which pods/log then serves as previous and current.
+		// KWOK's pod-ready stage takes a container not running for one to start, and sets every
+		// status running with no restarts (restart counts going back, which no kubelet does): it
+		// is turned off for the pod, which runs already.
+		r.annotate(ctx, pod, kwokPodReadyWeight, "0")
 		r.mu.Lock()
 		for _, spec := range pod.Spec.Containers {
 			if c := p.containers[spec.Name]; c != nil {
@@ -536,14 +540,23 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last 
 	p.restarts++
 	r.mu.Unlock()
 	if last {
-		var cur corev1.Pod
-		if err := r.env.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err == nil {
-			patch := client.MergeFrom(cur.DeepCopy())
-			metav1.SetMetaDataAnnotation(&cur.ObjectMeta, restartsDoneAnnotation, "true")
-			if err := r.env.Client.Patch(ctx, &cur, patch); err != nil {
-				fmt.Fprintf(os.Stderr, "testbed runtime: mark %s/%s restarted: %v\n", p.ns, p.name, err)
-			}
-		}
+		r.annotate(ctx, pod, restartsDoneAnnotation, "true")
+	}
+}
+
+// kwokPodReadyWeight weighs KWOK's pod-ready stage for a pod: 0 turns it off.
+const kwokPodReadyWeight = "pod-ready.stage.kwok.x-k8s.io/weight"
+
+// annotate sets an annotation of the pod.
+func (r *Runtime) annotate(ctx context.Context, pod *corev1.Pod, key, value string) {
+	var cur corev1.Pod
+	if err := r.env.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
+		return
+	}
+	patch := client.MergeFrom(cur.DeepCopy())
+	metav1.SetMetaDataAnnotation(&cur.ObjectMeta, key, value)
+	if err := r.env.Client.Patch(ctx, &cur, patch); err != nil {
+		fmt.Fprintf(os.Stderr, "testbed runtime: annotate %s/%s %s: %v\n", pod.Namespace, pod.Name, key, err)
 	}
 }
 
