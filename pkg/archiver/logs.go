@@ -296,7 +296,7 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 	}
 	finished := r.finished(ctx, pod)
 	if s == nil {
-		return capture.End{Over: finished, Final: podEnded(pod)}, due, nil
+		return capture.End{Over: finished, Final: podEnded(pod) || !mayRestart(pod, ref.Container, 1)}, due, nil
 	}
 	lastRun, last := lastTerminated(*s)
 	switch {
@@ -325,7 +325,9 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 	// follow stream of a container that is not running at once.
 	// A pod finished by the archiver's decision (termination margin, lost node) while the status
 	// shows the run running is read as it is, with a gap: never taken for complete.
-	end := capture.End{Over: finished, StillRunning: finished && s.State.Running != nil && !podEnded(pod), Final: podEnded(pod)}
+	// A container that never restarts (restart policy Never) has no later run: every read is its.
+	end := capture.End{Over: finished, StillRunning: finished && s.State.Running != nil && !podEnded(pod),
+		Final: podEnded(pod) || !mayRestart(pod, ref.Container, 1)}
 	t := s.State.Terminated
 	if t == nil && last != nil && lastRun == ref.Run {
 		t = last // backing off after this run died (CrashLoopBackOff): the status names it last

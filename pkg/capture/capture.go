@@ -141,18 +141,19 @@ type Config struct {
 	// Memory, when set, bounds the segments of all captures together (see Budget).
 	Memory *Budget
 	// Settle is how long after a read opened a status that still shows no later run of the
-	// container binds the read to the run (bind.go): longer than the API's status can lag the
-	// node's.
+	// container binds the read to the run (bind.go); 0: the first status read after the read
+	// opened (at most Poll later). Holding a read longer costs memory, and a stream held back
+	// past the node's rotation loses what the node rotates away.
 	Settle time.Duration
 }
 
 // heldMax bounds what a capture holds of a read not yet bound to its run (bind.go): the stream
 // waits beyond it.
-const heldMax = 1 << 20
+const heldMax = 4 << 20
 
 // DefaultConfig is what the archiver uses unless told otherwise.
 var DefaultConfig = Config{SegmentBytes: 8 << 20, SegmentAge: 30 * time.Second, Poll: time.Second, Retry: 5 * time.Second,
-	NodeLogMaxSize: 10 << 20, Settle: 10 * time.Second}
+	NodeLogMaxSize: 10 << 20, Settle: 0}
 
 // Final names a run's final log object (previous: the run's log is the container's previous one)
 // and gives its retain-until date (zero: unlocked).

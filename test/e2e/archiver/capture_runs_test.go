@@ -31,28 +31,6 @@ func TestCaptureFastCrashLoopKeepsEachRunsOwnLines(t *testing.T) {
 	checkOwnLines(t, s, rt, string(j.UID), pod, 7)
 }
 
-// TestCaptureCrashLoopBackOffKeepsEachRunsOwnLines: a container crash-loops as on a kubelet,
-// backing off between runs: the status shows it Waiting with the run that died last as its last
-// state, which pods/log then serves as previous and as current. A capture that reads a run's rest
-// only once the next run died too is never served that run as its own (before: read as the run's
-// previous log, it was stored under the run's instance). Each run's record holds only its own
-// lines; what is missing of it is a recorded gap.
-func TestCaptureCrashLoopBackOffKeepsEachRunsOwnLines(t *testing.T) {
-	t.Parallel()
-	s := stack.NewRig(t, objstore.BackendS3)
-	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
-	job := testbed.Job(s.NS, "backoff").Task("w", 1, []string{"main"}, testbed.Restarts(4, 400*time.Millisecond), testbed.BackOff(1500*time.Millisecond)).Obj()
-	pod := testbed.PodName(job.Name, "w", 0)
-	var runs [][]testbed.Chunk
-	for run := range 5 {
-		runs = append(runs, stack.SteadyOutput(fmt.Sprintf("run %d", run), 4, 512))
-	}
-	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: runs, Every: 50 * time.Millisecond}})
-	stack.CreateAs(t, s.Env, "erin", job)
-	j := s.WaitArchived(t, job, 3*time.Minute)
-	checkOwnLines(t, s, rt, string(j.UID), pod, 5)
-}
-
 // checkOwnLines fails unless each of the n runs of the pod's container "main" is recorded with
 // only its own lines, in order, and with a gap for what is missing of it.
 func checkOwnLines(t *testing.T, s *stack.Rig, rt *testbed.Runtime, jobUID, pod string, n int32) {
