@@ -11,11 +11,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
@@ -33,21 +31,17 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/audit"
-	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
+	"github.com/jobvault/jobvault/pkg/cli"
 	"github.com/jobvault/jobvault/pkg/db"
-	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
-	"github.com/jobvault/jobvault/pkg/shard"
+	"github.com/jobvault/jobvault/pkg/periodic"
+	"github.com/jobvault/jobvault/pkg/retention"
 )
 
 func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "logs" || os.Args[1] == "audit") {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		command := cli.Main
-		if os.Args[1] == "audit" {
-			command = auditcli.Main
-		}
-		code := command(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
@@ -67,109 +61,13 @@ func main() {
 	}
 }
 
-type flags struct {
-	opts                    archiver.Options
-	store                   objstore.Config
-	db                      db.Config
-	excludeNamespaces       string
-	namespaces              string
-	leaderElect             bool
-	leaderElectionNamespace string
-	shardFromPodName        bool
-	metricsAddr, probeAddr  string
-	pprofAddr               string
-	zap                     zap.Options
-	auditSigningKey         string
-	auditDigestPeriod       time.Duration
-	prunePeriod             time.Duration
-	signingKey              ed25519.PrivateKey
-}
-
-func parseFlags() (*flags, error) {
-	f := &flags{opts: archiver.DefaultOptions()}
-	fs := flag.CommandLine
-	fs.StringVar(&f.opts.Cluster, "cluster-name", "", "Name of this cluster in the records, for databases shared by several clusters.")
-	f.db.BindFlags(fs)
-	fs.BoolVar(&f.db.Migrate, "db-migrate", true, "Apply pending database migrations at start-up (under an advisory lock, safe with several replicas).")
-	fs.DurationVar(&f.opts.LogDeadline, "log-deadline", f.opts.LogDeadline, "How long a container log that cannot be read is retried, from the container's end or the pod's deletion, before it is recorded as unavailable and the finalizer released.")
-	fs.DurationVar(&f.opts.LogOpenTimeout, "log-open-timeout", f.opts.LogOpenTimeout, "Timeout of opening a container's log stream (a lost node's kubelet does not answer).")
-	fs.DurationVar(&f.opts.TerminationMargin, "termination-margin", f.opts.TerminationMargin, "How long past the end of a deleted pod's grace period its containers may still show running before their logs are read as they are.")
-	fs.DurationVar(&f.opts.NodeLostAfter, "node-lost-after", f.opts.NodeLostAfter, "How long a node may be NotReady before the pods being deleted on it are released at once, with what was captured and the rest recorded as a 'node lost' gap (a deleted Node counts at once).")
-	fs.IntVar(&f.opts.MaxStreams, "max-streams", f.opts.MaxStreams, "Container logs followed at once, shared fairly between namespaces (one below its share takes a slot from one above); the others wait for a slot, those of ended containers first (and may lose output the node rotates or collects meanwhile).")
-	fs.Int64Var(&f.opts.Capture.SegmentBytes, "capture-segment-bytes", f.opts.Capture.SegmentBytes, "A followed log is stored in segments of about this many uncompressed bytes (each capture holds one in memory, compressed).")
-	fs.Int64Var(&f.opts.CaptureMemory, "capture-memory-bytes", 0, "Bytes that the segments of all followed logs may hold in memory together; a capture that would go past it stores its segment early instead (each still holds about 200 KiB whatever the bound). 0: a quarter of GOMEMLIMIT (which the archiver sets to 90% of its container's memory limit), or 512 MiB without one.")
-	fs.DurationVar(&f.opts.Capture.SegmentAge, "capture-segment-age", f.opts.Capture.SegmentAge, "A followed log's segment is stored once this old, however small: a crash costs at most a re-read of that much output.")
-	fs.Int64Var(&f.opts.Capture.NodeLogMaxSize, "node-log-max-size", f.opts.Capture.NodeLogMaxSize, "The nodes' log rotation size in bytes (the kubelet's containerLogMaxSize). A container log read only after its end (never followed) that comes within a tenth of it, and a follow stream that lagged and jumped by half of it or more at the container's peak rate (the node's reader skips rotated files a stream is more than one behind), are recorded with a 'possibly rotated before read' gap. 0 turns both checks off.")
-	fs.DurationVar(&f.opts.Retention, "retention", f.opts.Retention, "How long final objects (log objects, job.json, manifest.json) are retained from their pod's or job's finalization: their retain-until date, which --store-lock-mode enforces in the store and after which the pruner deletes the job (--prune-period). A namespace's jobvault.io/retention annotation (a Go duration, e.g. 2160h) overrides it for its jobs and pods. 0: no retain-until date (no lock, never pruned).")
-	fs.BoolVar(&f.opts.Redact, "redact", f.opts.Redact, "Record jobs with every string outside the allow-list of fields audits need (README, Secrets stay out) replaced by a marker, redacted:sha256: and the value's sha256 in hex; --redact=false records them as they are.")
-	fs.DurationVar(&f.opts.SweepPeriod, "sweep-period", f.opts.SweepPeriod, "How often pods that hold the pod finalizer outside the archiver's view (their volcano.sh/job-name label removed) are looked for and let go.")
-	fs.DurationVar(&f.opts.ResweepPeriod, "resweep-period", f.opts.ResweepPeriod, "How often tracked jobs and pods whose record is behind what the archiver's cache shows (a finished pod still held, a running container not captured, a job changed since it was recorded, a finalizable job still held) are looked for and enqueued: repairs events that were missed.")
-	fs.IntVar(&f.opts.PodWorkers, "pod-workers", f.opts.PodWorkers, "Pods reconciled in parallel (captures run beside them, bounded by --max-streams).")
-	fs.IntVar(&f.opts.JobWorkers, "job-workers", f.opts.JobWorkers, "Jobs reconciled in parallel.")
-	fs.StringVar(&f.excludeNamespaces, "exclude-namespaces", strings.Join(f.opts.ExcludeNamespaces, ","), "Comma-separated namespaces whose VcJobs are never tracked (keep in line with the webhook's namespaceSelector).")
-	fs.StringVar(&f.namespaces, "namespaces", "", "Comma-separated namespaces to archive; empty for all. Lets several archivers shard a cluster by namespace.")
-	fs.IntVar(&f.opts.Shard.Index, "shard", f.opts.Shard.Index, "This replica's shard, from 0 to --total-shards - 1: it archives the VcJobs whose UID hashes to it (FNV-1a modulo --total-shards) and their pods.")
-	fs.IntVar(&f.opts.Shard.Total, "total-shards", f.opts.Shard.Total, "How many shards the VcJobs are split into, one archiver (with its own leader election) each. Every replica must be given the same count.")
-	fs.BoolVar(&f.shardFromPodName, "shard-from-pod-name", false, "Take --shard from the ordinal at the end of $POD_NAME (a StatefulSet pod, jobvault-archiver-2 is shard 2) instead of the flag.")
-	fs.BoolVar(&f.leaderElect, "leader-elect", true, "Elect a leader so only one replica archives at a time.")
-	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
-	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
-	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
-	fs.StringVar(&f.auditSigningKey, "audit-signing-key", "", "File of the ed25519 private key that signs the audit chain head every --audit-digest-period (PEM PKCS #8, a raw 32-byte seed or its 64 hex digits; mount it from a Secret). Empty: nothing is signed.")
-	fs.DurationVar(&f.prunePeriod, "prune-period", time.Hour, "How often the leader deletes the rows and objects of finalized jobs past their retain-until date (--retention) that no legal hold (jobvault.io/legal-hold on the job or its namespace) holds; the deletion is recorded for audit verify. 0: never prune.")
-	fs.DurationVar(&f.auditDigestPeriod, "audit-digest-period", audit.DefaultDigestPeriod, "How often the audit chain head is signed (with --audit-signing-key).")
-	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "Address of Go's /debug/pprof endpoints, for profiling; 0 disables them. They expose the process's memory: bind to localhost.")
-	f.store.BindFlags(fs)
-	f.opts.Layout.BindFlags(fs)
-	f.zap.BindFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage:\n  archiver [flags]              run the controller\n  archiver logs COMMAND ...     read archived logs back (ls, cat, verify); archiver logs --help\n  archiver audit COMMAND ...    the audit chain (verify); archiver audit --help\n  archiver agent [flags]        the node agent: capture logs from the node's files; archiver agent --help\n\nFlags:\n")
-		fs.PrintDefaults()
+// addPeriodic runs task every period on the leader, logged under name.
+func addPeriodic(mgr ctrl.Manager, name string, period time.Duration, task periodic.Task) error {
+	r, err := periodic.New(name, period, task, clock.RealClock{}, ctrl.Log.WithName(name))
+	if err != nil {
+		return err
 	}
-	flag.Parse()
-
-	f.opts.ExcludeNamespaces = splitList(f.excludeNamespaces)
-	f.opts.Namespaces = splitList(f.namespaces)
-	var auditErrs []error
-	if f.store.LockMode != "" && f.opts.Retention <= 0 {
-		auditErrs = append(auditErrs, fmt.Errorf("--store-lock-mode %s needs a --retention to lock objects for", f.store.LockMode))
-	}
-	var shardErr error
-	if f.shardFromPodName {
-		shardSet := false
-		fs.Visit(func(fl *flag.Flag) { shardSet = shardSet || fl.Name == "shard" })
-		if shardSet {
-			shardErr = errors.New("--shard and --shard-from-pod-name are exclusive")
-		} else if f.opts.Shard.Index, shardErr = shard.FromPodName(os.Getenv("POD_NAME")); shardErr != nil {
-			shardErr = fmt.Errorf("--shard-from-pod-name: %w", shardErr)
-		}
-	}
-	if f.prunePeriod < 0 {
-		auditErrs = append(auditErrs, fmt.Errorf("--prune-period must not be negative, got %s", f.prunePeriod))
-	}
-	if f.auditDigestPeriod <= 0 {
-		auditErrs = append(auditErrs, fmt.Errorf("--audit-digest-period must be positive, got %s", f.auditDigestPeriod))
-	}
-	if f.auditSigningKey != "" {
-		var err error
-		if f.signingKey, err = audit.LoadSigningKey(f.auditSigningKey); err != nil {
-			auditErrs = append(auditErrs, fmt.Errorf("--audit-signing-key: %w", err))
-		}
-	}
-	if err := errors.Join(f.db.Validate(), f.opts.Validate(), f.store.Validate(), shardErr, errors.Join(auditErrs...)); err != nil {
-		return nil, fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	return f, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
+	return mgr.Add(r)
 }
 
 func run() error {
@@ -180,6 +78,9 @@ func run() error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	ctx := ctrl.SetupSignalHandler()
 	log := ctrl.Log.WithName("setup")
+	for _, old := range f.deprecated {
+		log.Info("Deprecated flag name; it still works", "flag", "--"+old, "use", "--"+renamedFlags[old])
+	}
 	// A soft memory limit at 90% of the container's (its cgroup's), unless GOMEMLIMIT is set: the
 	// cache is most of the heap, and the garbage collector alone lets the heap grow to twice what
 	// is live before it collects (100,000 pods: 1.3 GiB of RSS for about 550 MiB live).
@@ -246,8 +147,8 @@ func run() error {
 		log.Info("Audit chain heads are NOT signed: no --audit-signing-key")
 	} else if !clusterWide {
 		log.Info("Audit chain heads are signed by shard 0")
-	} else if err := mgr.Add(&audit.Signer{Records: records, Store: store, Prefix: f.opts.Layout.Prefix, Cluster: f.opts.Cluster, Key: f.signingKey,
-		Period: f.auditDigestPeriod, Clock: clock.RealClock{}, Log: ctrl.Log.WithName("audit-signer")}); err != nil {
+	} else if err := addPeriodic(mgr, "audit-signer", f.auditDigestPeriod, archiver.SignerTask(&audit.Signer{Records: records, Store: store,
+		Prefix: f.opts.Layout.Prefix, Cluster: f.opts.Cluster, Key: f.signingKey, Clock: clock.RealClock{}})); err != nil {
 		return err
 	} else {
 		log.Info("Signing the audit chain head", "period", f.auditDigestPeriod, "keyID", audit.KeyID(f.signingKey.Public().(ed25519.PublicKey)))
@@ -256,22 +157,15 @@ func run() error {
 		log.Info("Retention pruning is off: --prune-period 0")
 	} else if !clusterWide {
 		log.Info("Retention pruning is done by shard 0")
-	} else if err := mgr.Add(&archiver.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster, Period: f.prunePeriod,
-		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), HeldNamespaces: archiver.NamespaceHolds(mgr.GetAPIReader()),
-		Clock: clock.RealClock{}, Log: ctrl.Log.WithName("pruner")}); err != nil {
+	} else if err := addPeriodic(mgr, "pruner", f.prunePeriod, (&retention.Pruner{Records: records, Store: store, Cluster: f.opts.Cluster,
+		Policy: fmt.Sprintf("--retention %s", f.opts.Retention), NamespaceHolds: retention.NamespaceHolds(mgr.GetAPIReader()),
+		Clock: clock.RealClock{}}).Pass); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	// Ready only when both backends answer, so that a rollout waits for a replica that can write
-	// and a monitor sees one that cannot. Leader election does not look at readiness: a replica
-	// whose backends are down may still hold the lease, and then retries until they are back.
-	if err := mgr.AddReadyzCheck("backends", func(req *http.Request) error {
-		return errors.Join(records.Ping(req.Context()), store.Ping(req.Context()))
-	}); err != nil {
-		return err
-	}
+	// Readiness ("backends", the prober's last ping of both backends) comes with SetupWithManager.
 	log.Info("Starting archiver", "store", store.URL(f.opts.Layout.Prefix), "logDeadline", f.opts.LogDeadline, "shard", f.opts.Shard.String())
 	return mgr.Start(ctx)
 }

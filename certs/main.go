@@ -1,4 +1,4 @@
-// Command certs mints a CA and a serving certificate for the jobvault webhook (see README.md):
+// Command certs mints a CA and a serving certificate for the jobvault webhook (see config/README.md):
 //
 //	go run ./certs --out /tmp/jobvault-certs
 //

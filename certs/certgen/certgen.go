@@ -167,37 +167,60 @@ func (ca *CA) KeyPEM() ([]byte, error) {
 // key and serial: issuing again under the same CA is a rotation that needs no caBundle change.
 func (ca *CA) Issue(o Options) (*Bundle, error) {
 	o = o.withDefaults()
+	names := o.AllDNSNames()
+	b, err := ca.sign(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: names[2], Organization: []string{"jobvault"}}, // <svc>.<ns>.svc
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    names,
+		IPAddresses: o.AllIPs(),
+	}, o.Validity)
+	if err != nil {
+		return nil, fmt.Errorf("issue serving certificate: %w", err)
+	}
+	return b, nil
+}
+
+// IssueClient creates a new key and a client certificate for commonName, signed by ca, valid for
+// validity (DefaultValidity if not positive): for instance the front-proxy client certificate
+// with which kube-apiserver's aggregator presents requests to an aggregated API server
+// (--proxy-client-cert-file, its CN one of --requestheader-allowed-names).
+func (ca *CA) IssueClient(commonName string, validity time.Duration) (*Bundle, error) {
+	if validity <= 0 {
+		validity = DefaultValidity
+	}
+	b, err := ca.sign(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, validity)
+	if err != nil {
+		return nil, fmt.Errorf("issue client certificate %s: %w", commonName, err)
+	}
+	return b, nil
+}
+
+// sign completes tmpl (serial, validity within the CA's, key usage), signs it with a new key and
+// returns the PEM bundle.
+func (ca *CA) sign(tmpl *x509.Certificate, validity time.Duration) (*Bundle, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("generate serving key: %w", err)
+		return nil, fmt.Errorf("generate key: %w", err)
 	}
-	serial, err := newSerial()
-	if err != nil {
+	if tmpl.SerialNumber, err = newSerial(); err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	notAfter := now.Add(o.Validity)
-	if notAfter.After(ca.Cert.NotAfter) {
-		notAfter = ca.Cert.NotAfter
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(validity) // tolerate clock skew
+	if tmpl.NotAfter.After(ca.Cert.NotAfter) {
+		tmpl.NotAfter = ca.Cert.NotAfter
 	}
-	names := o.AllDNSNames()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: names[2], Organization: []string{"jobvault"}}, // <svc>.<ns>.svc
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     names,
-		IPAddresses:  o.AllIPs(),
-	}
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
 	if err != nil {
-		return nil, fmt.Errorf("create serving certificate: %w", err)
+		return nil, fmt.Errorf("create certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("encode serving key: %w", err)
+		return nil, fmt.Errorf("encode key: %w", err)
 	}
 	return &Bundle{
 		CACert: ca.CertPEM,

@@ -184,3 +184,29 @@ func TestWriteDir(t *testing.T) {
 		t.Errorf("written pair does not load: %v", err)
 	}
 }
+
+func TestIssueClientVerifiesForClientAuthOnly(t *testing.T) {
+	ca, err := NewCA("test-front-proxy-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ca.IssueClient("front-proxy-client", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := parseCert(t, b.Cert)
+	if cert.Subject.CommonName != "front-proxy-client" {
+		t.Errorf("CN = %q, want front-proxy-client", cert.Subject.CommonName)
+	}
+	if cert.NotAfter.After(ca.Cert.NotAfter) {
+		t.Errorf("valid until %s, after its CA (%s)", cert.NotAfter, ca.Cert.NotAfter)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("client certificate does not verify for client auth: %v", err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+		t.Error("client certificate verifies for server auth")
+	}
+}

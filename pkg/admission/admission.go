@@ -31,7 +31,7 @@ const (
 // GCPercent is the garbage-collection target the webhook runs with (unless GOGC is set). Its live
 // heap is a few MiB, so collecting four times less often than Go's default costs little memory and
 // trims the admission latency tail, which garbage-collection pauses make on a small node (the
-// README's performance section has the figures and the benchmark that measures them).
+// docs/performance.md has the figures and the benchmark that measures them).
 const GCPercent = 400
 
 // TuneGC applies GCPercent unless the operator chose GOGC.

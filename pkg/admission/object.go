@@ -18,7 +18,7 @@ import (
 // change to the request's raw object. Recording instead of diffing a re-encoded copy (what
 // controller-runtime's PatchResponseFromRaw does) means the object is decoded once and never
 // encoded, and the patch holds only what changed: about half the time and a third of the
-// allocations of a VcJob review (README, performance), time the API server waits on every create.
+// allocations of a VcJob review (docs/performance.md), time the API server waits on every create.
 
 // node is a JSON object inside the request object.
 type node struct {

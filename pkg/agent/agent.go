@@ -34,6 +34,10 @@ type Config struct {
 	// UnownedGrace is how long the files of a run that the agent does not own stay held once one
 	// of them is deleted from the disk (the archiver may not have claimed the run yet).
 	UnownedGrace time.Duration
+	// StoreDownGrace is how long every run's stores may fail before the agent stops beating: the
+	// store down for the agent is most often down for the archiver too, and the agent holds the
+	// files (a deleted pod's included) that the API capture could not read.
+	StoreDownGrace time.Duration
 	// Capture tunes the captures (NodeLogMaxSize is ignored: the files hold every byte).
 	Capture capture.Config
 	Layout  archive.Layout
@@ -41,7 +45,7 @@ type Config struct {
 
 // DefaultConfig is the agent's configuration unless told otherwise.
 func DefaultConfig() Config {
-	return Config{PodLogsDir: "/var/log/pods", HeartbeatInterval: db.HeartbeatInterval, Poll: 2 * time.Second, UnownedGrace: 5 * time.Minute,
+	return Config{PodLogsDir: "/var/log/pods", HeartbeatInterval: db.HeartbeatInterval, Poll: 2 * time.Second, UnownedGrace: 5 * time.Minute, StoreDownGrace: 5 * time.Minute,
 		Capture: capture.DefaultConfig}
 }
 
@@ -50,7 +54,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Node, "node", c.Node, "The node the agent runs on (from the downward API: spec.nodeName). Required.")
 	fs.StringVar(&c.PodLogsDir, "pod-logs-dir", c.PodLogsDir, "The kubelet's podLogsDir, mounted read-only.")
 	fs.Int64Var(&c.MaxHeldBytes, "agent-max-held-bytes", c.MaxHeldBytes, "Bytes of log files deleted from the node's disk (rotated away or collected) that the agent may keep open until their bytes are stored; past it the oldest is let go and its unread rest recorded as a gap ('released by agent: held-bytes limit'). 0: no bound.")
-	fs.DurationVar(&c.HeartbeatInterval, "agent-heartbeat-interval", c.HeartbeatInterval, fmt.Sprintf("How often the agent records that it is alive, at most %s; the archiver takes its runs over once it has not for %s. The agent records none while it cannot store: its last 3 segment stores, or its last 3 reads of its runs, failed in a row.", db.HeartbeatInterval, db.AgentHealthyWithin))
+	fs.DurationVar(&c.HeartbeatInterval, "agent-heartbeat-interval", c.HeartbeatInterval, fmt.Sprintf("How often the agent records that it is alive, at most %s; the archiver takes its runs over once it has not for %s. The agent records none while it cannot read its runs (its last 3 reads failed), or cannot store any run (each run's last 3 stores failed, for --agent-store-down-grace).", db.HeartbeatInterval, db.AgentHealthyWithin))
+	fs.DurationVar(&c.StoreDownGrace, "agent-store-down-grace", c.StoreDownGrace, "How long the stores of every run the agent captures may fail (3 in a row each) before it stops recording its heartbeat, so that the archiver takes its runs over. Meanwhile it holds their files, a deleted pod's included, and stores them once the store is back: a store down for the agent is most often down for the archiver too. One run failing alone never stops the heartbeat.")
 	fs.DurationVar(&c.Poll, "agent-poll", c.Poll, "How often the agent reads the runs it owns from the database.")
 	fs.Int64Var(&c.Capture.SegmentBytes, "capture-segment-bytes", c.Capture.SegmentBytes, "A log is stored in segments of about this many uncompressed bytes.")
 	fs.DurationVar(&c.Capture.SegmentAge, "capture-segment-age", c.Capture.SegmentAge, "A log's segment is stored once this old, however small.")
@@ -109,13 +114,25 @@ type Agent struct {
 	notes map[db.RunKey][]record.Gap
 	// beat is when the last heartbeat was recorded (zero: none yet), for /healthz.
 	beat time.Time
-	// storeFails and runsFails count the captures that failed to store and the reads of the
-	// agent's runs that failed, in a row: past maxFails the agent does not beat (canStore).
-	storeFails, runsFails int
+	// storeFails counts, by run, the captures that failed to store in a row, and since when, and
+	// runsFails the reads of the agent's runs that failed in a row (canStore).
+	storeFails map[db.RunKey]failures
+	runsFails  int
 }
 
-// maxFails is how many segment stores, or reads of its runs, may fail in a row before the agent
-// stops beating, so that the archiver takes its runs over in 15 s rather than at --log-deadline.
+// failures are a run's stores that failed in a row: how many, since when.
+type failures struct {
+	n     int
+	since time.Time
+}
+
+// maxFails is how many segment stores of each run the agent captures (for StoreDownGrace), or
+// reads of its runs, may fail in a row before the agent stops beating, so that the archiver takes
+// its runs over in 15 s rather than at --log-deadline. A failure counts against what failed: one
+// run's stores failing while another run stores (its segment refused, say) are that run's
+// trouble, retried, not the node's; the heartbeat stops when every run captured has failed for
+// the grace (the store is down for the agent, and stays down), or the agent cannot read its runs
+// (the database is).
 const maxFails = 3
 
 // ownedRun is a run the agent captures: over once the archiver said so.
@@ -138,7 +155,7 @@ func New(cfg Config, records DB, store objstore.Store, log logr.Logger) (*Agent,
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, db: records, recs: records.AgentRecords(cfg.Node), store: store, log: log,
-		captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}}
+		captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}, storeFails: map[db.RunKey]failures{}}
 	src, err := NewFileSource(cfg.PodLogsDir, cfg.MaxHeldBytes, a.letGo, log.WithName("files"))
 	if err != nil {
 		return nil, err
@@ -209,24 +226,38 @@ func (a *Agent) heartbeat(ctx context.Context) {
 func (a *Agent) canStore() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch {
-	case a.storeFails >= maxFails:
-		return fmt.Errorf("the last %d captures failed to store", a.storeFails)
-	case a.runsFails >= maxFails:
+	if a.runsFails >= maxFails {
 		return fmt.Errorf("the last %d reads of the agent's runs failed", a.runsFails)
+	}
+	failing := 0
+	for k := range a.captures {
+		if f := a.storeFails[k]; f.n >= maxFails && time.Since(f.since) >= a.cfg.StoreDownGrace {
+			failing++
+		}
+	}
+	if failing > 0 && failing == len(a.captures) {
+		return fmt.Errorf("the last %d or more stores of each of the agent's %d captures failed, for %s or more", maxFails, failing, a.cfg.StoreDownGrace)
 	}
 	return nil
 }
 
-// stored counts a store that succeeded (ok) or failed, in a row.
-func (a *Agent) stored(ok bool) {
+// failed is how many times in a row run k failed to store (a.mu held).
+func (a *Agent) failed(k db.RunKey) int { return a.storeFails[k].n }
+
+// stored counts a store of run k that succeeded (ok) or failed, in a row.
+func (a *Agent) stored(k db.RunKey, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if ok {
-		a.storeFails = 0
-	} else {
-		a.storeFails++
+		delete(a.storeFails, k)
+		return
 	}
+	f := a.storeFails[k]
+	if f.n == 0 {
+		f.since = time.Now()
+	}
+	f.n++
+	a.storeFails[k] = f
 }
 
 // poll reads the runs the agent owns: it starts a capture for each new one, tells those over, and
@@ -283,6 +314,7 @@ func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, runs []db.AgentRu
 			}
 			a.mu.Lock()
 			delete(a.captures, r.RunKey)
+			delete(a.storeFails, r.RunKey)
 			a.mu.Unlock()
 		}()
 	}
@@ -353,7 +385,7 @@ func (a *Agent) captureRun(ctx context.Context, r db.AgentRun, o *ownedRun) {
 			}
 		}
 		captureFailures.Inc()
-		a.stored(false)
+		a.stored(r.RunKey, false)
 		log.Error(err, "Capture failed, will retry")
 		select {
 		case <-ctx.Done():
@@ -409,7 +441,7 @@ type countedRecords struct {
 func (c countedRecords) PutSegment(ctx context.Context, seg record.Segment) error {
 	err := c.Records.PutSegment(ctx, seg)
 	if err == nil {
-		c.a.stored(true)
+		c.a.stored(db.RunKey{PodUID: seg.PodUID, Container: seg.Container, Run: seg.Run}, true)
 	}
 	return err
 }
@@ -417,7 +449,7 @@ func (c countedRecords) PutSegment(ctx context.Context, seg record.Segment) erro
 // letGo records the gap of a file let go past the held-bytes limit.
 func (a *Agent) letGo(k RunKey, lg LetGo) {
 	g := record.Gap{PodUID: k.PodUID, Container: k.Container, Run: k.Run, After: lg.After, Before: lg.Before, Reason: record.GapAgentLetGo,
-		Detail: fmt.Sprintf("file %s (%d bytes, deleted from the node's disk) let go at the agent's held-bytes limit of %d before its bytes were stored", lg.Name, lg.Bytes, a.cfg.MaxHeldBytes)}
+		Detail: fmt.Sprintf("file %s (%d bytes, %d of them not read yet, deleted from the node's disk) let go at the agent's held-bytes limit of %d before its bytes were stored", lg.Name, lg.Size, lg.Unread, a.cfg.MaxHeldBytes)}
 	a.noteGap(k, g)
 }
 

@@ -123,10 +123,17 @@ type memRecords struct {
 	failEvery, puts int
 }
 
-func (m *memRecords) Segments(context.Context, string, string, int32) ([]record.Segment, error) {
+// Segments returns the run's segments; podUID "": every run's.
+func (m *memRecords) Segments(_ context.Context, podUID, container string, run int32) ([]record.Segment, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]record.Segment(nil), m.segs...), nil
+	var out []record.Segment
+	for _, s := range m.segs {
+		if podUID == "" || s.PodUID == podUID && s.Container == container && s.Run == run {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 func (m *memRecords) PutSegment(_ context.Context, s record.Segment) error {

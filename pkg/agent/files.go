@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,6 +66,14 @@ type heldFile struct {
 	letGo bool
 	// head is the start of a closed file: once closed, its inode may be reused by a new file.
 	head string
+	// id and idHead tell the file again after a restart (identity; see position.go).
+	id     fileID
+	idHead []byte
+	// copy is the compressed copy it was let go for (its bytes are all there), orig the file a
+	// copy stands for: a reader goes on in the copy where it was in the file.
+	copy, orig *heldFile
+	// readOff is how far a reader has read it (atomic: the reader updates it, bound reads it).
+	readOff atomic.Int64
 }
 
 // runFiles are the files of one container run, in write order.
@@ -75,6 +84,10 @@ type runFiles struct {
 	durable time.Time
 	// changed is closed (and replaced) whenever a file of the run appears or grows.
 	changed chan struct{}
+	// pos is where the run's capture resumes in its files, from its last segment (nil: unknown),
+	// unless reader, the run's last reader, took lines since: then its position (reader.position).
+	pos    *filePos
+	reader *reader
 	// goneSince is when a file of the run was first seen held only by the agent (deleted from the
 	// disk), or every file gone, while the agent does not own the run (zero: not so).
 	goneSince time.Time
@@ -113,7 +126,9 @@ type LetGo struct {
 	// After is the run's durable position then, Before the first timestamp of the next file held
 	// (zero: none).
 	After, Before time.Time
-	Bytes         int64
+	// Size is the file's size, Unread what no reader had read of it (what read is in a capture's
+	// hands, lost only if that capture must read it again).
+	Size, Unread int64
 }
 
 // NewFileSource starts watching dir (the kubelet's podLogsDir) and opens every log file in it.
@@ -173,6 +188,7 @@ func (s *FileSource) close() {
 
 func (f *heldFile) close() {
 	if f.f != nil {
+		f.identity() // a position in it stays encodable
 		f.head = readHead(f.f)
 		_ = f.f.Close()
 		f.f = nil
@@ -605,10 +621,23 @@ func (s *FileSource) bound() {
 		return
 	}
 	// The files of runs the agent does not own go first (the API captures those runs; holding them
-	// only spares a later claim), then the oldest.
+	// only spares a later claim), then those the kubelet compressed (letting go loses nothing),
+	// then the oldest.
+	copies := map[*heldFile]string{}
+	for _, c := range cands {
+		if gz := c.r.dir + string(filepath.Separator) + c.f.name + ".gz"; !c.f.gz && regularFile(gz) {
+			copies[c.f] = gz
+		}
+	}
 	slices.SortFunc(cands, func(a, b cand) int {
 		if oa, ob := s.owned[a.k], s.owned[b.k]; oa != ob {
 			if ob {
+				return -1
+			}
+			return 1
+		}
+		if ca, cb := copies[a.f] != "", copies[b.f] != ""; ca != cb {
+			if ca {
 				return -1
 			}
 			return 1
@@ -620,16 +649,18 @@ func (s *FileSource) bound() {
 		if held <= s.maxHeld {
 			break
 		}
-		if c.r.stored(c.f) {
-			// Its bytes are durable (an earlier file kept it from being released): closing it
-			// loses nothing, so it records no gap.
+		if c.r.stored(c.f) || c.r.swapForCopy(c.f, copies[c.f]) {
+			// Its bytes are durable (an earlier file kept it from being released), or all in its
+			// compressed copy on the disk: closing it loses nothing, so it records no gap.
 			c.f.close()
 			held -= c.f.size
 			s.held = held
 			heldBytes.Set(float64(held))
+			c.r.signal()
 			continue
 		}
-		lg := LetGo{Name: c.f.name, After: c.r.durable, Bytes: c.f.size}
+		// Only what no reader has read is lost: what was read is in the capture's hands.
+		lg := LetGo{Name: c.f.name, After: c.r.durable, Size: c.f.size, Unread: c.f.size - min(c.f.readOff.Load(), c.f.size)}
 		if i := slices.Index(c.r.files, c.f); i+1 < len(c.r.files) {
 			lg.Before = firstTime(c.r.files[i+1])
 		}
@@ -649,6 +680,40 @@ func (s *FileSource) bound() {
 	for _, g := range gone {
 		g()
 	}
+}
+
+// swapForCopy puts the compressed copy of f at path (none: "") in f's place among the run's files
+// (s.mu held): readers go on in it where they were in f. False: no copy that can be opened.
+func (r *runFiles) swapForCopy(f *heldFile, path string) bool {
+	if path == "" {
+		return false
+	}
+	fh, err := openRegular(path)
+	if err != nil {
+		return false
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		_ = fh.Close()
+		return false
+	}
+	i := slices.Index(r.files, f)
+	if i < 0 {
+		_ = fh.Close()
+		return false
+	}
+	cp := &heldFile{f: fh, ino: inode(st), name: filepath.Base(path), gz: true, order: f.order, seq: f.seq, size: st.Size(),
+		drained: f.drained, lastTS: f.lastTS, orig: f}
+	f.copy = cp
+	r.files[i] = cp
+	filesHeld.WithLabelValues("compressed").Inc()
+	return true
+}
+
+// regularFile reports whether path is a regular file (no symlink followed).
+func regularFile(path string) bool {
+	st, err := os.Lstat(path)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // firstTime is the timestamp of a file's first record (zero: unknown).
@@ -695,10 +760,63 @@ type durableRecords struct {
 	s *FileSource
 }
 
+// PutSegment records the segment with the position in the run's files its last byte came from,
+// and tells the source it is durable.
 func (d durableRecords) PutSegment(ctx context.Context, seg record.Segment) error {
+	k := RunKey{PodUID: seg.PodUID, Container: seg.Container, Run: seg.Run}
+	seg.SourcePosition = d.s.position(k)
 	if err := d.Records.PutSegment(ctx, seg); err != nil {
 		return err
 	}
-	d.s.Durable(RunKey{PodUID: seg.PodUID, Container: seg.Container, Run: seg.Run}, seg.LastTime)
+	d.s.Durable(k, seg.LastTime)
 	return nil
+}
+
+// Segments reads the run's segments, as a capture does to resume from the last: its position in
+// the files is the one recorded with that segment.
+func (d durableRecords) Segments(ctx context.Context, podUID, container string, run int32) ([]record.Segment, error) {
+	segs, err := d.Records.Segments(ctx, podUID, container, run)
+	if err != nil {
+		return nil, err
+	}
+	var last []byte
+	if n := len(segs); n > 0 {
+		last = segs[n-1].SourcePosition
+	}
+	p, err := decodePosition(last)
+	if err != nil {
+		d.s.log.Error(err, "A segment's file position cannot be read; resuming by timestamp")
+	}
+	d.s.mu.Lock()
+	r := d.s.run(RunKey{PodUID: podUID, Container: container, Run: run}, "")
+	r.pos, r.reader = p, nil
+	d.s.mu.Unlock()
+	return segs, nil
+}
+
+// position is the encoded position of the run's capture in its files (nil: unknown).
+func (s *FileSource) position(k RunKey) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.runs[k]
+	if r == nil {
+		return nil
+	}
+	p := r.pos
+	if r.reader != nil {
+		if rp := r.reader.position(); rp != nil {
+			p = rp
+		}
+	}
+	if p == nil {
+		return nil
+	}
+	if p.f != nil {
+		id, _ := p.f.identity()
+		if id.headLen == 0 {
+			return nil // a file closed before it was ever read: no position in it to tell
+		}
+		p = &filePos{id: id, off: p.off, cut: p.cut}
+	}
+	return encodePosition(*p)
 }

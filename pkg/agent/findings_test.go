@@ -157,7 +157,7 @@ func newTestAgent(t *testing.T, root string, fdb *fakeDB, recs capture.Records) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{cfg: cfg, db: fdb, recs: recs, store: store, log: logr.Discard(), captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}}
+	a := &Agent{cfg: cfg, db: fdb, recs: recs, store: store, log: logr.Discard(), captures: map[db.RunKey]*ownedRun{}, notes: map[db.RunKey][]record.Gap{}, storeFails: map[db.RunKey]failures{}}
 	src, err := NewFileSource(root, cfg.MaxHeldBytes, a.letGo, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -319,6 +319,7 @@ func TestNoHeartbeatWhileStoresFail(t *testing.T) {
 	recs := &failingRecords{}
 	recs.claimed.Store(true)
 	a := newTestAgent(t, root, fdb, recs)
+	a.cfg.StoreDownGrace = 0 // the grace is TestStoreDownWithinGraceKeepsHeartbeat's
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -341,7 +342,7 @@ func TestNoHeartbeatWhileStoresFail(t *testing.T) {
 	if n := beats(); n != 1 {
 		t.Errorf("heartbeat recorded while every store fails (%d beats)", n)
 	}
-	a.stored(true)
+	a.stored(run.RunKey, true)
 	fdb.mu.Lock()
 	fdb.runsErr = errors.New("database down")
 	fdb.mu.Unlock()
@@ -404,6 +405,16 @@ func TestOnlyRegularFilesTaken(t *testing.T) {
 // (truncated on the node), and reads the file again from its start: what is written after is
 // served.
 func TestTruncatedFileReadAgain(t *testing.T) {
+	testTruncated(t, "after truncate")
+}
+
+// TestTruncatedRegrownReadAgain: as TestTruncatedFileReadAgain, but the file grows past the
+// reader's position again before the reader looks: its size does not tell; its first bytes do.
+func TestTruncatedRegrownReadAgain(t *testing.T) {
+	testTruncated(t, "after truncate "+strings.Repeat("regrown", 200))
+}
+
+func testTruncated(t *testing.T, after string) {
 	dir := logDir(t)
 	root := filepath.Dir(filepath.Dir(dir))
 	cur := filepath.Join(dir, "0.log")
@@ -445,7 +456,7 @@ func TestTruncatedFileReadAgain(t *testing.T) {
 	if err := os.Truncate(cur, 0); err != nil {
 		t.Fatal(err)
 	}
-	c.rec("stdout", "after truncate", false)
+	c.rec("stdout", after, false)
 	c.flush(t, cur, false)
 	for served := false; !served; {
 		select {
@@ -465,5 +476,135 @@ func TestTruncatedFileReadAgain(t *testing.T) {
 		}
 	default:
 		t.Error("no gap recorded for the truncation")
+	}
+}
+
+// oneRunFailing refuses the segments of pod uid1 only: that run's store fails (its object key, a
+// segment too large), not the node's.
+type oneRunFailing struct{ fencedRecords }
+
+func (f *oneRunFailing) PutSegment(ctx context.Context, s record.Segment) error {
+	if s.PodUID == "uid1" {
+		return errors.New("segment refused")
+	}
+	return f.fencedRecords.PutSegment(ctx, s)
+}
+
+// TestOneRunFailingKeepsHeartbeat: the stores of one run fail again and again while the agent's
+// other run stores (and then waits for output): the failures are that run's, not the node's, so
+// the agent goes on beating and its other runs stay its own. (The failures were counted for the
+// node: three of one run in a row stopped the heartbeat, and the archiver took every run over.)
+func TestOneRunFailingKeepsHeartbeat(t *testing.T) {
+	root, bad := oneLineRun(t)
+	dir := filepath.Join(root, "ns_pod2_uid2", "main")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	c.rec("stdout", "line of the run that stores", false)
+	c.flush(t, filepath.Join(dir, "0.log"), false)
+	good := bad
+	good.PodUID, good.Pod, good.JobUID = "uid2", "pod2", "ju2"
+	fdb := &fakeDB{runs: []db.AgentRun{bad, good}}
+	recs := &oneRunFailing{}
+	recs.claimed.Store(true)
+	a := newTestAgent(t, root, fdb, recs)
+	a.cfg.Capture = capture.Config{SegmentBytes: 1, SegmentAge: 10 * time.Millisecond, Poll: 10 * time.Millisecond, Retry: 20 * time.Millisecond}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	a.poll(ctx, &wg)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		a.mu.Lock()
+		failed := a.failed(bad.RunKey)
+		a.mu.Unlock()
+		if failed >= maxFails {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run uid1 failed %d times in 20 s, want %d", failed, maxFails)
+		}
+	}
+	if segs, _ := recs.Segments(ctx, "", "", 0); len(segs) == 0 {
+		t.Fatal("the run that stores stored nothing")
+	}
+	if err := a.canStore(); err != nil {
+		t.Errorf("one run's failures stop the node's heartbeat: %v", err)
+	}
+}
+
+// TestLetGoFileWithCompressedCopy: a rotated file the kubelet compressed (the .gz on the disk, the
+// file itself unlinked and held only by the agent) is past the held-bytes limit: none of its bytes
+// is lost, so it is let go without a gap, and its bytes are read from the compressed copy.
+func TestLetGoFileWithCompressedCopy(t *testing.T) {
+	dir := logDir(t)
+	root := filepath.Dir(filepath.Dir(dir))
+	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	for i := range 1000 { // past the reader's buffer: it reads on from the file after the swap
+		c.rec("stdout", fmt.Sprintf("rotated %d %s", i, strings.Repeat("r", 100)), false)
+	}
+	rot := filepath.Join(dir, "0.log.20261125-010000")
+	c.flush(t, rot, false)
+	c.rec("stderr", "current", false)
+	c.flush(t, filepath.Join(dir, "0.log"), false)
+	var lets []LetGo
+	s, err := NewFileSource(root, 1, func(_ RunKey, lg LetGo) { lets = append(lets, lg) }, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	// A reader has begun the file (and holds part of it in its buffer), another has not.
+	begun, err := s.Open(t.Context(), ref, capture.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 100)
+	if _, err := io.ReadFull(begun, first); err != nil {
+		t.Fatal(err)
+	}
+	gzipFile(t, rot, rot+".gz")
+	s.scanContainer(dir)
+	s.bound()
+	if len(lets) > 0 {
+		t.Errorf("let go with a gap: %+v; its bytes are all in its compressed copy", lets)
+	}
+	rest, err := io.ReadAll(begun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(first) + string(rest); got != c.served.String() {
+		t.Errorf("the reader begun served %d bytes, want %d", len(got), c.served.Len())
+	}
+	rc, err := s.Open(t.Context(), ref, capture.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readAll(t, rc); got != c.served.String() {
+		t.Errorf("served %d bytes, want %d", len(got), c.served.Len())
+	}
+}
+
+// TestStoreDownWithinGraceKeepsHeartbeat: every store of the agent fails, for less than its
+// grace: it goes on beating (its runs stay its own, their files held until the store is back),
+// and stops once the grace has passed.
+func TestStoreDownWithinGraceKeepsHeartbeat(t *testing.T) {
+	root, run := oneLineRun(t)
+	fdb := &fakeDB{runs: []db.AgentRun{run}}
+	recs := &failingRecords{}
+	recs.claimed.Store(true)
+	a := newTestAgent(t, root, fdb, recs)
+	a.cfg.StoreDownGrace = time.Hour
+	a.mu.Lock()
+	a.captures[run.RunKey] = &ownedRun{}
+	a.mu.Unlock()
+	for range 2 * maxFails {
+		a.stored(run.RunKey, false)
+	}
+	if err := a.canStore(); err != nil {
+		t.Errorf("the store down for less than the grace stops the heartbeat: %v", err)
+	}
+	a.cfg.StoreDownGrace = 0
+	if err := a.canStore(); err == nil {
+		t.Error("the store down past the grace does not stop the heartbeat")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,8 @@ type reader struct {
 	// file reads cur's file from its start: its position past the file's size says it was
 	// truncated.
 	file *io.SectionReader
+	// curHead is cur's first bytes (uncompressed) when opened: a truncation shows in them.
+	curHead string
 	// drainEOF: a later file had bytes when cur was last at its end, so cur's next end is its last.
 	drainEOF bool
 	lastTS   time.Time
@@ -72,13 +75,36 @@ type reader struct {
 	recLast   byte
 	newLine   bool
 
+	// start, when set, is where the reader starts instead of from since: the capture's position in
+	// the files (exact; see position.go).
+	start *filePos
+	// cnt counts what is read of cur from base on: the offset of what br holds next is
+	// base + cnt.n - br.Buffered().
+	cnt  *countReader
+	base int64
+
+	// out is the output produced, served up to served.
 	out     []byte
+	served  int
 	emitted int64
 	closed  atomic.Bool // Close is called while the capture's reader goroutine may read
 	// tags are the streams of the content bytes served and not yet asked for: Streams is called
 	// by the capture while its reader goroutine reads.
 	tagMu sync.Mutex
 	tags  []tagRun
+	// marks are the lines served whose bytes the capture has not all asked for (Streams), and pos
+	// the position after the last piece it asked for: both under tagMu.
+	marks []lineMark
+	pos   *filePos
+}
+
+// lineMark is one line served: it starts at the stream's offset at, with the record at start in
+// file f; once ended (end >= 0, the stream's offset after its content), next is the offset after
+// its last record, in file nextF.
+type lineMark struct {
+	at, end     int64
+	f, nextF    *heldFile
+	start, next int64
 }
 
 type tagRun struct {
@@ -92,14 +118,116 @@ func newReader(ctx context.Context, s *FileSource, k RunKey, opts capture.OpenOp
 	s.mu.Unlock()
 	r := &reader{ctx: ctx, s: s, k: k, rf: rf, follow: opts.Follow, done: map[*heldFile]bool{}, newLine: true}
 	if !opts.Since.IsZero() {
-		r.since = opts.Since.Truncate(time.Second) // pods/log takes sinceTime in whole seconds
+		// A capture resuming: from its position in the files, when they still hold it; else
+		// from the timestamp, as pods/log serves it.
+		if !r.startAtPosition() {
+			r.since = opts.Since.Truncate(time.Second) // pods/log takes sinceTime in whole seconds
+		}
 	}
+	s.mu.Lock()
+	rf.reader = r
+	s.mu.Unlock()
 	return r
+}
+
+// startAtPosition readies the reader to start at the run's position in its files (the last
+// reader's, or the one recorded with the last segment): the files before it are done. False: no
+// position known, or its file is gone.
+func (r *reader) startAtPosition() bool {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	p := r.rf.pos
+	if r.rf.reader != nil {
+		if rp := r.rf.reader.position(); rp != nil {
+			p = rp
+		}
+	}
+	if p == nil {
+		return false
+	}
+	f := r.rf.locate(p)
+	if f == nil {
+		r.s.log.Info("The file of the capture's position is gone; resuming by timestamp", "run", r.k.String())
+		return false
+	}
+	for _, g := range r.rf.files {
+		if g == f {
+			break
+		}
+		// Before the position: read, its bytes taken by the capture.
+		r.done[g] = true
+		g.drained = true
+	}
+	r.start = &filePos{f: f, off: p.off, cut: p.cut}
+	r.pos = r.start
+	if p.f == nil {
+		// Worth a line: a restart (or a capture run again after a failure), not a reopening.
+		r.s.log.Info("Resuming the capture from its position in the files", "file", filepath.Join(r.rf.dir, f.name), "offset", p.off)
+	}
+	return true
+}
+
+// StartsExactly implements capture.ExactStart.
+func (r *reader) StartsExactly() (exact, cut bool) {
+	if r.start == nil {
+		return false, false
+	}
+	return true, r.start.cut
+}
+
+// position is the position after the last piece the capture asked for (Streams); nil: none yet.
+func (r *reader) position() *filePos {
+	r.tagMu.Lock()
+	defer r.tagMu.Unlock()
+	return r.pos
+}
+
+// fileOff is the offset in cur of what the reader parses next.
+func (r *reader) fileOff() int64 {
+	return r.base + r.cnt.n - int64(r.br.Buffered())
+}
+
+// markLine notes a line served from its first record, at start in cur (tagMu: Streams reads the marks).
+func (r *reader) markLine(start int64) {
+	r.tagMu.Lock()
+	r.marks = append(r.marks, lineMark{at: r.emitted, end: -1, f: r.cur, start: start})
+	r.tagMu.Unlock()
+}
+
+// markLineEnd notes that the line being served ended here.
+func (r *reader) markLineEnd() {
+	r.tagMu.Lock()
+	if n := len(r.marks); n > 0 && r.marks[n-1].end < 0 {
+		m := &r.marks[n-1]
+		m.end, m.nextF, m.next = r.emitted, r.cur, r.fileOff()
+	}
+	r.tagMu.Unlock()
+}
+
+// advance moves the position to the stream's offset to, the end of a piece the capture took
+// (tagMu held): after the line, if the piece ended it, else at the line's start, cut.
+func (r *reader) advance(to int64) {
+	i := 0
+	for i+1 < len(r.marks) && r.marks[i+1].at < to {
+		i++
+	}
+	r.marks = r.marks[i:]
+	if len(r.marks) == 0 || r.marks[0].at >= to {
+		return
+	}
+	m := r.marks[0]
+	if m.end >= 0 && m.end <= to {
+		r.pos = &filePos{f: m.nextF, off: m.next}
+		r.marks = r.marks[1:]
+		return
+	}
+	r.pos = &filePos{f: m.f, off: m.start, cut: true}
 }
 
 // Read serves the log.
 func (r *reader) Read(p []byte) (int, error) {
-	for len(r.out) == 0 {
+	for r.served == len(r.out) {
+		r.out, r.served = r.out[:0], 0 // all served: its buffer is filled again from its start
 		if r.closed.Load() {
 			return 0, errors.New("read log: reader closed")
 		}
@@ -107,8 +235,8 @@ func (r *reader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n := copy(p, r.out)
-	r.out = r.out[n:]
+	n := copy(p, r.out[r.served:])
+	r.served += n
 	return n, nil
 }
 
@@ -137,6 +265,7 @@ func (r *reader) Streams(from, to int64) []capture.StreamRun {
 		}
 	}
 	r.tags = r.tags[i:]
+	r.advance(to)
 	return out
 }
 
@@ -165,6 +294,23 @@ func (r *reader) emit(b []byte, content bool) {
 	r.emitted += int64(len(b))
 }
 
+// stampLayout is how pods/log prints a line's timestamp.
+const stampLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// stamp serves a line's timestamp and its space: the record's own text when it is in pods/log's
+// form already (containerd's, but for a fraction ending in zeros, which RFC 3339 drops), else
+// formatted, in place either way (formatting each line's was the reader's largest cost).
+func (r *reader) stamp(ts time.Time, text []byte) {
+	n := len(r.out)
+	if len(text) == len(stampLayout)-len("Z07:00")+1 && text[len(text)-1] == 'Z' && text[19] == '.' {
+		r.out = append(r.out, text...)
+	} else {
+		r.out = ts.AppendFormat(r.out, stampLayout)
+	}
+	r.out = append(r.out, ' ')
+	r.emitted += int64(len(r.out) - n)
+}
+
 // fill produces some output, or returns io.EOF at the end of a read without follow.
 func (r *reader) fill() error {
 	if err := r.ctx.Err(); err != nil {
@@ -188,6 +334,9 @@ func (r *reader) fill() error {
 	case errors.Is(err, io.EOF):
 		return r.atEnd(changed)
 	default:
+		if r.toCopy() {
+			return nil
+		}
 		// The file was let go (closed) or cannot be read: go on with the next.
 		r.s.log.V(1).Info("Log file no longer readable; going on with the next", "file", r.curName, "error", err.Error())
 		r.finishFile()
@@ -200,29 +349,72 @@ func (r *reader) next() bool {
 	r.s.mu.Lock()
 	defer r.s.mu.Unlock()
 	for _, f := range r.rf.files {
-		if r.done[f] {
-			continue
+		if r.done[f] || (f.orig != nil && r.done[f.orig]) {
+			continue // read (a copy: its file was)
 		}
 		if f.f == nil {
 			r.done[f] = true // closed: released (durable) or let go (its gap is recorded)
 			continue
 		}
 		r.cur, r.curName, r.drainEOF, r.lastTS, r.servedGz = f, f.name, false, time.Time{}, false
-		r.file = io.NewSectionReader(f.f, 0, math.MaxInt64)
-		var src io.Reader = r.file
-		if f.gz {
-			zr, err := gzip.NewReader(src)
-			if err != nil {
-				r.done[f] = true
-				r.cur = nil
-				continue
-			}
-			r.zr, src = zr, zr
+		var off int64
+		if r.start != nil && r.start.f == f {
+			off, r.start = r.start.off, nil
 		}
-		r.br = bufio.NewReaderSize(src, pieceSize)
+		if err := r.openCur(off); err != nil {
+			r.s.log.Error(err, "Log file not readable; going on with the next", "file", f.name)
+			r.done[f] = true
+			r.cur = nil
+			continue
+		}
 		return true
 	}
 	return false
+}
+
+// toCopy goes on reading cur's compressed copy where cur was let go for one (swapForCopy): at
+// the same offset of its content, in the same record.
+func (r *reader) toCopy() bool {
+	r.s.mu.Lock()
+	cp := r.cur.copy
+	r.s.mu.Unlock()
+	if cp == nil {
+		return false
+	}
+	off := r.fileOff()
+	r.done[r.cur] = true
+	r.cur, r.curName = cp, cp.name
+	if err := r.openCur(off); err != nil {
+		r.s.log.Error(err, "Compressed copy of a log file not readable; going on with the next", "file", cp.name)
+		return false
+	}
+	return true
+}
+
+// openCur reads cur from off (in its content: decompressed, if compressed).
+func (r *reader) openCur(off int64) error {
+	f := r.cur
+	r.file = io.NewSectionReader(f.f, 0, math.MaxInt64)
+	var src io.Reader = r.file
+	if f.gz {
+		zr, err := gzip.NewReader(src)
+		if err != nil {
+			return fmt.Errorf("read compressed log file: %w", err)
+		}
+		if _, err := io.CopyN(io.Discard, zr, off); err != nil {
+			_ = zr.Close()
+			return fmt.Errorf("read compressed log file to the position %d: %w", off, err)
+		}
+		r.zr, src = zr, zr
+	} else {
+		if _, err := r.file.Seek(off, io.SeekStart); err != nil {
+			return fmt.Errorf("read log file from the position %d: %w", off, err)
+		}
+		r.curHead = readHead(f.f)
+	}
+	r.cnt, r.base = &countReader{r: src}, off
+	r.br = bufio.NewReaderSize(r.cnt, pieceSize)
+	return nil
 }
 
 // laterHasBytes reports whether a file after cur has bytes: containerd writes no more to cur.
@@ -284,8 +476,15 @@ func (r *reader) truncated() bool {
 	}
 	read, _ := r.file.Seek(0, io.SeekCurrent)
 	st, err := f.Stat()
-	if err != nil || st.Size() >= read {
+	if err != nil {
 		return false
+	}
+	how := fmt.Sprintf("truncated in place from %d bytes read to %d bytes", read, st.Size())
+	if st.Size() >= read {
+		if !r.regrown(f) {
+			return false
+		}
+		how = fmt.Sprintf("truncated in place and written again past the agent's position (%d bytes read, %d now: its first bytes changed)", read, st.Size())
 	}
 	if r.inContent {
 		r.endRecord()
@@ -293,16 +492,32 @@ func (r *reader) truncated() bool {
 	r.s.mu.Lock()
 	g := record.Gap{PodUID: r.k.PodUID, Container: r.k.Container, Run: r.k.Run, After: r.lastTS, Before: firstTime(r.cur),
 		Reason: record.GapTruncatedOnNode,
-		Detail: fmt.Sprintf("file %s truncated in place from %d bytes read to %d bytes: what was written past the agent's position before it is lost", r.curName, read, st.Size())}
+		Detail: fmt.Sprintf("file %s %s: what was written past the agent's position before it is lost", r.curName, how)}
 	onGap := r.s.onGap
 	r.s.mu.Unlock()
 	r.s.log.Info("Log file truncated in place; reading it again from its start", "file", filepath.Join(r.rf.dir, r.curName), "read", read, "size", st.Size())
 	if onGap != nil {
 		onGap(r.k, g)
 	}
-	r.file = io.NewSectionReader(f, 0, math.MaxInt64)
-	r.br = bufio.NewReaderSize(r.file, pieceSize)
+	if err := r.openCur(0); err != nil {
+		r.finishFile()
+	}
 	return true
+}
+
+// regrown reports whether cur's first bytes are no longer those read when it was opened: it was
+// truncated and written again past the reader's position before the reader looked at its size.
+// (Written to, a log file only grows: its start never changes but by a truncation.)
+func (r *reader) regrown(f *os.File) bool {
+	head := readHead(f)
+	n := min(len(head), len(r.curHead))
+	if head[:n] != r.curHead[:n] {
+		return true
+	}
+	if len(head) > len(r.curHead) {
+		r.curHead = head // it was shorter when opened: the rest of its head is known now
+	}
+	return false
 }
 
 // wait waits for the run's files to change (or the recheck period), or returns io.EOF for a read
@@ -366,6 +581,7 @@ func (r *reader) header() error {
 	if !ok {
 		return r.skipRecord()
 	}
+	start := r.fileOff()
 	_, _ = r.br.Discard(sp + 1)
 	r.inContent, r.ts, r.stream, r.partial, r.recLen = true, ts, stream, bytes.HasPrefix(tag, []byte("P")), 0
 	if ts.After(r.lastTS) {
@@ -373,7 +589,8 @@ func (r *reader) header() error {
 	}
 	r.skipRec = !r.since.IsZero() && ts.Before(r.since)
 	if !r.skipRec && r.newLine {
-		r.emit(append([]byte(ts.Format("2006-01-02T15:04:05.000000000Z07:00")), ' '), false)
+		r.markLine(start)
+		r.stamp(ts, b[:bytes.IndexByte(b, ' ')])
 	}
 	return nil
 }
@@ -416,6 +633,12 @@ func (r *reader) content() error {
 func (r *reader) endRecord() {
 	r.newLine = r.recLen == 0 || r.recLast == '\n'
 	r.inContent = false
+	if r.newLine && !r.skipRec {
+		r.markLineEnd()
+	}
+	if r.cur != nil {
+		r.cur.readOff.Store(r.fileOff())
+	}
 }
 
 // spaces returns the index of the n-th space in b, or -1.
@@ -432,16 +655,21 @@ func spaces(b []byte, n int) int {
 
 // parseHeader parses "<RFC3339Nano> <stdout|stderr> <tag>".
 func parseHeader(h []byte) (time.Time, capture.Stream, []byte, bool) {
-	f := bytes.SplitN(h, []byte(" "), 3)
-	if len(f) != 3 {
+	i := bytes.IndexByte(h, ' ')
+	if i < 0 {
 		return time.Time{}, 0, nil, false
 	}
-	ts, err := time.Parse(time.RFC3339Nano, string(f[0]))
+	j := bytes.IndexByte(h[i+1:], ' ')
+	if j < 0 {
+		return time.Time{}, 0, nil, false
+	}
+	stream, tag := h[i+1:i+1+j], h[i+2+j:]
+	ts, err := time.Parse(time.RFC3339Nano, string(h[:i]))
 	if err != nil {
 		return time.Time{}, 0, nil, false
 	}
 	var st capture.Stream
-	switch string(f[1]) {
+	switch string(stream) {
 	case "stdout":
 		st = capture.StreamStdout
 	case "stderr":
@@ -449,5 +677,5 @@ func parseHeader(h []byte) (time.Time, capture.Stream, []byte, bool) {
 	default:
 		return time.Time{}, 0, nil, false
 	}
-	return ts, st, f[2], true
+	return ts, st, tag, true
 }

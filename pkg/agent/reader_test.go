@@ -31,7 +31,11 @@ type criLog struct {
 // rec adds one record of content msg (without the file's newline) to stream; partial: tag P.
 func (c *criLog) rec(stream, msg string, partial bool) {
 	c.n++
-	ts := c.t0.Add(time.Duration(c.n) * time.Millisecond)
+	c.recAt(c.t0.Add(time.Duration(c.n)*time.Millisecond), stream, msg, partial)
+}
+
+// recAt adds one record stamped ts (see rec).
+func (c *criLog) recAt(ts time.Time, stream, msg string, partial bool) {
 	tag, content := "F", msg+"\n"
 	if partial {
 		tag, content = "P", msg

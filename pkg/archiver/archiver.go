@@ -21,9 +21,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/retention"
 	"github.com/jobvault/jobvault/pkg/shard"
 )
 
@@ -44,10 +46,8 @@ type Records interface {
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
 	PodsByUID(ctx context.Context, uids []string) ([]record.Pod, error)
 	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
-	// The audit chain (see Sealer).
-	Transitions(ctx context.Context, jobUID string) ([]record.Transition, error)
-	ChainEntry(ctx context.Context, jobUID string) (record.ChainEntry, bool, error)
-	FinalizeJob(ctx context.Context, f record.Finalization, seal record.Seal) (record.Finalized, error)
+	// The audit chain (see audit.Sealer).
+	audit.SealerRecords
 	capture.Records
 	RunOwners
 }
@@ -117,22 +117,23 @@ type Options struct {
 	PodWorkers, JobWorkers int
 	// Namespaces, when not empty, are the only ones archived (the cache watches only them).
 	Namespaces []string
-	// SweepPeriod is how often pods holding the pod finalizer outside the archiver's view are
-	// looked for and let go (see PodReconciler.sweepOnce).
-	SweepPeriod time.Duration
-	// ResweepPeriod is how often tracked jobs and pods whose record is behind are looked for and
-	// enqueued (see resweep).
-	ResweepPeriod time.Duration
+	// UntrackedPodSweepPeriod is how often pods holding the pod finalizer outside the archiver's
+	// view (untracked) are looked for, from the API server, and let go (see
+	// PodReconciler.sweepOnce).
+	UntrackedPodSweepPeriod time.Duration
+	// MissedEventSweepPeriod is how often tracked jobs and pods whose record is behind the
+	// archiver's cache (an event was missed) are looked for and enqueued (see resweep).
+	MissedEventSweepPeriod time.Duration
 	// ExcludeNamespaces are never tracked, neither their VcJobs nor their pods (the webhook's
 	// namespaceSelector excludes the same).
 	ExcludeNamespaces []string
 	// Layout names the archive's objects.
 	Layout archive.Layout
 	// Redact replaces every string of a job outside the allow-list of fields audits need by its
-	// sha256 marker before the job is recorded (see redact).
+	// sha256 marker before the job is recorded (see redact.Job).
 	Redact bool
 	// Retention is how long final objects are kept from their job's or pod's finalization (see
-	// retainUntil); zero keeps them without a retain-until date.
+	// retention.Until); zero keeps them without a retain-until date.
 	Retention time.Duration
 	// Shard is this replica's share of the jobs (and so of their pods): the others are left to the
 	// replicas of the other shards. The zero value and a Total of 1 archive everything.
@@ -145,7 +146,7 @@ func (o Options) excluded(ns string) bool { return slices.Contains(o.ExcludeName
 // DefaultOptions are the defaults of the archiver's flags.
 func DefaultOptions() Options {
 	return Options{LogDeadline: 24 * time.Hour, LogOpenTimeout: 30 * time.Second, TerminationMargin: 30 * time.Second,
-		NodeLostAfter: 5 * time.Minute, SweepPeriod: 10 * time.Minute, ResweepPeriod: 2 * time.Minute, MaxStreams: 2000, Capture: capture.DefaultConfig,
+		NodeLostAfter: 5 * time.Minute, UntrackedPodSweepPeriod: 10 * time.Minute, MissedEventSweepPeriod: 2 * time.Minute, MaxStreams: 2000, Capture: capture.DefaultConfig,
 		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}, Redact: true,
 		Shard: shard.Shard{Index: 0, Total: 1}}
 }
@@ -167,9 +168,9 @@ func (o Options) Validate() error {
 	if o.LogDeadline <= 0 {
 		errs = append(errs, fmt.Errorf("log deadline must be positive, got %s", o.LogDeadline))
 	}
-	if o.NodeLostAfter <= 0 || o.SweepPeriod <= 0 || o.ResweepPeriod <= 0 {
-		errs = append(errs, fmt.Errorf("node lost after, sweep period and resweep period must be positive, got %s, %s and %s",
-			o.NodeLostAfter, o.SweepPeriod, o.ResweepPeriod))
+	if o.NodeLostAfter <= 0 || o.UntrackedPodSweepPeriod <= 0 || o.MissedEventSweepPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("node lost after, untracked pod sweep period and missed event sweep period must be positive, got %s, %s and %s",
+			o.NodeLostAfter, o.UntrackedPodSweepPeriod, o.MissedEventSweepPeriod))
 	}
 	if o.LogOpenTimeout <= 0 || o.TerminationMargin < 0 {
 		errs = append(errs, fmt.Errorf("log open timeout must be positive and termination margin not negative, got %s and %s", o.LogOpenTimeout, o.TerminationMargin))
@@ -197,6 +198,12 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// retainUntilIn is the retain-until date of the final objects of a job or pod of namespace
+// finalized at finalizedAt: Retention, or the namespace's own (retention.UntilIn).
+func (o Options) retainUntilIn(ctx context.Context, c client.Reader, namespace string, finalizedAt time.Time) time.Time {
+	return retention.UntilIn(ctx, c, namespace, o.Retention, finalizedAt)
+}
+
 // Deps are the archiver's collaborators. Every field is required.
 type Deps struct {
 	Client client.Client
@@ -206,7 +213,7 @@ type Deps struct {
 	Store     objstore.Store
 	Logs      capture.Source
 	Recorder  kuberecord.EventRecorder
-	Clock     clock.PassiveClock
+	Clock     clock.Clock
 
 	// owners remembers the owner claims the API server denied (set up by SetupWithManager).
 	owners *ownerMisses

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
+	"github.com/jobvault/jobvault/pkg/record/redact"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
@@ -220,7 +221,7 @@ func stateOnly(s corev1.ContainerState) corev1.ContainerState {
 
 // jobTransform cuts a cached VcJob down to what is recorded. The job reconciler records the spec
 // and status whole (rows, job.json), so a job of this shard keeps them; with Redact it is cached
-// as recorded (every string outside the allow-list as its marker, see redact), which recordable
+// as recorded (every string outside the allow-list as its marker, see redact.Job), which recordable
 // leaves as it is: job.json is byte for byte what it was. A job of another shard or of an
 // excluded namespace keeps only its identity: nothing reads the rest.
 func (o Options) jobTransform(in any) (any, error) {
@@ -233,9 +234,23 @@ func (o Options) jobTransform(in any) (any, error) {
 	}
 	job.ManagedFields = nil
 	if o.Redact {
-		redact(job)
+		redact.Job(job)
 	}
 	return job, nil
+}
+
+// recordable is the job as jobvault records it (rows, job.json, the manifest): a copy without
+// managed fields, with Redact every string outside the allow-list replaced by its marker (see
+// redact.Job), and with the submitter annotations replaced by the unknown submitter where the webhook
+// cannot be shown to have written them (see unprovedSubmitter).
+func (o Options) recordable(job *batchv1alpha1.Job) *batchv1alpha1.Job {
+	out := job.DeepCopy()
+	out.ManagedFields = nil
+	if o.Redact {
+		redact.Job(out)
+	}
+	unprovedSubmitter(out)
+	return out
 }
 
 var _ toolscache.TransformFunc = Options{}.podTransform

@@ -161,7 +161,7 @@ func fullJob(uid types.UID) *batchv1alpha1.Job {
 	pod := fullPod(uid, false)
 	return &batchv1alpha1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: uid, ResourceVersion: "7",
-			Annotations:   map[string]string{tracking.SubmitterAnnotation: "alice", lastAppliedAnnotation: `{"env":"secret"}`},
+			Annotations:   map[string]string{tracking.SubmitterAnnotation: "alice", corev1.LastAppliedConfigAnnotation: `{"env":"secret"}`},
 			Finalizers:    []string{tracking.JobFinalizer},
 			ManagedFields: pod.ManagedFields},
 		Spec: batchv1alpha1.JobSpec{Queue: "default", Tasks: []batchv1alpha1.TaskSpec{{Name: "w", Replicas: 2,

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
@@ -24,27 +22,6 @@ type RunOwners interface {
 	EndRun(ctx context.Context, k db.RunKey) error
 	TakeOverRun(ctx context.Context, k db.RunKey, why string) (bool, error)
 	PutSources(ctx context.Context, ranges []record.SourceRange) error
-}
-
-// Hand-over metrics, beside the archiver's others (metrics.go), on controller-runtime's registry.
-var (
-	runsClaimedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "jobvault_archiver_runs_claimed_total", Help: "Container runs given their capture, by owner: agent (the node agent, from the files) or api (pods/log, no healthy agent on the node).",
-	}, []string{"owner"})
-	runsTakenOverTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "jobvault_archiver_runs_taken_over_total", Help: "Container runs taken over from their node agent by the API capture, by reason: silent (no heartbeat), released (the agent gave the run up), deadline (not complete within the log deadline).",
-	}, []string{"reason"})
-)
-
-func init() {
-	metrics.Registry.MustRegister(runsClaimedTotal, runsTakenOverTotal)
-	// Every series from the start, at 0, so that the alerts' increase() sees the first one.
-	for _, owner := range []string{record.CapturedByAgent, record.CapturedByAPI} {
-		runsClaimedTotal.WithLabelValues(owner)
-	}
-	for _, reason := range []string{"silent", "released", "deadline"} {
-		runsTakenOverTotal.WithLabelValues(reason)
-	}
 }
 
 // agentCaptures gives the run its owner and, while that is the node's agent, waits for the agent

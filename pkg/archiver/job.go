@@ -20,6 +20,7 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
@@ -319,7 +320,7 @@ func (r *JobReconciler) stopCaptures(ctx context.Context, ref archive.JobRef) er
 }
 
 // finalize stores job.json and manifest.json, marks the row archived and appends the job to the
-// audit chain (Sealer), then in one merge patch annotates the job and removes its finalizer. Every
+// audit chain (audit.Sealer), then in one merge patch annotates the job and removes its finalizer. Every
 // step is idempotent, so a crash between them is repaired by the next pass.
 func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) error {
 	ref := archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID)}
@@ -335,7 +336,7 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	if err := r.stopCaptures(ctx, ref); err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
 	}
-	sealed, err := Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
+	sealed, err := audit.Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
 		RetainUntil: func(at time.Time) time.Time { return r.retainUntilIn(ctx, r.Client, ref.Namespace, at) }}.Seal(ctx, ref, obj, reason, now)
 	if err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)

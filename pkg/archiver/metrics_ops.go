@@ -1,8 +1,8 @@
 package archiver
 
-// The metrics operations alert on (config/monitoring): what the event counters of metrics.go
-// cannot say. How long objects have been waiting for a release, and whether the backends answer,
-// are states, not events: they are gauges computed when Prometheus scrapes.
+// The metrics operations alert on (config/monitoring): what the event counters of pkg/metrics
+// cannot say. How long objects have been waiting for a release is a state, not an event: a gauge
+// computed when Prometheus scrapes. Whether the backends answer is the prober's (probe.go).
 
 import (
 	"context"
@@ -17,57 +17,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
-	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/metrics"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
-// Values of the kind label of the held-finalizer gauges and of releases_incomplete_total.
-const (
-	kindJob = "job"
-	kindPod = "pod"
-)
-
-var (
-	finalizersHeldDesc = prometheus.NewDesc("jobvault_archiver_finalizers_held",
-		"Objects due for release (a job terminal or being deleted; a pod ended, or being deleted past its grace period) that still hold jobvault's finalizer, by kind (job, pod).",
-		[]string{"kind"}, nil)
-	finalizerHeldOldestSecondsDesc = prometheus.NewDesc("jobvault_archiver_finalizer_held_oldest_seconds",
-		"How long the oldest object due for release has held jobvault's finalizer since it became due, by kind (job, pod); 0 when none waits.",
-		[]string{"kind"}, nil)
-	backendUpDesc = prometheus.NewDesc("jobvault_archiver_backend_up",
-		"Whether the backend (database, store) answered a ping at this scrape: 1 yes, 0 no.",
-		[]string{"backend"}, nil)
-
-	heldJobs, heldPods = newHeld(), newHeld()
-	backends           = &backendProbe{}
-)
-
-func init() {
-	metrics.Registry.MustRegister(heldCollector{clock.RealClock{}}, backends)
-	// Every series of the event counters starts at zero: increase() over a series that first
-	// appears at 1 is 0, so an alert on the first gap or failure would never fire.
-	for _, reason := range []string{"store", "database", "log-unreadable"} {
-		archiveFailuresTotal.WithLabelValues(reason)
-	}
-	for kind, causes := range map[string][]string{
-		kindJob: {"operator", "pods", "unavailable", "gap"},
-		kindPod: {"operator", "unavailable", "gap", "untracked"},
-	} {
-		for _, cause := range causes {
-			releasesIncompleteTotal.WithLabelValues(kind, cause)
-		}
-	}
-	for _, reason := range []record.GapReason{record.GapRotated, record.GapCollected, record.GapNodeLost, record.GapUnreadable,
-		record.GapRestarted, record.GapMaybeRotated, record.GapReleased} {
-		logGapsTotal.WithLabelValues(string(reason))
-	}
-	for _, cause := range []string{"ended", "broken", "open", "store", "status"} {
-		followReopensTotal.WithLabelValues(cause)
-	}
-}
+// heldJobs and heldPods are what the held-finalizer gauges report (heldCollector).
+var heldJobs, heldPods = newHeld(), newHeld()
 
 // held is the set of objects of one kind that are due for release and still hold the finalizer,
 // with the time each became due. It is kept up to date from the informers' events, so that a
@@ -168,63 +125,15 @@ func trackHeld[T client.Object](ctx context.Context, c cache.Cache, obj T, h *he
 type heldCollector struct{ clock clock.PassiveClock }
 
 func (heldCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- finalizersHeldDesc
-	ch <- finalizerHeldOldestSecondsDesc
+	ch <- metrics.FinalizersHeld
+	ch <- metrics.FinalizerHeldOldestSeconds
 }
 
 func (c heldCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.clock.Now()
 	for kind, h := range map[string]*held{kindJob: heldJobs, kindPod: heldPods} {
 		n, oldest := h.stats(now)
-		ch <- prometheus.MustNewConstMetric(finalizersHeldDesc, prometheus.GaugeValue, float64(n), kind)
-		ch <- prometheus.MustNewConstMetric(finalizerHeldOldestSecondsDesc, prometheus.GaugeValue, oldest.Seconds(), kind)
+		ch <- prometheus.MustNewConstMetric(metrics.FinalizersHeld, prometheus.GaugeValue, float64(n), kind)
+		ch <- prometheus.MustNewConstMetric(metrics.FinalizerHeldOldestSeconds, prometheus.GaugeValue, oldest.Seconds(), kind)
 	}
-}
-
-// pinger is what both backends offer their readiness checks.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// backendPingTimeout keeps a scrape within Prometheus' default scrape_timeout (10 s): a backend
-// that has not answered by then is down for the alert, rather than the scrape failing.
-const backendPingTimeout = 5 * time.Second
-
-// backendProbe pings the backends at each scrape, as an exporter does: the figure is never older
-// than the scrape, and nothing runs between scrapes.
-type backendProbe struct {
-	mu      sync.Mutex
-	pingers map[string]pinger
-}
-
-func (b *backendProbe) use(records, store any) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.pingers = map[string]pinger{}
-	for name, p := range map[string]any{"database": records, "store": store} {
-		if p, ok := p.(pinger); ok {
-			b.pingers[name] = p
-		}
-	}
-}
-
-func (b *backendProbe) Describe(ch chan<- *prometheus.Desc) { ch <- backendUpDesc }
-
-func (b *backendProbe) Collect(ch chan<- prometheus.Metric) {
-	b.mu.Lock()
-	pingers := b.pingers
-	b.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), backendPingTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for name, p := range pingers {
-		wg.Go(func() {
-			up := 0.0
-			if p.Ping(ctx) == nil {
-				up = 1
-			}
-			ch <- prometheus.MustNewConstMetric(backendUpDesc, prometheus.GaugeValue, up, name)
-		})
-	}
-	wg.Wait()
 }

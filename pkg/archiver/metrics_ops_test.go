@@ -3,11 +3,13 @@ package archiver
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,37 +123,55 @@ jobvault_archiver_finalizers_held{kind="pod"} 0
 	}
 }
 
-type pingFunc func(context.Context) error
+// countingPinger counts its pings and answers err.
+type countingPinger struct {
+	pings atomic.Int32
+	err   error
+}
 
-func (f pingFunc) Ping(ctx context.Context) error { return f(ctx) }
+func (p *countingPinger) Ping(context.Context) error {
+	p.pings.Add(1)
+	return p.err
+}
 
-func TestBackendProbe(t *testing.T) {
-	b := &backendProbe{}
-	if n := testutil.CollectAndCount(b); n != 0 {
-		t.Errorf("before any backend is set: %d series, want none", n)
+// TestProberOnePingServesReadinessAndMetric: the readiness check and the backend_up gauge read
+// the result of the prober's last pass: however often they are asked, each backend is pinged
+// once a pass. Before its first pass the archiver is not ready and exports no backend_up.
+func TestProberOnePingServesReadinessAndMetric(t *testing.T) {
+	database, store := &countingPinger{}, &countingPinger{err: errors.New("bucket gone")}
+	p := newProber(database, store)
+	ready := func() error { return p.Check(httptest.NewRequest(http.MethodGet, "/readyz", nil)) }
+	if err := ready(); err == nil {
+		t.Error("ready before the first probe, want not ready")
 	}
-	b.use(pingFunc(func(context.Context) error { return nil }), pingFunc(func(context.Context) error { return errors.New("bucket gone") }))
+	if n := testutil.CollectAndCount(p); n != 0 {
+		t.Errorf("before the first probe: %d series, want none", n)
+	}
+	if err := p.probe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	want := `
-# HELP jobvault_archiver_backend_up Whether the backend (database, store) answered a ping at this scrape: 1 yes, 0 no.
+# HELP jobvault_archiver_backend_up Whether the backend (database, store) answered the archiver's last ping (every 10 s, the same that /readyz reports): 1 yes, 0 no.
 # TYPE jobvault_archiver_backend_up gauge
 jobvault_archiver_backend_up{backend="database"} 1
 jobvault_archiver_backend_up{backend="store"} 0
 `
-	if err := testutil.CollectAndCompare(b, strings.NewReader(want)); err != nil {
-		t.Error(err)
-	}
-}
-
-// TestCountersStartAtZero: each series of the event counters exists before its first event, so
-// that increase() sees the first one.
-func TestCountersStartAtZero(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		c    prometheus.Collector
-		want int
-	}{{"archive failures", archiveFailuresTotal, 3}, {"incomplete releases", releasesIncompleteTotal, 8}, {"log gaps", logGapsTotal, 7}, {"follow reopens", followReopensTotal, 5}} {
-		if n := testutil.CollectAndCount(tc.c); n < tc.want {
-			t.Errorf("%s: %d series before the first event, want %d", tc.name, n, tc.want)
+	for range 3 {
+		if err := testutil.CollectAndCompare(p, strings.NewReader(want)); err != nil {
+			t.Error(err)
 		}
+		if err := ready(); err == nil || !strings.Contains(err.Error(), "store: bucket gone") {
+			t.Errorf("readiness with the store down = %v, want the store's error", err)
+		}
+	}
+	if d, s := database.pings.Load(), store.pings.Load(); d != 1 || s != 1 {
+		t.Errorf("pings after one pass, 3 scrapes and 3 readiness checks: database %d, store %d; want 1 each", d, s)
+	}
+	store.err = nil
+	if err := p.probe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ready(); err != nil {
+		t.Errorf("readiness with both backends up = %v, want ready", err)
 	}
 }

@@ -115,7 +115,7 @@ func TestPodReconcilerTakesVcJobPodsOnly(t *testing.T) {
 			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.pod, trainJob(tc.pod.Namespace, "train", "job-uid")).Build()
 			records := &memRecords{jobs: map[string]record.Job{}, pods: map[string]record.Pod{}}
 			r := &PodReconciler{Deps: Deps{Client: c, Records: records, Recorder: kuberecord.NewFakeRecorder(10),
-				Clock: clocktesting.NewFakePassiveClock(now.Time)}, Options: DefaultOptions()}
+				Clock: clocktesting.NewFakeClock(now.Time)}, Options: DefaultOptions()}
 			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.pod)}); err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +171,7 @@ func TestPodReconcilerShardAndPending(t *testing.T) {
 			o := DefaultOptions()
 			o.Shard = shard.Shard{Index: tc.shard, Total: 3}
 			r := &PodReconciler{Deps: Deps{Client: c, Records: records, Recorder: kuberecord.NewFakeRecorder(10),
-				Clock: clocktesting.NewFakePassiveClock(now.Time)}, Options: o}
+				Clock: clocktesting.NewFakeClock(now.Time)}, Options: o}
 			res, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)})
 			if err != nil {
 				t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
-// resweep finds, every ResweepPeriod, the tracked jobs and pods whose record is behind what the
-// archiver's cache shows, and enqueues them, so that a reconcile that never happened (an event
+// resweep is the missed-event sweep: it finds, every MissedEventSweepPeriod, the tracked jobs and
+// pods whose record is behind what the archiver's cache shows, and enqueues them, so that a reconcile that never happened (an event
 // lost or filtered, a reconcile that ended waiting for an event that never came) is repaired
 // within a period:
 //   - a pod holding the pod finalizer that is finished (ended, being deleted, released by an
@@ -46,23 +46,17 @@ func newResweep(c client.Client, jobs *JobReconciler, captures *capture.Manager,
 		jobEvents: make(chan event.GenericEvent, 1024), podEvents: make(chan event.GenericEvent, 1024)}
 }
 
-// Start resweeps every period until ctx ends. It needs the leader's lease, as the controllers do.
-func (s *resweep) Start(ctx context.Context) error {
-	log := ctrl.Log.WithName("resweep")
-	every(ctx, s.opts.ResweepPeriod, func() {
-		jobs, pods, err := s.once(ctx)
-		if err != nil {
-			log.Error(err, "Resweep failed, will retry at the next period")
-		}
-		if jobs+pods > 0 {
-			log.Info("Enqueued jobs and pods whose record was behind", "jobs", jobs, "pods", pods)
-		}
-	})
+// run is the periodic task (a periodic.Runnable, on the leader) of once.
+func (s *resweep) run(ctx context.Context) error {
+	jobs, pods, err := s.once(ctx)
+	if jobs+pods > 0 {
+		ctrl.LoggerFrom(ctx).Info("Enqueued jobs and pods whose record was behind", "jobs", jobs, "pods", pods)
+	}
+	if err != nil {
+		return fmt.Errorf("resweep: %w", err)
+	}
 	return nil
 }
-
-// NeedLeaderElection: only the leader reconciles.
-func (s *resweep) NeedLeaderElection() bool { return true }
 
 // once resweeps the cache once and reports how many jobs and pods it enqueued.
 func (s *resweep) once(ctx context.Context) (jobs, pods int, err error) {

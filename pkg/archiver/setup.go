@@ -13,12 +13,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/metrics"
+	"github.com/jobvault/jobvault/pkg/periodic"
 )
 
 // rateLimiter retries failed reconciles from half a second up to a minute apart, so an outage of
@@ -27,7 +28,8 @@ func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, time.Minute)
 }
 
-// SetupWithManager registers the job and pod reconcilers and the pod owner index.
+// SetupWithManager registers the job and pod reconcilers, the pod owner index, the periodic
+// tasks, the archiver's metrics and the readiness check of the backends ("backends").
 func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Options) error {
 	if err := deps.validate(); err != nil {
 		return err
@@ -41,7 +43,18 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	if opts.CaptureMemory > 0 {
 		opts.Capture.Memory = capture.NewBudget(opts.CaptureMemory)
 	}
-	backends.use(deps.Records, deps.Store)
+	backends := newProber(deps.Records, deps.Store)
+	if err := metrics.Register(metrics.Registry, heldCollector{deps.Clock}, backends); err != nil {
+		return err
+	}
+	probe, err := periodic.New("backend-prober", probePeriod, backends.probe, deps.Clock, ctrl.Log.WithName("backend-prober"))
+	if err != nil {
+		return err
+	}
+	probe.AllReplicas = true
+	if err := errors.Join(mgr.Add(probe), mgr.AddReadyzCheck("backends", backends.Check)); err != nil {
+		return err
+	}
 	if err := errors.Join(trackHeld(ctx, mgr.GetCache(), &batchv1alpha1.Job{}, heldJobs, jobDue, opts.excluded),
 		trackHeld(ctx, mgr.GetCache(), &corev1.Pod{}, heldPods, podDue, opts.excluded)); err != nil {
 		return fmt.Errorf("watch held finalizers: %w", err)
@@ -69,11 +82,21 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		Complete(jobs); err != nil {
 		return err
 	}
-	if err := errors.Join(mgr.Add(captures), mgr.Add(resweep)); err != nil {
+	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
+	// Two repair loops: the untracked-pod sweep lists the API server for pods held outside the
+	// cache; the missed-event sweep compares the cache with the records.
+	sweep, err := periodic.New("untracked-pod-sweep", opts.UntrackedPodSweepPeriod, pods.sweep, deps.Clock, ctrl.Log.WithName("untracked-pod-sweep"))
+	if err != nil {
 		return err
 	}
-	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
-	if err := mgr.Add(manager.RunnableFunc(pods.sweep)); err != nil {
+	missed, err := periodic.New("missed-event-sweep", opts.MissedEventSweepPeriod, resweep.run, deps.Clock, ctrl.Log.WithName("missed-event-sweep"))
+	if err != nil {
+		return err
+	}
+	// The informers' initial list enqueues every object at start: the first missed-event sweep
+	// waits.
+	missed.FirstAfterPeriod = true
+	if err := errors.Join(mgr.Add(captures), mgr.Add(missed), mgr.Add(sweep)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("pod").

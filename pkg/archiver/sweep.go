@@ -3,7 +3,6 @@ package archiver
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,32 +20,17 @@ import (
 // sweepPage is how many pods one list request of the sweep returns.
 const sweepPage = 500
 
-// sweep runs sweepOnce every SweepPeriod until ctx ends (leader only: it is added to the manager
-// as a plain runnable, which waits for the lease).
+// sweep is the untracked-pod sweep: the periodic task (a periodic.Runnable, on the leader,
+// every UntrackedPodSweepPeriod) of sweepOnce.
 func (r *PodReconciler) sweep(ctx context.Context) error {
-	log := ctrl.Log.WithName("sweep")
-	every(ctx, r.SweepPeriod, func() {
-		if n, err := r.sweepOnce(ctx); err != nil {
-			log.Error(err, "Sweep for untracked pods failed, will retry at the next period")
-		} else if n > 0 {
-			log.Info("Let go of pods that held the pod finalizer outside the archiver's view", "pods", n)
-		}
-	})
-	return nil
-}
-
-// every runs f every period until ctx ends, the first time a period from now.
-func every(ctx context.Context, period time.Duration, f func()) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		f()
+	n, err := r.sweepOnce(ctx)
+	if n > 0 {
+		ctrl.LoggerFrom(ctx).Info("Let go of pods that held the pod finalizer outside the archiver's view", "pods", n)
 	}
+	if err != nil {
+		return fmt.Errorf("sweep for untracked pods: %w", err)
+	}
+	return nil
 }
 
 // sweepOnce finds the pods that hold the pod finalizer but are no longer in the archiver's pod

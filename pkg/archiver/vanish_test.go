@@ -142,7 +142,7 @@ func TestVanishedMidReconcile(t *testing.T) {
 				t.Fatal(err)
 			}
 			deps := Deps{Client: c, APIReader: c, Records: &memRecords{jobs: map[string]record.Job{}, pods: map[string]record.Pod{}}, Store: store,
-				Logs: KubeLogs{}, Recorder: kuberecord.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now.Time)}
+				Logs: KubeLogs{}, Recorder: kuberecord.NewFakeRecorder(10), Clock: clocktesting.NewFakeClock(now.Time)}
 			var r interface {
 				Reconcile(context.Context, ctrl.Request) (ctrl.Result, error)
 			} = &JobReconciler{Deps: deps, Options: DefaultOptions()}

@@ -1,6 +1,7 @@
-// Package audit is jobvault's evidence for auditors: the digest of a job's database rows that its
-// chain entry and manifest record, the signed digests of the chain head, and the verification of
-// all of it against the database and the bucket (`archiver audit verify`).
+// Package audit is jobvault's evidence for auditors, written and read in one package so that the
+// two cannot drift: the Sealer that appends a finalized job to the chain, the digest of a job's
+// database rows that its chain entry and manifest record, the signed digests of the chain head,
+// and the objects read back that verification (`archiver audit verify`) checks.
 //
 // The chain: every finalized job (archived or released) has an entry numbered without gaps per
 // cluster (db.FinalizeJob); its manifest records its number, the size and sha256 of every object of

@@ -167,8 +167,9 @@ type SignerRecords interface {
 	PutSignedDigest(ctx context.Context, s record.SignedDigest) error
 }
 
-// Signer signs the chain head of its cluster every Period, from its start, and stores the signed
-// document in the database and the bucket. A controller-runtime Runnable: only the leader signs.
+// Signer signs the chain head of its cluster and stores the signed document in the database and
+// the bucket. Its Pass runs periodically on the leader (a periodic.Runnable): one signer per
+// cluster.
 type Signer struct {
 	Records SignerRecords
 	Store   objstore.Store
@@ -176,31 +177,18 @@ type Signer struct {
 	Prefix  string
 	Cluster string
 	Key     ed25519.PrivateKey
-	Period  time.Duration
-	Clock   clock.Clock
-	Log     logr.Logger
+	Clock   clock.PassiveClock
 }
 
-// NeedLeaderElection: one signer per cluster, the leader.
-func (s *Signer) NeedLeaderElection() bool { return true }
-
-// Start signs at once, then every Period until ctx ends. A failure is logged and retried at the
-// next tick: the chain itself does not depend on it.
-func (s *Signer) Start(ctx context.Context) error {
-	for {
-		if d, err := s.SignOnce(ctx); err != nil {
-			s.Log.Error(err, "Signing the audit chain head failed; retrying at the next period")
-			digestsSignedTotal.WithLabelValues("error").Inc()
-		} else {
-			s.Log.Info("Signed the audit chain head", "seq", d.Seq, "key", d.ObjectKey)
-			digestsSignedTotal.WithLabelValues("signed").Inc()
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.Clock.After(s.Period):
-		}
+// Pass is the signer's periodic task: one SignOnce. A failure is retried at the next period:
+// the chain itself does not depend on it.
+func (s *Signer) Pass(ctx context.Context) error {
+	d, err := s.SignOnce(ctx)
+	if err != nil {
+		return fmt.Errorf("sign the audit chain head: %w", err)
 	}
+	logr.FromContextOrDiscard(ctx).Info("Signed the audit chain head", "seq", d.Seq, "key", d.ObjectKey)
+	return nil
 }
 
 // SignOnce signs the head as it is now. It first stores the previous document in the bucket again

@@ -304,7 +304,11 @@ type capture struct {
 	// timestamps where seen cannot (lines captured before the capture started). replayAt, when
 	// not -1, is where in seen a replay by the node's reader is. keep says whether the current
 	// line is stored, skip how many of its bytes are held already.
-	resuming  bool
+	resuming bool
+	// atCut: the stream starts exactly at the start of the last line captured, cut; noReplay: it
+	// delivers no line again (ExactStart).
+	atCut     bool
+	noReplay  bool
 	cursor    int
 	fbCount   int32
 	fbPastMax bool
@@ -379,15 +383,38 @@ func (c *capture) reset() {
 // a second before the greatest timestamp captured: lines stamped a little earlier than it may
 // follow it in the file.
 func (c *capture) open(ctx context.Context, src Source, opts OpenOptions) (io.ReadCloser, error) {
-	c.resuming, c.cursor, c.fbCount, c.fbPastMax, c.replayAt, c.keep, c.skip = !c.segPos.max.IsZero(), 0, 0, false, -1, false, 0
+	c.resuming, c.atCut, c.cursor, c.fbCount, c.fbPastMax, c.replayAt, c.keep, c.skip = !c.segPos.max.IsZero(), false, 0, 0, false, -1, false, 0
 	if c.resuming {
 		opts.Since = c.segPos.max.Add(-time.Second)
 	}
 	c.opened = time.Now()
 	rc, err := src.Open(ctx, c.ref, opts)
 	c.tags, _ = rc.(StreamTagger)
+	x, exactly := rc.(ExactStart)
+	c.noReplay = exactly
+	if exactly && c.resuming {
+		if exact, cut := x.StartsExactly(); exact {
+			// Nothing to recognise: the stream holds no line captured but, cut, the last one.
+			c.resuming, c.atCut = false, cut
+		}
+	}
 	c.bind.opened(time.Now()) // after the answer: the node chose the container before
+	// A stream that starts exactly at the position reads the run's own file (the node agent's
+	// source), not whatever container a status picks: it is the run's (bind.go).
+	c.bind.bound = c.bind.bound || exactly
 	return rc, err
+}
+
+// ExactStart is implemented by a Source's stream that can start exactly at the capture's position
+// instead of from a timestamp (the node agent: from the file and offset its source recorded with
+// the last piece the capture took; see record.Segment.SourcePosition). Timestamps cannot place a
+// position among lines stamped alike or out of order; an offset can. Such a stream never delivers
+// a line again (it is no node reader replaying its file): every line past the position is new,
+// however it is stamped.
+type ExactStart interface {
+	// StartsExactly reports whether the stream starts just after the last line the capture took
+	// (exact), or, cut as well, at the start of that line when the capture took only part of it.
+	StartsExactly() (exact, cut bool)
 }
 
 func cloneHash(h hash.Hash) hash.Hash {
@@ -823,6 +850,13 @@ func (c *capture) took(l line) {
 func (c *capture) classify(ctx context.Context, l line) (bool, error) {
 	if c.resuming {
 		return c.resumed(ctx, l)
+	}
+	if c.atCut {
+		c.atCut = false
+		return c.caughtUp(), nil // the line the position is in: stored from where it was cut
+	}
+	if c.noReplay {
+		return true, nil
 	}
 	if c.replayAt >= 0 {
 		// A replay goes on while it delivers the lines captured, in order.

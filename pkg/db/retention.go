@@ -12,20 +12,24 @@ import (
 
 // PruneCandidates returns up to limit finalized, chained jobs of the cluster whose retain-until
 // date is at or before now and that no legal hold holds: neither the job (jobs.legal_hold) nor its
-// namespace (heldNamespaces), oldest retain-until date first. A job recorded as pruned whose rows
+// namespace, oldest retain-until date first. namespaceHolds maps each namespace that has a
+// jobvault.io/legal-hold annotation to its value; the database decides which values hold
+// (jobvault_legal_hold, migration 0016), as it does for jobs. A job recorded as pruned whose rows
 // are still there (a prune interrupted after its record) is returned again, so the prune completes.
-func (d *DB) PruneCandidates(ctx context.Context, cluster string, now time.Time, heldNamespaces []string, limit int) ([]record.PruneCandidate, error) {
-	if heldNamespaces == nil {
-		heldNamespaces = []string{} // not NULL: namespace = ANY(NULL) would exclude every job
+func (d *DB) PruneCandidates(ctx context.Context, cluster string, now time.Time, namespaceHolds map[string]string, limit int) ([]record.PruneCandidate, error) {
+	namespaces, values := []string{}, []string{} // not NULL, for unnest
+	for ns, v := range namespaceHolds {
+		namespaces, values = append(namespaces, ns), append(values, v)
 	}
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	rows, err := d.db.QueryContext(ctx, `SELECT j.namespace, j.retain_until,
     c.cluster, c.seq, c.job_uid, c.manifest_key, c.manifest_sha256, c.prev_sha256, c.record_digest, c.manifest, c.at
 FROM jobs j JOIN audit_chain c ON c.job_uid = j.uid
-WHERE j.cluster = $1 AND j.archive_state <> 'pending' AND j.retain_until <= $2
-  AND NOT j.legal_hold AND NOT (j.namespace = ANY($3))
-ORDER BY j.retain_until, j.uid LIMIT $4`, cluster, now.UTC(), pq.StringArray(heldNamespaces), limit)
+WHERE j.cluster = $1 AND j.archive_state <> 'pending' AND j.retain_until <= $2 AND NOT j.legal_hold
+  AND NOT EXISTS (SELECT FROM unnest($3::text[], $4::text[]) AS h(namespace, value)
+                  WHERE h.namespace = j.namespace AND jobvault_legal_hold(h.value))
+ORDER BY j.retain_until, j.uid LIMIT $5`, cluster, now.UTC(), pq.StringArray(namespaces), pq.StringArray(values), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list prune candidates: %w", translate(err))
 	}

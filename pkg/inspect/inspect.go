@@ -1,8 +1,7 @@
 // Package inspect reads a job's archive back for people: it lists the container logs the database
-// records for a job, prints one of them decompressed, and verifies that every stored object still
-// holds exactly what the database says: the uncompressed size and sha256 recorded when it was
-// written. It backs the archiver's `logs` subcommand (package cli), which auditors run against
-// the production database and bucket, so it only ever reads.
+// records for a job and prints one of them decompressed (package verify checks them). It backs
+// `archiver logs ls` and `archiver logs cat` (package cli), which auditors run against the
+// production database and bucket, so it only ever reads.
 package inspect
 
 import (
@@ -21,12 +20,11 @@ import (
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-// Records is what inspection reads from the database (implemented by *db.DB).
+// Records is what List reads from the database (implemented by *db.DB).
 type Records interface {
 	Job(ctx context.Context, uid string) (record.Job, error)
 	Pods(ctx context.Context, jobUID string) ([]record.Pod, error)
 	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
-	Gaps(ctx context.Context, jobUID string) ([]record.Gap, error)
 }
 
 // JobLister finds jobs by their attributes (implemented by *db.DB).

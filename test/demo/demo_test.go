@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jobvault/jobvault/pkg/cli"
 	"github.com/jobvault/jobvault/pkg/db"
-	"github.com/jobvault/jobvault/pkg/inspect"
-	"github.com/jobvault/jobvault/pkg/inspect/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
@@ -24,8 +24,8 @@ func TestMain(m *testing.M) { testbed.Main(m) }
 
 // TestDemo runs the demo's job set end to end, with the real node (`make demo REALNODE=1`), and
 // checks the summary it prints against the database and the store; then every command it prints
-// under "Explore", exactly as printed, and every audit example of the README against the data the
-// demo's archiver recorded.
+// under "Explore", exactly as printed, and every audit example of docs/audit.md (queries, archiver
+// logs, archiver audit export) against the data the demo's archiver recorded.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	res, err := run(t, &out, options{Backend: objstore.BackendFS, FSRoot: t.TempDir(), Explore: true, RealNode: true})
@@ -63,7 +63,7 @@ func TestDemo(t *testing.T) {
 				t.Errorf("summary does not list log object %s", k)
 			}
 		}
-		rep, err := inspect.Verify(t.Context(), records, store, j.UID, inspect.VerifyOptions{})
+		rep, err := verify.Job(t.Context(), records, store, j.UID, verify.JobOptions{})
 		if err != nil || !rep.OK() || rep.Stored != len(j.Keys) {
 			var b strings.Builder
 			_ = rep.WriteText(&b)
@@ -79,8 +79,9 @@ func TestDemo(t *testing.T) {
 	}
 
 	t.Run("explore commands", func(t *testing.T) { testExplore(t, printed, res) })
-	t.Run("README audit SQL", func(t *testing.T) { testReadmeSQL(t, res) })
-	t.Run("README logs commands", func(t *testing.T) { testReadmeLogs(t, res) })
+	t.Run("audit SQL", func(t *testing.T) { testAuditSQL(t, res) })
+	t.Run("logs commands", func(t *testing.T) { testAuditLogs(t, res) })
+	t.Run("export commands", func(t *testing.T) { testAuditExport(t, res) })
 }
 
 // testRealNodeJob: the demo says which job ran where, its real-node job ran there and no other,
@@ -171,37 +172,41 @@ func testExplore(t *testing.T, printed string, res *result) {
 	}
 }
 
-// readmeBlock returns the fenced code block of the given language in the README section that
-// starts at heading.
-func readmeBlock(t *testing.T, heading, lang string) string {
+// auditDoc is the page, relative to the module root, whose examples run against the demo's records.
+const auditDoc = "docs/audit.md"
+
+// docBlock returns the first fenced code block of the given language in the section of page (a
+// Markdown file relative to the module root) that starts at heading, up to the next heading of
+// level 2.
+func docBlock(t *testing.T, page, heading, lang string) string {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), "README.md"))
+	text, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), page))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n"+heading+"\n")
+	_, section, ok := strings.Cut(string(text), "\n"+heading+"\n")
 	if !ok {
-		t.Fatalf("README has no section %q", heading)
+		t.Fatalf("%s has no section %q", page, heading)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	_, block, ok := strings.Cut(section, "```"+lang+"\n")
 	if !ok {
-		t.Fatalf("README section %q has no %s block", heading, lang)
+		t.Fatalf("%s section %q has no %s block", page, heading, lang)
 	}
 	block, _, _ = strings.Cut(block, "```")
 	return block
 }
 
-// testReadmeSQL runs each query of the README's audit section against the demo's database, with
+// testAuditSQL runs each query of docs/audit.md's views section against the demo's database, with
 // the placeholder <job-uid> set to the job train-ok's UID, and expects rows from each.
-func testReadmeSQL(t *testing.T, res *result) {
+func testAuditSQL(t *testing.T, res *result) {
 	conn, err := sql.Open("postgres", res.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	queries := 0
-	for _, stmt := range strings.Split(readmeBlock(t, "## Audit and browse", "sql"), ";") {
+	for _, stmt := range strings.Split(docBlock(t, auditDoc, "## Views and queries", "sql"), ";") {
 		var lines []string
 		for _, l := range strings.Split(stmt, "\n") {
 			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "--") {
@@ -215,7 +220,7 @@ func testReadmeSQL(t *testing.T, res *result) {
 		q := strings.ReplaceAll(strings.Join(lines, " "), "<job-uid>", res.Jobs[0].UID)
 		rows, err := conn.QueryContext(t.Context(), q)
 		if err != nil {
-			t.Errorf("README query %q: %v", q, err)
+			t.Errorf("%s query %q: %v", auditDoc, q, err)
 			continue
 		}
 		n := 0
@@ -223,19 +228,19 @@ func testReadmeSQL(t *testing.T, res *result) {
 			n++
 		}
 		if err := rows.Err(); err != nil || n == 0 {
-			t.Errorf("README query %q: %d rows (%v), want some from the demo's jobs", q, n, err)
+			t.Errorf("%s query %q: %d rows (%v), want some from the demo's jobs", auditDoc, q, n, err)
 		}
 		rows.Close()
 	}
 	if queries < 5 {
-		t.Errorf("found %d queries in the README's audit section, want at least 5", queries)
+		t.Errorf("found %d queries in %s's views section, want at least 5", queries, auditDoc)
 	}
 }
 
-// testReadmeLogs runs each `archiver logs` example of the README through the command's Main, with
-// its placeholders (UID, KEY) set from the demo's records and the demo archiver's store flags, as
-// the README says to pass them.
-func testReadmeLogs(t *testing.T, res *result) {
+// testAuditLogs runs each `archiver logs` example of docs/audit.md through the command's Main,
+// with its placeholders (UID, KEY) set from the demo's records and the demo archiver's store
+// flags, as the page says to pass them.
+func testAuditLogs(t *testing.T, res *result) {
 	t.Setenv("JOBVAULT_DB_DSN", res.DSN)
 	train := res.Jobs[0]
 	var storeFlags []string
@@ -245,7 +250,7 @@ func testReadmeLogs(t *testing.T, res *result) {
 		}
 	}
 	examples := 0
-	for _, line := range strings.Split(readmeBlock(t, "## Audit and browse", "sh"), "\n") {
+	for _, line := range strings.Split(docBlock(t, auditDoc, "## Reading archives back", "sh"), "\n") {
 		line, _, _ = strings.Cut(line, "#")
 		args := strings.Fields(line)
 		if len(args) < 3 || args[0] != "archiver" || args[1] != "logs" {
@@ -260,13 +265,52 @@ func testReadmeLogs(t *testing.T, res *result) {
 				args[i] = train.Keys[0]
 			}
 		}
-		args = append(args[2:], storeFlags...)
+		args = append(args[1:], storeFlags...)
 		var stdout, stderr bytes.Buffer
 		if code := cli.Main(t.Context(), args, &stdout, &stderr); code != cli.ExitOK || stdout.Len() == 0 {
-			t.Errorf("README example %q: exit %d, want 0 and output; stdout:\n%s\nstderr:\n%s", line, code, stdout.String(), stderr.String())
+			t.Errorf("%s example %q: exit %d, want 0 and output; stdout:\n%s\nstderr:\n%s", auditDoc, line, code, stdout.String(), stderr.String())
 		}
 	}
 	if examples < 3 {
-		t.Errorf("found %d `archiver logs` examples in the README, want ls, cat and verify", examples)
+		t.Errorf("found %d `archiver logs` examples in %s, want ls, cat and verify", examples, auditDoc)
+	}
+}
+
+// testAuditExport runs docs/audit.md's export examples as printed, one after the other in an empty
+// directory: `archiver audit export` through the command's Main (a trailing "> FILE" writes its
+// stdout to FILE, as the shell would), any other line with bash, as the auditor checking the
+// export would. Each must succeed.
+func testAuditExport(t *testing.T, res *result) {
+	t.Setenv("JOBVAULT_DB_DSN", res.DSN)
+	t.Chdir(t.TempDir())
+	exports, others := 0, 0
+	for _, line := range strings.Split(docBlock(t, auditDoc, "## Export", "sh"), "\n") {
+		line, _, _ = strings.Cut(line, " #")
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		args, redirect, _ := strings.Cut(line, " > ")
+		fields := strings.Fields(args)
+		if len(fields) < 3 || fields[0] != "archiver" || fields[1] != "audit" {
+			others++
+			if out, err := exec.CommandContext(t.Context(), "bash", "-c", line).CombinedOutput(); err != nil {
+				t.Errorf("%s example %q: %v\n%s", auditDoc, line, err, out)
+			}
+			continue
+		}
+		exports++
+		var stdout, stderr bytes.Buffer
+		if code := cli.Main(t.Context(), fields[1:], &stdout, &stderr); code != cli.ExitOK {
+			t.Errorf("%s example %q: exit %d, want 0; stderr:\n%s", auditDoc, line, code, stderr.String())
+			continue
+		}
+		if redirect = strings.TrimSpace(redirect); redirect != "" {
+			if err := os.WriteFile(redirect, stdout.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if exports < 2 || others < 1 {
+		t.Errorf("found %d `archiver audit export` examples and %d checks in %s's export section, want 2 and 1", exports, others, auditDoc)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
+	"github.com/jobvault/jobvault/pkg/cli"
 )
 
 // AuditKeys writes a fresh ed25519 key pair for the audit chain's signed digests as PEM files
@@ -58,7 +58,7 @@ func (s *Rig) AuditVerify(t *testing.T) {
 		}
 	}
 	var out, errOut bytes.Buffer
-	if code := auditcli.Main(t.Context(), append([]string{"verify"}, args...), &out, &errOut); code != auditcli.ExitOK {
+	if code := cli.Main(t.Context(), append([]string{"audit", "verify"}, args...), &out, &errOut); code != cli.ExitOK {
 		t.Errorf("audit verify: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 }

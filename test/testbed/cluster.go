@@ -165,6 +165,13 @@ func startCluster() (*Env, error) {
 	// not-ready taint, and no service-account controller creates tokens.
 	api.Configure().Set("kubelet-preferred-address-types", "InternalIP")
 	api.Configure().Set("disable-admission-plugins", "ServiceAccount,TaintNodesByCondition")
+	// Aggregated APIs (jobvault's archive API) are reached through the front proxy.
+	if err := configureFrontProxy(api, filepath.Join(work, "front-proxy")); err != nil {
+		return nil, fmt.Errorf("testbed part kube-apiserver: front-proxy certificates: %w", err)
+	}
+	if err := configureAudit(api, filepath.Join(work, "audit")); err != nil {
+		return nil, fmt.Errorf("testbed part kube-apiserver: audit: %w", err)
+	}
 	api.Out, api.Err = logFile("kube-apiserver")
 	e.ControlPlane.Etcd = &envtest.Etcd{}
 	e.ControlPlane.Etcd.Out, e.ControlPlane.Etcd.Err = logFile("etcd")
@@ -215,7 +222,9 @@ func logFile(name string) (*os.File, *os.File) {
 
 // startControllerManager runs kube-controller-manager with the controllers a cluster's deletions
 // depend on: the garbage collector (background and foreground cascades, as real users delete
-// jobs) and the namespace controller (test namespaces really go away).
+// jobs) and the namespace controller (test namespaces really go away), and the ClusterRole
+// aggregation controller (a ClusterRole labelled to aggregate to view, as jobvault's archive API
+// ships one, extends the view role as in a cluster).
 func (e *Env) startControllerManager() error {
 	bin, err := Binary("kube-controller-manager", "KUBE_VERSION")
 	if err != nil {
@@ -228,7 +237,7 @@ func (e *Env) startControllerManager() error {
 	p, err := startProcess("kube-controller-manager", exec.Command(bin, "--kubeconfig", e.KubeconfigPath,
 		"--authentication-kubeconfig", e.KubeconfigPath, "--authorization-kubeconfig", e.KubeconfigPath,
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--controllers=garbagecollector,namespace", "--concurrent-gc-syncs=5", "-v=1"))
+		"--controllers=garbagecollector,namespace,clusterrole-aggregation", "--concurrent-gc-syncs=5", "-v=1"))
 	if err != nil {
 		return err
 	}

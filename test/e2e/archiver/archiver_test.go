@@ -458,7 +458,7 @@ func TestStuckFinalizersReachRelease(t *testing.T) {
 	// Volcano's job label removed from a running pod: it leaves the archiver's cache, and the
 	// sweep lets it go, recording it released with the reason.
 	t.Run("label removed", func(t *testing.T) {
-		s := stack.NewRig(t, objstore.BackendFS, "--sweep-period=2s")
+		s := stack.NewRig(t, objstore.BackendFS, "--untracked-pod-sweep-period=2s")
 		job := testbed.Job(s.NS, "relabelled").Task("worker", 1, []string{"main"}, testbed.RunsFor("1h")).Obj()
 		stack.CreateAs(t, s.Env, "ivan", job)
 		stack.WaitPhase(t, s.Env, job, batchv1alpha1.Running, 2*time.Minute)

@@ -9,7 +9,7 @@ import (
 
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
-	auditcli "github.com/jobvault/jobvault/pkg/audit/cli"
+	"github.com/jobvault/jobvault/pkg/cli"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/test/stack"
@@ -69,7 +69,7 @@ func TestArchiverAuditChainVerifies(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	args := []string{"verify", "--cluster-name=testbed", "--audit-public-key=" + public}
+	args := []string{"audit", "verify", "--cluster-name=testbed", "--audit-public-key=" + public}
 	for _, a := range s.Archiver.Args {
 		if strings.HasPrefix(a, "--store-") || strings.HasPrefix(a, "--db-dsn=") {
 			args = append(args, a)
@@ -80,7 +80,7 @@ func TestArchiverAuditChainVerifies(t *testing.T) {
 		t.Setenv(k, v)
 	}
 	var out, errOut bytes.Buffer
-	if code := auditcli.Main(ctx, args, &out, &errOut); code != auditcli.ExitOK || !strings.Contains(out.String(), "OK: no finding") || !strings.Contains(out.String(), "3 entries") {
+	if code := cli.Main(ctx, args, &out, &errOut); code != cli.ExitOK || !strings.Contains(out.String(), "OK: no finding") || !strings.Contains(out.String(), "3 entries") {
 		t.Fatalf("audit verify: exit %d, want 0 with 3 entries\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 
@@ -102,7 +102,7 @@ func TestArchiverAuditChainVerifies(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := auditcli.Main(ctx, args, &out, &errOut); code != auditcli.ExitFailed || !strings.Contains(out.String(), "altered: object "+key) {
+	if code := cli.Main(ctx, args, &out, &errOut); code != cli.ExitFailed || !strings.Contains(out.String(), "altered: object "+key) {
 		t.Fatalf("audit verify after a byte changed in %s: exit %d, want 1 naming it\nstdout:\n%s\nstderr:\n%s", key, code, out.String(), errOut.String())
 	}
 }

@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
-	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
+	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
@@ -291,7 +291,7 @@ func TestCaptureRecordsGapWhenDown(t *testing.T) {
 	s.ExpectEvent(t, "LogIncomplete")
 	// verify: the archive matches its records (the manifest lists the gap), and the gap is
 	// reported apart from problems.
-	rep, err := inspect.Verify(t.Context(), s.Records, s.Store, string(j.UID), inspect.VerifyOptions{})
+	rep, err := verify.Job(t.Context(), s.Records, s.Store, string(j.UID), verify.JobOptions{})
 	var text strings.Builder
 	_ = rep.WriteText(&text)
 	if err != nil || !rep.OK() || len(rep.Gaps) != 1 || !strings.Contains(text.String(), "GAP log of container main run 0") {
@@ -345,7 +345,7 @@ func TestCaptureRecordsSkippedFilesAsGap(t *testing.T) {
 		t.Errorf("job row %s %q (%v), want released with the skipped files as reason", jr.ArchiveState, jr.ReleaseReason, err)
 	}
 	s.ExpectEvent(t, "LogIncomplete")
-	rep, err := inspect.Verify(t.Context(), s.Records, s.Store, string(j.UID), inspect.VerifyOptions{})
+	rep, err := verify.Job(t.Context(), s.Records, s.Store, string(j.UID), verify.JobOptions{})
 	if err != nil || !rep.OK() || len(rep.Gaps) != len(g) {
 		t.Errorf("verify: OK %v, %d gap(s) reported (%v), want OK with the %d gap(s)", rep.OK(), len(rep.Gaps), err, len(g))
 	}

@@ -136,7 +136,7 @@ func TestResweepRepairsLostEvents(t *testing.T) {
 	s := stack.NewRig(t, objstore.BackendS3)
 	s.Proc.Stop()
 	s.Environ = append(s.Environ, "JOBVAULT_TEST_DROP_JOB_UPDATES=1")
-	s.Args = append(s.Args, "--resweep-period=2s")
+	s.Args = append(s.Args, "--missed-event-sweep-period=2s")
 	s.Start(t)
 	job := testbed.Job(s.NS, "lost-events").Task("w", 3, []string{"main"}).Obj()
 	want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"w": 3}, []string{"main"}, false)

@@ -32,7 +32,7 @@ import (
 
 // config/monitoring: the PrometheusRule's groups pass Prometheus' own rule parser (rulefmt, as the
 // Prometheus Operator's admission webhook validates them), every alert has its summary,
-// description, runbook (a README heading) and severity, the dashboard shows every series the
+// description, runbook (a heading of docs/operations.md) and severity, the dashboard shows every series the
 // alerts watch, and every series either names is one that a running archiver and webhook serve
 // on their /metrics.
 
@@ -158,7 +158,7 @@ func checkRules(t *testing.T, rule *unstructured.Unstructured) []alert {
 	if groups == nil || len(errs) > 0 {
 		t.FailNow()
 	}
-	anchors := readmeAnchors(t)
+	anchors := docAnchors(t, runbookDoc)
 	var alerts []alert
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
@@ -179,8 +179,8 @@ func checkRules(t *testing.T, rule *unstructured.Unstructured) []alert {
 					t.Errorf("%s: no %s annotation", r.Alert, key)
 				}
 			}
-			if _, anchor, _ := strings.Cut(r.Annotations["runbook_url"], "/README.md#"); !anchors.Has(anchor) {
-				t.Errorf("%s: runbook %q is not a heading of the README", r.Alert, r.Annotations["runbook_url"])
+			if _, anchor, _ := strings.Cut(r.Annotations["runbook_url"], "/"+runbookDoc+"#"); !anchors.Has(anchor) {
+				t.Errorf("%s: runbook %q is not a heading of %s", r.Alert, r.Annotations["runbook_url"], runbookDoc)
 			}
 			// A window-less comparison must hold a while before paging: a blip is not an incident.
 			if usesRange := strings.Contains(r.Expr, "increase("); !usesRange && time.Duration(r.For) < time.Minute {
@@ -317,10 +317,14 @@ func checkPodMonitor(t *testing.T, pm *unstructured.Unstructured) {
 	}
 }
 
-// readmeAnchors are the GitHub anchors of the README's headings.
-func readmeAnchors(t *testing.T) sets.Set[string] {
+// runbookDoc is the page, relative to the module root, whose headings the alerts' runbook_url
+// annotations link to.
+const runbookDoc = "docs/operations.md"
+
+// docAnchors are the GitHub anchors of a Markdown page's headings.
+func docAnchors(t *testing.T, page string) sets.Set[string] {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), "README.md"))
+	raw, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), page))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,16 +75,21 @@ type archivedLog struct {
 // the kubelet's rotation at 1 MiB (checked every 10 s: files of about 50 MB, older ones
 // compressed) beside a CPU stress process. The agent's archive is byte-exact, without a gap; the
 // API capture of a twin pod in the same run (another rig: no agent in its database) is exact or
-// records its gaps. The bytes each kept are printed. (The issue asks 20 MiB/s for 30 s: on this
-// machine's two shared cores that is 600 MiB written, recorded and read twice per capture for
-// minutes; the rotations and compressions the capture must survive are the same at 5 MiB/s.)
+// records its gaps. The bytes each kept are printed. The issue's size, 20 MiB/s for 30 s, is
+// make bench-agent-full (JOBVAULT_PROOF_AGENT_MIB_PER_SEC and _SECONDS): on this machine's two
+// shared cores that is 600 MiB written, recorded and read twice per capture for minutes; the
+// rotations and compressions the capture must survive are the same at 5 MiB/s.
 func TestRealNodeAgentRotation(t *testing.T) {
 	t.Parallel()
 	s, rn := rig(t)
 	startAgent(t, s, rn)
 	twin, _ := rig(t)
 	stack.CPUStress(t, 1)
-	w := testbed.Workload{Bytes: 100 << 20, For: 20 * time.Second, Lines: []int{200, 20 << 10}}
+	mibPerSec, secs := envInt(t, "JOBVAULT_PROOF_AGENT_MIB_PER_SEC", 5), envInt(t, "JOBVAULT_PROOF_AGENT_SECONDS", 20)
+	size := int64(mibPerSec*secs) << 20
+	// Five minutes per 100 MiB to archive it (the default size's bound).
+	timeout := time.Duration(max(1, size/(100<<20))) * 5 * time.Minute
+	w := testbed.Workload{Bytes: size, For: time.Duration(secs) * time.Second, Lines: []int{200, 20 << 10}}
 	job, twinJob := agentJob(s, rn, "rotation", w), agentJob(twin, rn, "rotation", w)
 	stack.CreateAs(t, s.Env, "erin", job)
 	stack.CreateAs(t, twin.Env, "erin", twinJob)
@@ -97,7 +102,7 @@ func TestRealNodeAgentRotation(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		j := twin.WaitArchived(t, twinJob, 5*time.Minute)
+		j := twin.WaitArchived(t, twinJob, timeout)
 		twinJobUID = string(j.UID)
 		uid := podUID(t, twin, twinJobUID, testbed.PodName(twinJob.Name, "w", 0))
 		row := logRows(t, twin, twinJobUID)["main/"+record.InstanceCurrent]
@@ -106,16 +111,16 @@ func TestRealNodeAgentRotation(t *testing.T) {
 		}
 		twinWrote, twinGaps = rn.Written(twin.NS, uid, "main", 0), twin.Gaps(t, twinJobUID)
 	}()
-	_, row, got, written := archived(t, s, rn, job, 5*time.Minute)
+	_, row, got, written := archived(t, s, rn, job, timeout)
 	wg.Wait()
 	reasons := map[record.GapReason]int{}
 	for _, g := range twinGaps {
 		reasons[g.Reason]++
 	}
-	t.Logf("agent: kept %d of %d bytes written; API twin: kept %d of %d bytes, %d gaps recorded %v",
-		len(got), len(written), len(twinGot), len(twinWrote), len(twinGaps), reasons)
-	if len(written) != 100<<20 {
-		t.Fatalf("the container wrote %d bytes, want 100 MiB", len(written))
+	t.Logf("%d MiB/s for %d s through 1 MiB rotations: agent: kept %d of %d bytes written; API twin: kept %d of %d bytes, %d gaps recorded %v",
+		mibPerSec, secs, len(got), len(written), len(twinGot), len(twinWrote), len(twinGaps), reasons)
+	if int64(len(written)) != size {
+		t.Fatalf("the container wrote %d bytes, want %d", len(written), size)
 	}
 	if !bytes.Equal(got, written) {
 		t.Errorf("the agent archived %d bytes, the container wrote %d (the first %d agree)", len(got), len(written), commonPrefix(got, written))
@@ -289,16 +294,24 @@ func readObject(t *testing.T, s *stack.Rig, key string) []byte {
 	return b
 }
 
-// TestRealNodeAgentHeldBytesLimit is issue 25's proof 5: the agent may hold 4 MiB of files deleted
-// from the node's disk, and stores a segment only every minute, so that the files the kubelet
-// rotates and compresses away (2 MiB/s for 30 s: about 20 MB each) stay held, undurable, past the
-// limit. The oldest is let go, with a gap saying why, and the agent's metrics count it.
+// TestRealNodeAgentHeldBytesLimit is issue 25's proof 5: the agent may hold 1 MiB of files deleted
+// from the node's disk, and stores a segment only every 10 minutes, so that the 3 MiB file of a
+// deleted pod, which the kubelet's container GC removes from the disk, stays held, undurable, past
+// the limit. It is let go, with a gap saying why, and the agent's metrics count it. (Rotated files
+// the kubelet compressed are no such case: their bytes are in the compressed copy, which the agent
+// reads instead, without a gap.)
 func TestRealNodeAgentHeldBytesLimit(t *testing.T) {
 	t.Parallel()
 	s, rn := rig(t)
-	a := startAgent(t, s, rn, "--agent-max-held-bytes="+strconv.Itoa(4<<20), "--capture-segment-age=60s", "--capture-segment-bytes="+strconv.Itoa(1<<30))
-	job := agentJob(s, rn, "held", testbed.Workload{Bytes: 60 << 20, For: 30 * time.Second, Lines: []int{200}})
+	a := startAgent(t, s, rn, "--agent-max-held-bytes="+strconv.Itoa(1<<20), "--capture-segment-age=10m", "--capture-segment-bytes="+strconv.Itoa(1<<30))
+	job := agentJob(s, rn, "held", testbed.Workload{Bytes: 3 << 20, For: 3 * time.Second, Lines: []int{200}, Hold: time.Hour})
 	stack.CreateAs(t, s.Env, "erin", job)
+	name := testbed.PodName(job.Name, "w", 0)
+	p := waitWritten(t, s, rn, name, 3<<20)
+	jobUID := string(p.OwnerReferences[0].UID)
+	if err := s.Env.Client.Delete(t.Context(), stack.GetJob(t, s.Env, job)); err != nil {
+		t.Fatal(err)
+	}
 	var held float64
 	for deadline := time.Now().Add(3 * time.Minute); metric(t, a, "jobvault_agent_files_let_go_total") == 0; time.Sleep(500 * time.Millisecond) {
 		held = max(held, metric(t, a, "jobvault_agent_held_bytes"))
@@ -307,15 +320,17 @@ func TestRealNodeAgentHeldBytesLimit(t *testing.T) {
 		}
 	}
 	t.Logf("a file let go; held bytes seen up to %.0f, limit %.0f", held, metric(t, a, "jobvault_agent_held_bytes_limit"))
-	j := s.WaitArchived(t, job, 4*time.Minute)
+	s.WaitPodGone(t, name, 4*time.Minute)
 	var letGo []record.Gap
-	for _, g := range s.Gaps(t, string(j.UID)) {
-		if g.Reason == record.GapAgentLetGo {
-			letGo = append(letGo, g)
+	for deadline := time.Now().Add(time.Minute); len(letGo) == 0; time.Sleep(500 * time.Millisecond) {
+		for _, g := range s.Gaps(t, jobUID) {
+			if g.Reason == record.GapAgentLetGo {
+				letGo = append(letGo, g)
+			}
 		}
-	}
-	if len(letGo) == 0 {
-		t.Fatalf("no %q gap recorded for the job's run (gaps: %+v)", record.GapAgentLetGo, s.Gaps(t, string(j.UID)))
+		if len(letGo) == 0 && time.Now().After(deadline) {
+			t.Fatalf("no %q gap recorded for the job's run (gaps: %+v)", record.GapAgentLetGo, s.Gaps(t, jobUID))
+		}
 	}
 	t.Logf("gaps of files let go: %+v", letGo)
 }
@@ -339,16 +354,7 @@ func TestRealNodeAgentStoreDownWhileCollected(t *testing.T) {
 	proxy.down()
 	downAt := time.Now()
 	stack.CreateAs(t, s.Env, "erin", job)
-	var p corev1.Pod
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p); err == nil &&
-			len(rn.Written(s.NS, string(p.UID), "main", 0)) == 3<<20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s did not write its output within 2 minutes", name)
-		}
-	}
+	p := waitWritten(t, s, rn, name, 3<<20)
 	uid, jobUID := string(p.UID), string(p.OwnerReferences[0].UID)
 	if err := s.Env.Client.Delete(t.Context(), stack.GetJob(t, s.Env, job)); err != nil {
 		t.Fatal(err)
@@ -368,8 +374,14 @@ func TestRealNodeAgentStoreDownWhileCollected(t *testing.T) {
 	if n := segments(t, s, rn); n != 0 {
 		t.Fatalf("%d segments stored while the store was down", n)
 	}
+	// The issue's proof keeps the store down 2 minutes (make bench-agent-full); make test as long
+	// as the collection and the failures take.
+	if down := time.Duration(envInt(t, "JOBVAULT_PROOF_STORE_DOWN_SECONDS", 0)) * time.Second; time.Since(downAt) < down {
+		time.Sleep(down - time.Since(downAt)) // not a wait for a condition: how long the store is down
+	}
 	proxy.up()
-	t.Logf("store down for %s", time.Since(downAt).Round(time.Second))
+	upAt := time.Now()
+	t.Logf("store down for %s", upAt.Sub(downAt).Round(time.Second))
 	s.WaitPodGone(t, name, 3*time.Minute)
 	written := rn.Written(s.NS, uid, "main", 0)
 	if !bytes.Contains(written, []byte(" term ")) {
@@ -380,7 +392,7 @@ func TestRealNodeAgentStoreDownWhileCollected(t *testing.T) {
 		t.Fatalf("log row %+v, want stored", row)
 	}
 	got, _ := s.ReadLog(t, row.ObjectKey)
-	t.Logf("kept %d of %d bytes written, after the kubelet had removed the files", len(got), len(written))
+	t.Logf("kept %d of %d bytes written, after the kubelet had removed the files and the store was down %s", len(got), len(written), upAt.Sub(downAt).Round(time.Second))
 	if !bytes.Equal(got, written) {
 		t.Errorf("archived %d bytes, written %d (the first %d agree)", len(got), len(written), commonPrefix(got, written))
 	}
@@ -460,4 +472,20 @@ func (p *proxy) up() {
 		p.t.Fatalf("proxy up again on %s: %v", p.addr, err)
 	}
 	p.serve(ln)
+}
+
+// waitWritten waits until the container "main" of pod name has written n bytes, and returns the
+// pod.
+func waitWritten(t *testing.T, s *stack.Rig, rn *testbed.RealNode, name string, n int) corev1.Pod {
+	t.Helper()
+	var p corev1.Pod
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p); err == nil &&
+			len(rn.Written(s.NS, string(p.UID), "main", 0)) == n {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s did not write its output within 2 minutes", name)
+		}
+	}
 }

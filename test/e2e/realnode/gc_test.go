@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -24,16 +21,7 @@ func TestRealNodeGCWhileArchiverDown(t *testing.T) {
 		rn.Pods(map[string]testbed.Workload{"main": {Bytes: 20 << 10, Hold: time.Hour, TermBytes: 10 << 10, TermFor: time.Second}})).Obj()
 	name := testbed.PodName(job.Name, "w", 0)
 	stack.CreateAs(t, s.Env, "erin", job)
-	var p corev1.Pod
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if err := s.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: s.NS, Name: name}, &p); err == nil &&
-			len(rn.Written(s.NS, string(p.UID), "main", 0)) == 20<<10 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s did not write its output within 2 minutes", name)
-		}
-	}
+	p := waitWritten(t, s, rn, name, 20<<10)
 	uid := string(p.UID)
 	// Whatever the follow stream carried before the stop is kept; the rest is the gap.
 	s.Proc.Stop()

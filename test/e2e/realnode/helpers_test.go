@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"os"
 	"strconv"
 	"testing"
 
@@ -55,6 +56,21 @@ func commonPrefix(a, b []byte) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {
 		n++
+	}
+	return n
+}
+
+// envInt is the integer in the environment variable name, def if unset: a proof's size, larger
+// in make bench-agent-full than in make test.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a number", name, v)
 	}
 	return n
 }

@@ -1,0 +1,298 @@
+package apiserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/inspect"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
+)
+
+// logREST serves archivedjobs/log: one container run's archived log, streamed from the store and
+// decompressed on the way, in bounded memory whatever its size.
+type logREST struct {
+	jobs  *jobsREST
+	store objstore.Store
+}
+
+var (
+	_ rest.GetterWithOptions = (*logREST)(nil)
+	_ rest.StorageMetadata   = (*logREST)(nil)
+)
+
+func (r *logREST) New() runtime.Object { return &v1alpha1.ArchivedJob{} }
+func (r *logREST) Destroy()            {}
+
+// ProducesMIMETypes says the log is plain text, as pods/log's.
+func (r *logREST) ProducesMIMETypes(string) []string { return []string{"text/plain"} }
+
+// ProducesObject says the response is a string, not an object.
+func (r *logREST) ProducesObject(string) any { return "" }
+
+// NewGetOptions returns the log's query parameters.
+func (r *logREST) NewGetOptions() (runtime.Object, bool, string) {
+	return &v1alpha1.ArchivedJobLogOptions{}, false, ""
+}
+
+// Get finds the log the options select among the job's recorded ones and returns a streamer of
+// it. Every refusal (no such pod, container or run, a log that is unavailable) is an error status
+// before any byte is sent.
+func (r *logREST) Get(ctx context.Context, name string, opts runtime.Object) (runtime.Object, error) {
+	o, ok := opts.(*v1alpha1.ArchivedJobLogOptions)
+	if !ok {
+		return nil, fmt.Errorf("invalid options object: %#v", opts)
+	}
+	if err := validateLogOptions(o); err != nil {
+		return nil, err
+	}
+	job, err := r.jobs.find(ctx, genericapirequest.NamespaceValue(ctx), name)
+	if err != nil {
+		return nil, err
+	}
+	logs, err := inspect.List(ctx, r.jobs.records, job.UID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	l, err := selectLog(logs, o)
+	if err != nil {
+		return nil, err
+	}
+	if l.State != record.LogStored {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the log of container %q (%s) of pod %s was not archived: %s", l.Container, l.Instance, l.Pod, l.Reason))
+	}
+	return &logStream{store: r.store, log: l, tail: o.TailLines, limit: o.LimitBytes}, nil
+}
+
+func validateLogOptions(o *v1alpha1.ArchivedJobLogOptions) error {
+	var problems []string
+	if o.TailLines != nil && *o.TailLines < 0 {
+		problems = append(problems, "tailLines must be 0 or more")
+	}
+	if o.LimitBytes != nil && *o.LimitBytes < 1 {
+		problems = append(problems, "limitBytes must be 1 or more")
+	}
+	if o.Previous && o.Instance != "" {
+		problems = append(problems, "previous and instance are exclusive")
+	}
+	if len(problems) > 0 {
+		return apierrors.NewBadRequest(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// selectLog picks the log the options name: the pod (by name or UID; the job's only pod when
+// unnamed), the container (the pod's only one when unnamed) and the run (current; previous: the
+// last previous-N; or the instance named).
+func selectLog(logs []inspect.Log, o *v1alpha1.ArchivedJobLogOptions) (inspect.Log, error) {
+	pod := o.Pod
+	if pod == "" {
+		pods := distinct(logs, func(l inspect.Log) string { return l.Pod })
+		if len(pods) != 1 {
+			return inspect.Log{}, apierrors.NewBadRequest(fmt.Sprintf("a pod must be named for a job with %d pods with logs: choose one of %v", len(pods), pods))
+		}
+		pod = pods[0]
+	}
+	container := o.Container
+	if container == "" {
+		names := distinct(logs, func(l inspect.Log) string {
+			if l.Pod == pod || l.PodUID == pod {
+				return l.Container
+			}
+			return ""
+		})
+		if len(names) != 1 {
+			return inspect.Log{}, apierrors.NewBadRequest(fmt.Sprintf("a container name must be specified for pod %s, choose one of: %v", pod, names))
+		}
+		container = names[0]
+	}
+	instance := o.Instance
+	if o.Previous {
+		instance = lastPrevious(logs, pod, container)
+		if instance == "" {
+			return inspect.Log{}, apierrors.NewBadRequest(fmt.Sprintf("previous terminated container %q in pod %q not found in the archive", container, pod))
+		}
+	}
+	l, err := inspect.Select(logs, pod, container, instance)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return inspect.Log{}, apierrors.NewNotFound(schema.GroupResource{Group: v1alpha1.GroupName, Resource: v1alpha1.Resource + "/" + v1alpha1.LogSubresource}, err.Error())
+	case err != nil:
+		return inspect.Log{}, apierrors.NewBadRequest(err.Error())
+	}
+	return l, nil
+}
+
+// distinct lists the non-empty values of key over logs, in order of first appearance.
+func distinct(logs []inspect.Log, key func(inspect.Log) string) []string {
+	var out []string
+	for _, l := range logs {
+		if k := key(l); k != "" && !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// lastPrevious is the highest previous-N instance recorded for the container: the run before its
+// last, as pods/log's previous means.
+func lastPrevious(logs []inspect.Log, pod, container string) string {
+	best, bestN := "", int64(-1)
+	for _, l := range logs {
+		if (l.Pod != pod && l.PodUID != pod) || l.Container != container {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimPrefix(l.Instance, "previous-"), 10, 64)
+		if err == nil && strings.HasPrefix(l.Instance, "previous-") && n > bestN {
+			best, bestN = l.Instance, n
+		}
+	}
+	return best
+}
+
+// logStream streams one archived log (rest.ResourceStreamer). It is a runtime.Object only to pass
+// through the generic handlers, as pods/log's LocationStreamer is.
+type logStream struct {
+	store objstore.Store
+	log   inspect.Log
+	tail  *int64
+	limit *int64
+}
+
+var _ rest.ResourceStreamer = (*logStream)(nil)
+
+func (s *logStream) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (s *logStream) DeepCopyObject() runtime.Object {
+	panic("apiserver.logStream does not implement DeepCopyObject")
+}
+
+// InputStream starts copying the log into a pipe and returns its reading end. A read error of the
+// store after the response has started ends the stream early (the client sees a cut-off
+// response); it is logged.
+func (s *logStream) InputStream(ctx context.Context, _, _ string) (io.ReadCloser, bool, string, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		err := s.copy(ctx, pw)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Streaming an archived log failed", "key", s.log.Key)
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr, false, "text/plain", nil
+}
+
+// copy writes the log to w: all of it, or its last s.tail lines, at most s.limit bytes.
+func (s *logStream) copy(ctx context.Context, w io.Writer) error {
+	var skip int64
+	if s.tail != nil {
+		// Two passes keep memory flat for any line length: count the lines, then skip all but
+		// the last ones.
+		c := &lineCounter{}
+		if err := inspect.Cat(ctx, s.store, s.log.Key, c); err != nil {
+			return err
+		}
+		skip = max(c.lines()-*s.tail, 0)
+	}
+	out := w
+	if s.limit != nil {
+		out = &limitWriter{w: w, left: *s.limit}
+	}
+	if skip > 0 {
+		out = &lineSkipper{w: out, skip: skip}
+	}
+	err := inspect.Cat(ctx, s.store, s.log.Key, out)
+	if errors.Is(err, errLimitReached) {
+		return nil
+	}
+	return err
+}
+
+// lineCounter counts the lines written to it; a last line without newline counts.
+type lineCounter struct {
+	newlines int64
+	last     byte
+	any      bool
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		c.newlines += int64(bytes.Count(p, []byte{'\n'}))
+		c.last, c.any = p[len(p)-1], true
+	}
+	return len(p), nil
+}
+
+func (c *lineCounter) lines() int64 {
+	if c.any && c.last != '\n' {
+		return c.newlines + 1
+	}
+	return c.newlines
+}
+
+// lineSkipper drops the first skip lines written to it and passes the rest on.
+type lineSkipper struct {
+	w    io.Writer
+	skip int64
+}
+
+func (s *lineSkipper) Write(p []byte) (int, error) {
+	n := len(p)
+	for s.skip > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			return n, nil
+		}
+		p, s.skip = p[i+1:], s.skip-1
+	}
+	if len(p) == 0 {
+		return n, nil
+	}
+	if _, err := s.w.Write(p); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// errLimitReached stops the copy once limitBytes were written.
+var errLimitReached = errors.New("limitBytes reached")
+
+// limitWriter passes on at most left bytes, then fails with errLimitReached.
+type limitWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, errLimitReached
+	}
+	cut := p
+	if int64(len(cut)) > l.left {
+		cut = cut[:l.left]
+	}
+	n, err := l.w.Write(cut)
+	l.left -= int64(n)
+	if err != nil {
+		return n, err
+	}
+	if len(cut) < len(p) {
+		return n, errLimitReached
+	}
+	return n, nil
+}

@@ -1,0 +1,109 @@
+// Package plugin is kubectl-jobvault, the kubectl plugin that reads jobvault's archive through
+// the archive API (archive.jobvault.io, served by the apiserver program) with the user's own kubeconfig
+// and context, as kubectl reads live objects: `kubectl jobvault get jobs`, `describe job NAME`,
+// `logs job/NAME` (live from the node while the job runs, from the archive for the rest) and
+// `verify job NAME`. Errors read as kubectl's (`Error from server (Forbidden): …`).
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
+)
+
+// Main runs the plugin with args (without the program's name) and returns its exit code.
+func Main(ctx context.Context, args []string, streams genericiooptions.IOStreams) int {
+	cmd := NewCommand(streams)
+	cmd.SetArgs(args)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		if !errors.Is(err, errFindings) { // the report said it already
+			printError(streams.ErrOut, err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// NewCommand is the plugin's command tree, with kubectl's kubeconfig flags.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	flags := genericclioptions.NewConfigFlags(true)
+	root := &cobra.Command{
+		Use:           "kubectl jobvault",
+		Short:         "Read jobvault's archive of Volcano jobs and their logs, with your own Kubernetes credentials",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	flags.AddFlags(root.PersistentFlags())
+	root.AddCommand(newGetCommand(flags, streams), newLogsCommand(flags, streams))
+	root.AddCommand(newDescribeCommand(flags, streams), newVerifyCommand(flags, streams))
+	return root
+}
+
+// client reads the archive API with the user's kubeconfig.
+type client struct {
+	rest      rest.Interface
+	core      kubernetes.Interface // the live objects: pods/log of a running job
+	namespace string
+}
+
+func newClient(flags *genericclioptions.ConfigFlags) (*client, error) {
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ns, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, err
+	}
+	return &client{rest: cs.RESTClient(), core: cs, namespace: ns}, nil
+}
+
+// request starts a GET of path under archive.jobvault.io/v1alpha1, in namespace ns unless empty.
+func (c *client) request(ns string, path ...string) *rest.Request {
+	abs := []string{"/apis", v1alpha1.GroupName, v1alpha1.SchemeGroupVersion.Version}
+	if ns != "" {
+		abs = append(abs, "namespaces", ns)
+	}
+	return c.rest.Get().AbsPath(append(abs, path...)...)
+}
+
+// printError writes err as kubectl does: a refusal of the server with its reason, anything else
+// as an error.
+func printError(w io.Writer, err error) {
+	fmt.Fprintln(w, errorText(err))
+}
+
+// errorText is err as kubectl says it: "Error from server (Reason): message" for a status of the
+// server, "error: …" for anything else.
+func errorText(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		if reason := status.Status().Reason; reason != "" {
+			return fmt.Sprintf("Error from server (%s): %s", reason, status.Status().Message)
+		}
+		return "Error from server: " + status.Status().Message
+	}
+	return "error: " + err.Error()
+}
+
+// sinceBound is the createdFrom field selector for --since.
+func sinceBound(since time.Duration, now time.Time) string {
+	return v1alpha1.FieldCreatedFrom + "=" + now.Add(-since).UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,71 @@
+package audit
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/audit"
+	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/verify"
+	"github.com/jobvault/jobvault/test/stack"
+)
+
+// lateRow records a row of the job (a gap of its first pod) just before the first finalization of
+// the job starts, as a capture finishing late would: after the Sealer read the job's rows.
+type lateRow struct {
+	*db.DB
+	gap  record.Gap
+	once sync.Once
+	err  error
+}
+
+func (l *lateRow) FinalizeJob(ctx context.Context, f record.Finalization, seal record.Seal) (record.Finalized, error) {
+	l.once.Do(func() { l.err = l.DB.PutGap(ctx, l.gap) })
+	if l.err != nil {
+		return record.Finalized{}, l.err
+	}
+	return l.DB.FinalizeJob(ctx, f, seal)
+}
+
+// Issue 23, item 11: the seal digests exactly the rows it finalizes. A row added between the
+// Sealer's read and the finalization is not left out of the sealed record (before: `audit verify`
+// then reported it "extra"): the finalization sees that the rows changed and fails, and the next
+// pass seals them all, the late gap included in the job's release reason.
+func TestSealedRowsAreTheFinalizedRows(t *testing.T) {
+	records, dsn := stack.OpenRecords(t)
+	store, err := objstore.New(t.Context(), objstore.Config{Backend: objstore.BackendFS, FSRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := archive.JobRef{Namespace: "team-1", Name: "train-1", UID: "00000000-0000-4000-8000-000000000001"}
+	late := &lateRow{DB: records, gap: record.Gap{PodUID: ref.UID + "-pod0", Container: "main", Run: 0,
+		After: base.Add(5 * time.Second), Reason: record.GapUnreadable, Detail: "recorded late"}}
+	r := &chainRig{Records: records, DSN: dsn, Store: store,
+		Sealer: audit.Sealer{Records: late, Store: store, Layout: archive.Layout{Prefix: prefix}, Cluster: "eu-1"}}
+	ref, err = r.job(t.Context(), 1) // job 1: no gap of its own
+	if err != nil {
+		// The finalization saw the late row: the archiver retries, as its reconcile does.
+		t.Logf("first seal: %v", err)
+		jobObject := map[string]any{"metadata": map[string]any{"namespace": ref.Namespace, "name": ref.Name, "uid": ref.UID}}
+		if _, err := r.Sealer.Seal(t.Context(), ref, jobObject, "", base.Add(time.Hour)); err != nil {
+			t.Fatalf("second seal: %v", err)
+		}
+	}
+	rep, err := verify.Chain(t.Context(), records, store, verify.ChainOptions{Cluster: "eu-1", Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Findings {
+		t.Errorf("verify: %s", f)
+	}
+	row, err := records.Job(t.Context(), ref.UID)
+	if err != nil || row.ArchiveState != record.ArchiveReleased || !strings.Contains(row.ReleaseReason, "1 gap(s)") {
+		t.Errorf("job row %s %q (%v), want released for the late gap", row.ArchiveState, row.ReleaseReason, err)
+	}
+}
