@@ -21,6 +21,7 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/audit"
+	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
@@ -40,6 +41,10 @@ const (
 type JobReconciler struct {
 	Deps
 	Options
+
+	// Captures runs the captures of container logs: the seal stops those of the job's pods
+	// (stopCaptures).
+	Captures *capture.Manager
 
 	// recorded skips the job's upsert when the job did not change since it was last recorded.
 	recorded recordedState
@@ -295,6 +300,25 @@ func orphaning(job *batchv1alpha1.Job) bool {
 	return controllerutil.ContainsFinalizer(job, metav1.FinalizerOrphanDependents)
 }
 
+// stopCaptures stops the captures of the job's pods, and waits for them, before the seal: a pod
+// an operator released has its final rows while its containers may still be captured, and such a
+// capture would store segments beside the sealed archive and rows into its sealed record (the
+// database refuses those now, see db.ErrFinalized).
+func (r *JobReconciler) stopCaptures(ctx context.Context, ref archive.JobRef) error {
+	if r.Captures == nil {
+		return nil
+	}
+	pods, err := r.Records.Pods(ctx, ref.UID)
+	if err != nil {
+		return fmt.Errorf("list the recorded pods: %w", err)
+	}
+	uids := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		uids[p.UID] = true
+	}
+	return r.Captures.Stop(ctx, func(key string) bool { return uids[capturedPod(key)] })
+}
+
 // finalize stores job.json and manifest.json, marks the row archived and appends the job to the
 // audit chain (audit.Sealer), then in one merge patch annotates the job and removes its finalizer. Every
 // step is idempotent, so a crash between them is repaired by the next pass.
@@ -309,6 +333,9 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	// release), counted from when the job became finalizable, as an unreadable container log is.
 	since := finalizableSince(job)
 	giveUp := reason != "" || (!since.IsZero() && r.Clock.Since(since) >= r.LogDeadline)
+	if err := r.stopCaptures(ctx, ref); err != nil {
+		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
+	}
 	sealed, err := audit.Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
 		RetainUntil: func(at time.Time) time.Time { return r.retainUntilIn(ctx, r.Client, ref.Namespace, at) }}.Seal(ctx, ref, obj, reason, now)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
@@ -180,8 +181,12 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 	return pending, live, recorded, nil
 }
 
-// captureKey names a run's capture in the capture manager.
+// captureKey names a run's capture in the capture manager: it ends with the pod's UID
+// (capturedPod).
 func captureKey(ref capture.Ref) string { return ref.String() + "/" + ref.PodUID }
+
+// capturedPod is the UID of the pod whose run a capture key names (captureKey).
+func capturedPod(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
 
 // captureRun captures one container run until its log is recorded: stored, with any gap recorded
 // beside it, or unavailable when nothing of it could be read. Failures of the store or the
@@ -249,13 +254,16 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 				archiveFailuresTotal.WithLabelValues("log-unreadable").Inc()
 				log.Info("Log not readable yet, will retry", "error", err.Error())
 			}
+		case errors.Is(err, db.ErrFinalized):
+			log.Info("Capture stopped: its job is sealed")
+			return
 		default:
 			archiveFailuresTotal.WithLabelValues("store").Inc()
 			log.Error(err, "Capture failed, will retry")
 		}
 		if err == nil || gap != "" {
-			if err = r.recordRun(ctx, job, ref, ctype, gap, detail, whole); err == nil {
-				return
+			if err = r.recordRun(ctx, job, ref, ctype, gap, detail, whole); err == nil || errors.Is(err, db.ErrFinalized) {
+				return // recorded, or its job sealed meanwhile: nothing may be added to it
 			}
 			archiveFailuresTotal.WithLabelValues("database").Inc()
 			log.Error(err, "Recording the log failed, will retry")
@@ -287,16 +295,28 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 		s = &all[i]
 	}
 	finished := r.finished(ctx, pod)
+	if s == nil {
+		return capture.End{Over: finished, Final: podEnded(pod) || !mayRestart(pod, ref.Container, 1)}, due, nil
+	}
+	lastRun, last := lastTerminated(*s)
 	switch {
-	case s == nil:
-		return capture.End{Over: finished}, due, nil
 	case s.RestartCount > ref.Run+1:
 		// The node keeps the last dead run only.
-		return capture.End{Over: true, Lost: record.GapRestarted}, due, nil
+		end := capture.End{Over: true, Lost: record.GapRestarted}
+		if last != nil && lastRun == ref.Run+1 {
+			end.Limit = runLimit(time.Time{}, last.StartedAt.Time)
+		}
+		return end, due, nil
+	case s.RestartCount == ref.Run+1 && last != nil && lastRun == ref.Run+1:
+		// Backing off after the next run died too (CrashLoopBackOff): the node serves that run as
+		// the container's previous one and as its current one. The run's own container cannot be
+		// asked for any more.
+		return capture.End{Over: true, Lost: record.GapRestarted, Limit: runLimit(time.Time{}, last.StartedAt.Time)}, due, nil
 	case s.RestartCount == ref.Run+1:
-		end := capture.End{Over: true, Previous: true}
-		if t := s.LastTerminationState.Terminated; t != nil {
-			due, end.StartedAt, end.FinishedAt = t.FinishedAt.Time, t.StartedAt.Time, t.FinishedAt.Time
+		end := capture.End{Over: true, Previous: true, Limit: runLimit(time.Time{}, stateStarted(s.State))}
+		if last != nil {
+			due, end.StartedAt, end.FinishedAt, end.ContainerID = last.FinishedAt.Time, last.StartedAt.Time, last.FinishedAt.Time, last.ContainerID
+			end.Limit = runLimit(last.FinishedAt.Time, stateStarted(s.State))
 		}
 		return end, due, nil
 	}
@@ -305,16 +325,91 @@ func (r *PodReconciler) runEnd(ctx context.Context, ref capture.Ref) (capture.En
 	// follow stream of a container that is not running at once.
 	// A pod finished by the archiver's decision (termination margin, lost node) while the status
 	// shows the run running is read as it is, with a gap: never taken for complete.
-	end := capture.End{Over: finished, StillRunning: finished && s.State.Running != nil && !podEnded(pod)}
-	if t := s.State.Terminated; t != nil {
-		end.Terminated, end.StartedAt, end.FinishedAt = !finished, t.StartedAt.Time, t.FinishedAt.Time
+	// A container that never restarts (restart policy Never) has no later run: every read is its.
+	end := capture.End{Over: finished, StillRunning: finished && s.State.Running != nil && !podEnded(pod),
+		Final: podEnded(pod) || !mayRestart(pod, ref.Container, 1)}
+	t := s.State.Terminated
+	if t == nil && last != nil && lastRun == ref.Run {
+		t = last // backing off after this run died (CrashLoopBackOff): the status names it last
+	}
+	if t != nil {
+		end.Terminated, end.StartedAt, end.FinishedAt, end.ContainerID = !finished, t.StartedAt.Time, t.FinishedAt.Time, t.ContainerID
+		// No later run yet: the node serves this one until the next starts, and then the status
+		// shows it (and the limit, above). One that cannot restart has no later run at all.
+		end.Final = end.Final || !mayRestart(pod, ref.Container, t.ExitCode)
 		if pod.DeletionTimestamp == nil {
 			due = t.FinishedAt.Time
 		}
 	} else if r := s.State.Running; r != nil {
-		end.StartedAt = r.StartedAt.Time
+		end.StartedAt, end.ContainerID = r.StartedAt.Time, s.ContainerID
 	}
 	return end, due, nil
+}
+
+// lastTerminated is the run the status's last termination state names, and that state (nil if
+// none). A kubelet names there the newest dead container but the current one: the run before the
+// current one, or, while the container waits to be restarted (CrashLoopBackOff), the run that died
+// last, whose number is then the restart count.
+func lastTerminated(s corev1.ContainerStatus) (int32, *corev1.ContainerStateTerminated) {
+	t := s.LastTerminationState.Terminated
+	if t == nil {
+		return 0, nil
+	}
+	if s.State.Waiting != nil {
+		return s.RestartCount, t
+	}
+	return s.RestartCount - 1, t
+}
+
+// stateStarted is when the container in state started (zero: it has not).
+func stateStarted(state corev1.ContainerState) time.Time {
+	switch {
+	case state.Running != nil:
+		return state.Running.StartedAt.Time
+	case state.Terminated != nil:
+		return state.Terminated.StartedAt.Time
+	}
+	return time.Time{}
+}
+
+// runLimit is the earliest a run of a container after the one that finished at finished can have
+// stamped a line, the next run having started at next (either zero: not known; both: zero). The
+// status keeps whole seconds. The next container is started after the run finished, so its lines
+// are stamped after the finish's second began; and after its start, less the moment its process
+// may write before the start is recorded: a second before its start's second.
+func runLimit(finished, next time.Time) time.Time {
+	var limit time.Time
+	if !finished.IsZero() {
+		limit = finished.Truncate(time.Second)
+	}
+	if n := next.Truncate(time.Second).Add(-time.Second); !next.IsZero() && n.After(limit) {
+		limit = n
+	}
+	return limit
+}
+
+// mayRestart reports whether the pod's container, terminated with exit, may run again: by the
+// pod's restart policy (init containers restart on failure unless it is Never; sidecars always;
+// ephemeral containers never).
+func mayRestart(pod *corev1.Pod, container string, exit int32) bool {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == container {
+			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+				return true
+			}
+			return pod.Spec.RestartPolicy != corev1.RestartPolicyNever && exit != 0
+		}
+	}
+	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == container }) {
+		return false // an ephemeral container
+	}
+	switch pod.Spec.RestartPolicy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return exit != 0
+	}
+	return true
 }
 
 // released is the release reason an operator gave the run's pod, if any.

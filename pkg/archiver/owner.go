@@ -182,7 +182,9 @@ func (d Deps) recordReleased(ctx context.Context, pod client.Object, job archive
 		// A stored log stays stored: PutLogObject ignores an unavailable write for it.
 		l := record.LogObject{PodUID: string(pod.GetUID()), Container: cr.container, ContainerType: cr.ctype, Instance: cr.instance,
 			State: record.LogUnavailable, Reason: reason}
-		if err := d.Records.PutLogObject(ctx, l); err != nil {
+		if err := d.Records.PutLogObject(ctx, l); errors.Is(err, db.ErrFinalized) {
+			break // its job is sealed already, without it: the record says so and stays as it is
+		} else if err != nil {
 			return fmt.Errorf("record log %s of pod %s unavailable: %w", cr.container, klog.KObj(pod), err)
 		}
 	}

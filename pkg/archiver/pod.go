@@ -220,7 +220,8 @@ func ownerJob(pod *corev1.Pod) (archive.JobRef, bool) {
 // orphaned finds the job of a pod that holds our finalizer but that no VcJob controls. One the
 // garbage collector orphaned (`kubectl delete vcjob --cascade=orphan` strips the owner references
 // of the pods the user keeps) is still archived, under the job it was recorded with, and released
-// when it ends. One never recorded (a copy that carried the finalizer along) has nothing to be
+// when it ends, as long as that job is not sealed; once it is (the job does not wait for such
+// pods), the pod is let go: a sealed record takes nothing more. One never recorded (a copy that carried the finalizer along) has nothing to be
 // archived under: it is let go at once (done).
 func (r *PodReconciler) orphaned(ctx context.Context, pod *corev1.Pod) (job archive.JobRef, done bool, err error) {
 	row, err := r.Records.Pod(ctx, string(pod.UID))
@@ -229,6 +230,13 @@ func (r *PodReconciler) orphaned(ctx context.Context, pod *corev1.Pod) (job arch
 		return archive.JobRef{}, true, r.letGo(ctx, pod, "not a pod of any VcJob jobvault recorded")
 	case err != nil:
 		return archive.JobRef{}, false, fmt.Errorf("read record of pod %s: %w", klog.KObj(pod), err)
+	}
+	if jr, err := r.Records.Job(ctx, row.JobUID); err != nil && !errors.Is(err, db.ErrNotFound) {
+		return archive.JobRef{}, false, fmt.Errorf("read record of the job of pod %s: %w", klog.KObj(pod), err)
+	} else if err == nil && jr.ArchiveState != record.ArchivePending {
+		// Its job was sealed before it ended, its record saying that this pod was not archived:
+		// nothing may be added to a sealed record (db.ErrFinalized).
+		return archive.JobRef{}, true, r.letGo(ctx, pod, "its job was sealed before it ended (deleted with its pods orphaned): its logs are not in the job's archive")
 	}
 	return archive.JobRef{Namespace: pod.Namespace, Name: pod.Labels[tracking.JobPodLabel], UID: row.JobUID}, false, nil
 }

@@ -69,8 +69,8 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 	}
 	// No GenerationChangedPredicate: VcJob status is a subresource, and phase changes are exactly
 	// the updates that matter.
-	jobs := &JobReconciler{Deps: deps, Options: opts}
 	captures := capture.NewManager(opts.MaxStreams)
+	jobs := &JobReconciler{Deps: deps, Options: opts, Captures: captures}
 	resweep := newResweep(deps.Client, jobs, captures, opts)
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vcjob").
 		For(&batchv1alpha1.Job{}, builder.WithPredicates(jobEvents)).

@@ -87,9 +87,19 @@ type End struct {
 	// it is read once without follow, and the capture waits, without streams, until Over.
 	Terminated bool
 	// StartedAt and FinishedAt bound the run as its container status tells them, when known
-	// (zero: not known yet): lines stamped after FinishedAt are another run's (a read served by
-	// the next run: the container restarted again since its status was read).
+	// (zero: not known yet).
 	StartedAt, FinishedAt time.Time
+	// ContainerID is the run's container as the status names it ("" if it does not): a status that
+	// names another one for the run later is not the run's, and ends its capture (GapOtherRun).
+	ContainerID string
+	// Limit is the earliest a later run of the container can have stamped a line, as the status
+	// tells once it shows a later run: the run's finish second, or the second before the next
+	// run's start second if that is later (the next container starts after this one finished; a
+	// process may write a moment before its start is recorded). Zero: no later run is known.
+	// Final: no later run can exist (the pod ended, or the container will not restart): every
+	// read of the container is the run's. See bind.go.
+	Limit time.Time
+	Final bool
 	// StillRunning: the run is over only by the caller's decision (its pod passed its termination
 	// margin, or its node is lost while its kubelet still serves logs) while its status shows it
 	// running: its end may not be read, and a GapStillRunning gap says so.
@@ -130,11 +140,20 @@ type Config struct {
 	ObserveReopen func(cause string)
 	// Memory, when set, bounds the segments of all captures together (see Budget).
 	Memory *Budget
+	// Settle is how long after a read opened a status that still shows no later run of the
+	// container binds the read to the run (bind.go); 0: the first status read after the read
+	// opened (at most Poll later). Holding a read longer costs memory, and a stream held back
+	// past the node's rotation loses what the node rotates away.
+	Settle time.Duration
 }
+
+// heldMax bounds what a capture holds of a read not yet bound to its run (bind.go): the stream
+// waits beyond it.
+const heldMax = 4 << 20
 
 // DefaultConfig is what the archiver uses unless told otherwise.
 var DefaultConfig = Config{SegmentBytes: 8 << 20, SegmentAge: 30 * time.Second, Poll: time.Second, Retry: 5 * time.Second,
-	NodeLogMaxSize: 10 << 20}
+	NodeLogMaxSize: 10 << 20, Settle: 0}
 
 // Final names a run's final log object (previous: the run's log is the container's previous one)
 // and gives its retain-until date (zero: unlocked).
@@ -157,15 +176,17 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 		return nil, err
 	}
 	defer c.releaseMemory()
-	defer c.yield(ctx)
+	defer c.yield(ctx, over)
 	c.final = final
 	retry := 100 * time.Millisecond
 	for first := true; ; first = false {
 		end, err := over(ctx)
+		if err == nil {
+			end, err = c.observe(ctx, end)
+		}
 		if err != nil {
 			return nil, err
 		}
-		c.observe(end)
 		if end.Lost != "" {
 			// What was read of the run is kept: stored, the rest a gap.
 			if err := c.flush(ctx); err != nil {
@@ -180,12 +201,15 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 			}
 		}
 		if end.Over {
-			return c.finish(ctx, src, end)
+			return c.finish(ctx, src, end, over)
+		}
+		if err := c.settle(ctx, over); err != nil {
+			return nil, err // the last read's lines held are decided before another opens
 		}
 		if end.Terminated {
 			// Its log is complete: read it once, then only watch for the run to be over.
 			if !c.drained && !c.readToEnd(end) {
-				if err := c.read(ctx, src, false); err != nil {
+				if err := c.read(ctx, src, false, over); err != nil {
 					return nil, err
 				}
 			}
@@ -306,10 +330,11 @@ type capture struct {
 	// cleanOpen is when the last follow stream that the node ended cleanly was opened (see
 	// readToEnd).
 	cleanOpen time.Time
-	// ends is when the run's lines end, from its container's finish (zero: not known yet), and
-	// otherRun says that a read was served another run's lines past it (see observe).
-	ends     time.Time
-	otherRun bool
+	// The binding of reads to the run (bind.go). ends is when the run's lines end, from its
+	// container's finish (zero: not known yet): even a read bound to the run gives none stamped
+	// later (see observe).
+	bind binding
+	ends time.Time
 
 	// The start rule (judgeStart): started is the run's start from its status (zero: not known),
 	// opened when the stream being read was opened. While startOpen, the run's first line read
@@ -373,6 +398,10 @@ func (c *capture) open(ctx context.Context, src Source, opts OpenOptions) (io.Re
 			c.resuming, c.atCut = false, cut
 		}
 	}
+	c.bind.opened(time.Now()) // after the answer: the node chose the container before
+	// A stream that starts exactly at the position reads the run's own file (the node agent's
+	// source), not whatever container a status picks: it is the run's (bind.go).
+	c.bind.bound = c.bind.bound || exactly
 	return rc, err
 }
 
@@ -406,6 +435,9 @@ type line struct {
 	partial bool
 	// off is where data starts in the stream (for StreamTagger).
 	off int64
+	// at is when a follow stream delivered it (zero: not followed), for the skip watch: a line
+	// held before it is added (bind.go) arrived when it did.
+	at time.Time
 	// fileBytes is the piece's size in the node's CRI log file: "<timestamp> stdout|stderr F "
 	// (stdout and stderr have the same length) before the content of a line's first piece. Lines
 	// the runtime split into partial records count one prefix only.
@@ -467,15 +499,27 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 	tick := time.NewTicker(c.cfg.Poll)
 	defer tick.Stop()
 	for {
+		in := lines
+		if c.bind.pendingBytes >= heldMax {
+			in = nil // held lines wait for the status (bind.go): the stream waits with them
+		}
 		select {
-		case l := <-lines:
-			if c.cfg.ObserveLag != nil && l.start {
-				c.cfg.ObserveLag(time.Since(l.ts))
+		case l := <-in:
+			l.at = time.Now()
+			if l.start {
+				c.bind.sawLine(l)
+				if c.cfg.ObserveLag != nil {
+					c.cfg.ObserveLag(time.Since(l.ts))
+				}
 			}
 			if err := c.add(ctx, l); err != nil {
 				return streamFailed("store", err)
 			}
 		case err := <-readErr:
+			// What the stream held is decided while it is still followed (its skip watch on).
+			if serr := c.settle(ctx, over); serr != nil {
+				return streamFailed("status", serr)
+			}
 			return streamFailed("broken", err)
 		case <-tick.C:
 			if err := c.flushAged(ctx); err != nil {
@@ -485,7 +529,9 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 			if err != nil {
 				return streamFailed("status", err)
 			}
-			c.observe(end)
+			if end, err = c.observe(ctx, end); err != nil {
+				return streamFailed("store", err)
+			}
 			if end.Over || end.Terminated {
 				return errOver // read to its end without follow
 			}
@@ -503,10 +549,12 @@ func (c *capture) flushAged(ctx context.Context) error {
 
 // finish reads the rest of an ended run without follow (unless it was drained already) and
 // writes the last segment, or the whole log when nothing of it was stored yet (see Capture).
-func (c *capture) finish(ctx context.Context, src Source, end End) (*Assembled, error) {
-	c.observe(end)
+func (c *capture) finish(ctx context.Context, src Source, end End, over func(context.Context) (End, error)) (*Assembled, error) {
 	if !c.drained && !c.readToEnd(end) {
-		if err := c.read(ctx, src, end.Previous); err != nil {
+		if err := c.read(ctx, src, end.Previous, over); err != nil {
+			return nil, err
+		}
+		if err := c.settle(ctx, over); err != nil {
 			return nil, err
 		}
 	}
@@ -535,8 +583,8 @@ func (c *capture) readToEnd(end End) bool {
 // read reads the rest of an ended run's log without follow. When the read fails, what it read is
 // stored first (unless the run is held back whole, see maybeRotated): the caller records the rest
 // as a gap once it gives up, and a line read is never thrown away.
-func (c *capture) read(ctx context.Context, src Source, previous bool) error {
-	err := c.readRest(ctx, src, previous)
+func (c *capture) read(ctx context.Context, src Source, previous bool, over func(context.Context) (End, error)) error {
+	err := c.readRest(ctx, src, previous, over)
 	var unread *ReadError
 	if errors.As(err, &unread) && !c.unfollowed {
 		if ferr := c.flush(ctx); ferr != nil {
@@ -546,7 +594,7 @@ func (c *capture) read(ctx context.Context, src Source, previous bool) error {
 	return err
 }
 
-func (c *capture) readRest(ctx context.Context, src Source, previous bool) error {
+func (c *capture) readRest(ctx context.Context, src Source, previous bool, over func(context.Context) (End, error)) error {
 	rc, err := c.open(ctx, src, OpenOptions{Previous: previous})
 	if err != nil {
 		return &ReadError{Ref: c.ref, Err: err}
@@ -560,6 +608,12 @@ func (c *capture) readRest(ctx context.Context, src Source, previous bool) error
 		case l := <-lines:
 			if err := c.add(ctx, l); err != nil {
 				return err
+			}
+			if c.bind.pendingBytes >= heldMax {
+				// Held lines wait for the status (bind.go); the stream waits with them.
+				if err := c.settle(ctx, over); err != nil {
+					return err
+				}
 			}
 		case err := <-readErr:
 			if err != nil {
@@ -610,13 +664,16 @@ func (e *LostError) Error() string {
 // add takes one piece of a line of a stream: it skips what is captured already, records a gap
 // when the stream no longer holds the last line captured, and appends the rest to the segment.
 func (c *capture) add(ctx context.Context, l line) error {
+	if held, err := c.hold(ctx, l); held || err != nil {
+		return err
+	}
 	if l.start {
 		c.skip = 0
-		other, err := c.foreign(ctx, l)
+		past, err := c.past(ctx, l)
 		if err != nil {
 			return err
 		}
-		keep := !other
+		keep := !past
 		if keep {
 			if keep, err = c.classify(ctx, l); err != nil {
 				return err
@@ -644,7 +701,11 @@ func (c *capture) add(ctx context.Context, l line) error {
 	if err := c.trackStart(ctx, l); err != nil {
 		return err
 	}
-	if why := c.watch.take(l, time.Now()); why != "" {
+	at := l.at
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if why := c.watch.take(l, at); why != "" {
 		if err := c.gap(ctx, l.ts, record.GapMaybeRotated, why); err != nil {
 			return err
 		}
@@ -740,32 +801,32 @@ func (c *capture) judgeStart(ctx context.Context) error {
 	return nil
 }
 
-// observe takes what the status tells of the run. Its finish is known to the second (the API
-// keeps whole seconds), and the runtime stamps the output left in the container's pipe as it
-// copies it, a little after the exit: the run's lines are stamped before the end of the second
-// after.
-func (c *capture) observe(end End) {
+// observe takes what the status tells of the run: its start for the start rule, what binds the
+// reads to it (bind.go), and its finish. That is known to the second (the API keeps whole
+// seconds), and the runtime stamps the output left in the container's pipe as it copies it, a
+// little after the exit: the run's lines are stamped before the end of the second after.
+func (c *capture) observe(ctx context.Context, end End) (End, error) {
 	if !end.StartedAt.IsZero() {
 		c.started = end.StartedAt
 	}
 	if !end.FinishedAt.IsZero() {
 		c.ends = end.FinishedAt.Truncate(time.Second).Add(2 * time.Second)
 	}
+	return c.judge(ctx, end)
 }
 
-// foreign reports whether l is not the run's own line but the next run's, served by a read that
-// the node answered with the container's next run (it restarted again since its status was read).
-// The first such line records a gap: the run's own output from there on was not read.
-func (c *capture) foreign(ctx context.Context, l line) (bool, error) {
+// past reports whether l is stamped after the run's lines end (ends): not the run's, whatever
+// read gave it. The first such line records a GapOtherRun gap, once.
+func (c *capture) past(ctx context.Context, l line) (bool, error) {
 	if c.ends.IsZero() || l.ts.Before(c.ends) {
 		return false, nil
 	}
-	if c.otherRun {
+	if c.bind.gapped {
 		return true, nil
 	}
-	c.otherRun = true
+	c.bind.gapped = true
 	return true, c.gap(ctx, time.Time{}, record.GapOtherRun,
-		fmt.Sprintf("a read was served lines stamped %s, after the run finished (%s): the container's next run; they were not stored",
+		fmt.Sprintf("a read was served lines stamped %s, after the run finished (%s): another run's; they were not stored",
 			l.ts.UTC().Format(time.RFC3339Nano), c.ends.Add(-2*time.Second).UTC().Format(time.RFC3339)))
 }
 

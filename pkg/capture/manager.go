@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -89,6 +90,8 @@ type waiter struct {
 	granted uint64
 	cancel  context.CancelCauseFunc
 	stopped bool
+	// done is closed once it has returned and let its slot go.
+	done chan struct{}
 }
 
 func queue(ended bool) int {
@@ -103,13 +106,19 @@ func queue(ended bool) int {
 var ErrPreempted = errors.New("capture stopped for another namespace")
 
 // yield stores, when the capture was stopped for another namespace (ErrPreempted), the segment it
-// holds: its next capture resumes from there, with nothing to read again from the node, which may
+// holds, and what it holds of its last read once that is known to be the run's (bind.go): its next capture resumes from there, with nothing to read again from the node, which may
 // have rotated it away by then. The store and database calls bound themselves.
-func (c *capture) yield(ctx context.Context) {
+func (c *capture) yield(ctx context.Context, over func(context.Context) (End, error)) {
 	if !errors.Is(context.Cause(ctx), ErrPreempted) || c.unfollowed {
 		return // a run held back whole waits for its gap check (maybeRotated)
 	}
-	if err := c.flush(context.WithoutCancel(ctx)); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	// The lines held of the last read are the run's once the status says so (bind.go).
+	err := c.settle(ctx, over)
+	if err == nil {
+		err = c.flush(ctx)
+	}
+	if err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "Storing the segment of a stopped capture failed; it is read again", "log", c.ref.String())
 	}
 }
@@ -173,7 +182,7 @@ func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn fu
 	if m.ctx.Err() != nil {
 		return true
 	}
-	w := &waiter{key: key, pod: pod, fn: fn, ended: ended}
+	w := &waiter{key: key, pod: pod, fn: fn, ended: ended, done: make(chan struct{})}
 	m.active[key] = w
 	t := m.tenants[pod.Namespace]
 	if t == nil {
@@ -184,6 +193,46 @@ func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn fu
 	w.elem = t.waiting[queue(ended)].PushBack(w)
 	m.schedule()
 	return true
+}
+
+// ErrSealed is the cause of the context of a capture stopped because its pod's job is being
+// sealed (Stop): nothing may be added to a sealed record.
+var ErrSealed = errors.New("capture stopped: its job is being sealed")
+
+// Stop stops every capture whose key match accepts, running or waiting, and waits until the
+// running ones have returned (or ctx ends): a waiting one is dropped, a running one sees its
+// context cancelled with ErrSealed. The seal of a job stops its pods' captures so, before it
+// reads the rows it seals and sweeps the segments left in the store: no capture writes either
+// after it. A capture of those pods started later is refused by the database (the job is
+// finalized).
+func (m *Manager) Stop(ctx context.Context, match func(key string) bool) error {
+	m.mu.Lock()
+	var done []chan struct{}
+	for key, w := range m.active {
+		if !match(key) {
+			continue
+		}
+		if w.elem != nil { // waiting: never started
+			t := m.tenants[w.pod.Namespace]
+			t.waiting[queue(w.ended)].Remove(w.elem)
+			delete(m.active, key)
+			if t.held == 0 && t.waiters() == 0 {
+				delete(m.tenants, w.pod.Namespace)
+			}
+			continue
+		}
+		w.cancel(ErrSealed)
+		done = append(done, w.done)
+	}
+	m.mu.Unlock()
+	for _, d := range done {
+		select {
+		case <-d:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for captures to stop: %w", ctx.Err())
+		}
+	}
+	return nil
 }
 
 // share is each namespace's fair share of the slots. Called with mu held.
@@ -253,6 +302,7 @@ func (m *Manager) run(ctx context.Context, t *tenant, w *waiter) {
 	}
 	m.schedule()
 	m.mu.Unlock()
+	close(w.done)
 	pod := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: w.pod.Namespace, Name: w.pod.Name}}
 	select {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,4 +261,27 @@ func TestPreemptedCaptureStoresWhatItHolds(t *testing.T) {
 		t.Fatalf("stored %d segments when stopped, want the 1 it held", n)
 	}
 	r.check(t)
+}
+
+// TestManagerStopStopsAndWaits: Stop cancels the matching captures that run (their context's
+// cause ErrSealed), drops the matching ones that wait for a slot, leaves the others alone, and
+// returns only once the stopped ones have returned: the seal of a job reads its rows after them.
+func TestManagerStopStopsAndWaits(t *testing.T) {
+	mr := newManagerRig(t, 2)
+	mr.run("a", "job1/running", false)
+	mr.run("a", "job2/running", false)
+	mr.started(2)
+	mr.run("a", "job1/waiting", false)
+	if err := mr.m.Stop(t.Context(), func(key string) bool { return strings.HasPrefix(key, "job1/") }); err != nil {
+		t.Fatal(err)
+	}
+	mr.mu.Lock()
+	stopped := mr.stopped["job1/running"] && mr.running == 1
+	mr.mu.Unlock()
+	if !stopped || mr.m.Active("job1/running") || mr.m.Active("job1/waiting") || !mr.m.Active("job2/running") {
+		t.Errorf("after Stop: job1's running capture stopped and returned %t, active: job1/running %t, job1/waiting %t, job2/running %t; want only job2's active",
+			stopped, mr.m.Active("job1/running"), mr.m.Active("job1/waiting"), mr.m.Active("job2/running"))
+	}
+	mr.event("job1/running") // its pod is sent on Events, as any ended capture's
+	mr.end("job2/running")
 }

@@ -420,17 +420,31 @@ func (a AgentRecords) DeleteSegments(_ context.Context, podUID, container string
 }
 
 // fence wraps an INSERT … SELECT … FROM owned … RETURNING 1 whose first three parameters are the
-// run's key into a statement that returns whether the run is the agent's (owned) and whether the
-// row was inserted. With node (a parameter placeholder such as "$15"), owned holds a row only
-// while the run is the agent's, on that node and not complete, and locks it FOR SHARE until the
-// statement's transaction ends, so that a hand-over waits for it; with "", always one row.
+// run's key into a statement that returns whether the run's job is still open, whether the run is
+// the writer's (owned) and whether the row was inserted. With node "", the archiver's own write:
+// owned holds a row only while the job is open (podJobOpen). With node (a parameter placeholder
+// such as "$15"), the agent's: only while the run is the agent's, on that node and not complete,
+// locked FOR SHARE until the statement's transaction ends, so that a hand-over waits for it (the
+// agent's role may not read, let alone lock, the jobs; the archiver completes a run before its job
+// is sealed).
 func fence(node, insert string) string {
-	owned := `SELECT 1`
+	open, owned := podJobOpen, `SELECT 1 FROM open WHERE ok`
 	if node != "" {
+		open = `SELECT true AS ok`
 		owned = `SELECT 1 FROM log_runs WHERE pod_uid = $1 AND container = $2 AND run = $3
                AND node = ` + node + ` AND owner = 'agent' AND NOT complete FOR SHARE`
 	}
-	return `WITH owned AS (` + owned + `),
+	return `WITH open AS (` + open + `),
+owned AS (` + owned + `),
 ins AS (` + insert + `)
-SELECT EXISTS (SELECT 1 FROM owned), EXISTS (SELECT 1 FROM ins)`
+SELECT (SELECT ok FROM open), EXISTS (SELECT 1 FROM owned), EXISTS (SELECT 1 FROM ins)`
 }
+
+// podJobOpen selects ok: whether the job of the pod whose UID is $1 is still open, not finalized
+// (true when the pod or its job has no row: the write's own checks refuse it then). A finalized
+// job's record is sealed: a row added to it afterwards is what audit verify reports as tampering.
+// It locks the job's row FOR SHARE until the statement's transaction ends: a finalization locks
+// it FOR UPDATE before it reads the rows it seals, so either it waits for the write and sees the
+// row (and seals again), or the write waits for it and is refused.
+const podJobOpen = `SELECT coalesce((SELECT j.archive_state = 'pending' FROM pods p JOIN jobs j ON j.uid = p.job_uid
+                    WHERE p.uid = $1 FOR SHARE OF j), true) AS ok`

@@ -32,6 +32,10 @@ var (
 	// archiver took it over, or it was the API's from the start. Nothing was written; the agent
 	// must drop the run.
 	ErrNotOwner = errors.New("not the run's owner")
+	// ErrFinalized: a capture's write (a segment, a gap, a log object) for a pod whose job is
+	// finalized: its record is sealed, and nothing may be added to it. Nothing was written; the
+	// capture must stop.
+	ErrFinalized = errors.New("the job is finalized")
 	// ErrDirty: a migration failed part-way and the schema version is marked dirty. Every migration
 	// runs in one transaction, so the failed one left no changes; an operator must check and
 	// force the version (golang-migrate's `force`) before migrations can run again.

@@ -32,13 +32,16 @@ func (d *DB) putGap(ctx context.Context, g record.Gap, node string) error {
 	if node != "" {
 		args, placeholder = append(args, node), "$8"
 	}
-	var owned, inserted bool
+	var open, owned, inserted bool
 	err := d.db.QueryRowContext(ctx, fence(placeholder, `
 INSERT INTO log_gaps (pod_uid, container, run, after_ns, before_ns, reason, detail)
 SELECT $1, $2, $3, $4, $5, $6, $7 FROM owned
 ON CONFLICT (pod_uid, container, run, after_ns, reason, (coalesce(before_ns, -1))) DO NOTHING
-RETURNING 1`), args...).Scan(&owned, &inserted)
-	if err == nil && !owned {
+RETURNING 1`), args...).Scan(&open, &owned, &inserted)
+	switch {
+	case err == nil && !open:
+		err = ErrFinalized
+	case err == nil && !owned:
 		err = ErrNotOwner
 	}
 	if err != nil {

@@ -15,7 +15,8 @@ var (
 )
 
 // PutLogObject records the outcome of archiving one container log, keyed by (PodUID, Container,
-// Instance). The pod row must exist (ErrNotFound otherwise).
+// Instance). The pod row must exist (ErrNotFound otherwise), and its job not be finalized
+// (ErrFinalized: its record is sealed).
 //
 // A stored row is final: a later unavailable write for it is ignored (and succeeds), the same
 // stored write again changes nothing, and a stored write with other values fails with
@@ -29,9 +30,12 @@ func (d *DB) PutLogObject(ctx context.Context, l record.LogObject) error {
 	if err := validateLogObject(l); err != nil {
 		return fmt.Errorf("put log object %s: %w", l, err)
 	}
-	_, err := d.db.ExecContext(ctx, `
+	var open bool
+	err := d.db.QueryRowContext(ctx, `
+WITH open AS (`+podJobOpen+`),
+ins AS (
 INSERT INTO log_objects (pod_uid, container, container_type, instance, object_key, bytes, stored_bytes, sha256, state, reason)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM open WHERE ok
 ON CONFLICT (pod_uid, container, instance) DO UPDATE SET
     container_type = EXCLUDED.container_type,
     object_key     = EXCLUDED.object_key,
@@ -40,9 +44,14 @@ ON CONFLICT (pod_uid, container, instance) DO UPDATE SET
     sha256         = EXCLUDED.sha256,
     state          = EXCLUDED.state,
     reason         = EXCLUDED.reason
-WHERE log_objects.state <> 'stored' OR EXCLUDED.state = 'stored'`,
+WHERE log_objects.state <> 'stored' OR EXCLUDED.state = 'stored'
+RETURNING 1)
+SELECT ok FROM open`,
 		l.PodUID, l.Container, string(l.ContainerType), l.Instance, nullString(l.ObjectKey),
-		l.Bytes, l.StoredBytes, nullString(l.SHA256), string(l.State), nullString(l.Reason))
+		l.Bytes, l.StoredBytes, nullString(l.SHA256), string(l.State), nullString(l.Reason)).Scan(&open)
+	if err == nil && !open {
+		err = ErrFinalized
+	}
 	if err != nil {
 		return fmt.Errorf("put log object %s: %w", l, translate(err))
 	}

@@ -12,7 +12,7 @@ import (
 // PutSegment records a captured segment, once: the same segment recorded again (a flush retried
 // after its commit's reply was lost) succeeds and changes nothing; another segment under the same
 // (pod, container, run, seq) fails with ErrSegmentConflict and changes nothing. The pod row must
-// exist. The segment is recorded as s.Source's (CapturedByAPI when empty); the node agent's
+// exist, and its job not be finalized (ErrFinalized). The segment is recorded as s.Source's (CapturedByAPI when empty); the node agent's
 // writes go through AgentRecords, which fences them by the run's owner.
 func (d *DB) PutSegment(ctx context.Context, s record.Segment) error {
 	return d.putSegment(ctx, s, "")
@@ -33,14 +33,16 @@ func (d *DB) putSegment(ctx context.Context, s record.Segment, node string) erro
 	if node != "" {
 		args, placeholder = append(args, node), "$15"
 	}
-	var owned, inserted bool
+	var open, owned, inserted bool
 	err := d.db.QueryRowContext(ctx, fence(placeholder, `
 INSERT INTO log_segments (pod_uid, container, run, seq, object_key, stored_bytes, bytes, total_bytes,
                           last_time_ns, last_time_lines, hash_state, source, streams, source_position)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 FROM owned
 ON CONFLICT (pod_uid, container, run, seq) DO NOTHING
-RETURNING 1`), args...).Scan(&owned, &inserted)
+RETURNING 1`), args...).Scan(&open, &owned, &inserted)
 	switch {
+	case err == nil && !open:
+		err = ErrFinalized
 	case err == nil && !owned:
 		err = ErrNotOwner
 	case err == nil && !inserted:

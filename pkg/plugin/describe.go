@@ -48,7 +48,7 @@ func newDescribeCommand(flags *genericclioptions.ConfigFlags, streams genericioo
 
 // job reads one archived job, whole.
 func (c *client) job(ctx context.Context, name string) (*v1alpha1.ArchivedJob, error) {
-	raw, err := c.request(c.namespace, v1alpha1.Resource, name).DoRaw(ctx)
+	raw, err := doRaw(ctx, c.request(c.namespace, v1alpha1.Resource, name))
 	if err != nil {
 		return nil, err
 	}

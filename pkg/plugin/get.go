@@ -15,6 +15,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/rest"
 
 	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
 )
@@ -112,7 +113,7 @@ func printer(o getOptions) printers.ResourcePrinter {
 func (c *client) getOne(ctx context.Context, ns, name, output string) (runtime.Object, error) {
 	req := c.request(ns, v1alpha1.Resource, name)
 	if output == "json" || output == "yaml" {
-		raw, err := req.DoRaw(ctx)
+		raw, err := doRaw(ctx, req)
 		if err != nil {
 			return nil, err
 		}
@@ -144,7 +145,7 @@ func (c *client) list(ctx context.Context, ns string, o getOptions) (runtime.Obj
 			req.Param("continue", cont)
 		}
 		if o.output == "json" || o.output == "yaml" {
-			raw, err := req.DoRaw(ctx)
+			raw, err := doRaw(ctx, req)
 			if err != nil {
 				return nil, err
 			}
@@ -178,10 +179,8 @@ func (c *client) list(ctx context.Context, ns string, o getOptions) (runtime.Obj
 }
 
 // tableOf reads a table, its rows' objects decoded (the namespace column needs them).
-func tableOf(ctx context.Context, req interface {
-	DoRaw(context.Context) ([]byte, error)
-}) (*metav1.Table, error) {
-	raw, err := req.DoRaw(ctx)
+func tableOf(ctx context.Context, req *rest.Request) (*metav1.Table, error) {
+	raw, err := doRaw(ctx, req)
 	if err != nil {
 		return nil, err
 	}

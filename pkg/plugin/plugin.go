@@ -47,7 +47,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(newGetCommand(flags, streams), newLogsCommand(flags, streams))
+	root.AddCommand(newGetCommand(flags, streams), newLogsCommand(flags, streams), newUICommand(flags, streams))
 	root.AddCommand(newDescribeCommand(flags, streams), newVerifyCommand(flags, streams))
 	return root
 }
@@ -82,6 +82,17 @@ func (c *client) request(ns string, path ...string) *rest.Request {
 		abs = append(abs, "namespaces", ns)
 	}
 	return c.rest.Get().AbsPath(append(abs, path...)...)
+}
+
+// doRaw sends req and returns the answer's body. A refusal is returned with the Status the API
+// sent, whose message kubectl would print: Result.Error decodes it, where Request.DoRaw and
+// Result.Raw leave the message "unknown".
+func doRaw(ctx context.Context, req *rest.Request) ([]byte, error) {
+	res := req.Do(ctx)
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	return res.Raw()
 }
 
 // printError writes err as kubectl does: a refusal of the server with its reason, anything else

@@ -76,7 +76,7 @@ func jobKind(kind string) error {
 
 // verify asks the server to verify the job's archive and returns the report.
 func (c *client) verify(ctx context.Context, name string) (verify.JobReport, error) {
-	raw, err := c.request(c.namespace, v1alpha1.Resource, name, v1alpha1.VerifySubresource).DoRaw(ctx)
+	raw, err := doRaw(ctx, c.request(c.namespace, v1alpha1.Resource, name, v1alpha1.VerifySubresource))
 	if err != nil {
 		return verify.JobReport{}, err
 	}

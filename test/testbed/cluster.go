@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"embed"
 	"fmt"
@@ -385,7 +386,10 @@ func (e *Env) UserKubeconfig(t T, user string, groups ...string) string {
 	if err != nil {
 		t.Fatalf("testbed: kubeconfig of %s: %v", user, err)
 	}
-	p := filepath.Join(WorkDir(), "kubeconfig-"+sanitize(user, 40))
+	// The name's hash keeps apart users whose names share their first 40 characters (the
+	// ServiceAccounts jobvault-system:jobvault-archiver and jobvault-system:jobvault-api do).
+	sum := sha256.Sum256([]byte(user))
+	p := filepath.Join(WorkDir(), fmt.Sprintf("kubeconfig-%s-%x", sanitize(user, 40), sum[:4]))
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
 	}

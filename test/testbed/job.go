@@ -98,6 +98,13 @@ func Restarts(n int, runFor time.Duration) PodOption {
 	}
 }
 
+// BackOff makes each restart the runtime does (Restarts) back off for d first, as a kubelet does
+// in CrashLoopBackOff: the run died, the status shows the container Waiting with that run as its
+// last state (pods/log serves it as previous and as current), and the next run starts d later.
+func BackOff(d time.Duration) PodOption {
+	return func(p *corev1.PodTemplateSpec) { p.Annotations[backOffAnnotation] = d.String() }
+}
+
 // DefaultGracePeriod is the terminationGracePeriodSeconds of the pods Job builds: shorter than the
 // kubelet's 30 s so that tests deleting pods stay quick; GracePeriod sets another.
 const DefaultGracePeriod = 5

@@ -211,6 +211,30 @@ func TestNodeModelMatchesRealNode(t *testing.T) {
 		}
 	})
 
+	// A crash loop backs off between runs: what the status names as the container's last state
+	// then (the capture reads a run's rest as "previous" by it).
+	t.Run("crash loop back-off", func(t *testing.T) {
+		onReal, onModel := onBoth(t, func(t *testing.T) string {
+			pod := realPod(rn, ns, "loop-real", nil, map[string]testbed.Workload{"main": {Bytes: 100, Hold: 2 * time.Second, Exit: 1, ExitRuns: 3}})
+			pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+			create(t, pod)
+			return backOffStatus(t, env, pod)
+		}, func(t *testing.T) string {
+			rt.Run(t, ns, "loop-model", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: []byte("out\n")}}}}})
+			tmpl := &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
+			testbed.Restarts(3, 300*time.Millisecond)(tmpl)
+			testbed.BackOff(2 * time.Second)(tmpl)
+			pod := barePod(ns, "loop-model", node, 1, tmpl.Annotations)
+			pod.Labels = tmpl.Labels
+			create(t, pod)
+			return backOffStatus(t, env, pod)
+		})
+		t.Logf("real node: %s", onReal)
+		if onModel != onReal {
+			t.Errorf("a crash loop backing off: on the model the status shows %s; on the real node %s", onModel, onReal)
+		}
+	})
+
 	// containerd holds a line without its newline until the newline comes, 16 KiB fill up or the
 	// stream closes at the container's exit; only then does pods/log serve it.
 	t.Run("unfinished line", func(t *testing.T) {
@@ -251,6 +275,44 @@ func TestNodeModelMatchesRealNode(t *testing.T) {
 			t.Errorf("an unfinished line: the model served %+v, the real node %+v", onModel, onReal)
 		}
 	})
+}
+
+// backOffStatus describes how the status names a crash-looping container's runs while it backs
+// off after a run died (not the first: a kubelet restarts after the first death at once).
+func backOffStatus(t *testing.T, env *testbed.Env, pod *corev1.Pod) string {
+	t.Helper()
+	ids := map[int32]string{} // the container ID of each run, as seen while it ran
+	var seen string
+	waitPod(t, env, pod, "backing off after a later run died", 3*time.Minute, func(p *corev1.Pod) bool {
+		s := p.Status.ContainerStatuses
+		if len(s) == 0 {
+			return false
+		}
+		c := s[0]
+		switch {
+		case c.State.Running != nil && c.ContainerID != "":
+			ids[c.RestartCount] = c.ContainerID
+		case c.State.Terminated != nil && c.State.Terminated.ContainerID != "":
+			ids[c.RestartCount] = c.State.Terminated.ContainerID
+		}
+		if l := c.LastTerminationState.Terminated; l != nil && c.State.Waiting == nil && l.ContainerID != "" {
+			ids[c.RestartCount-1] = l.ContainerID
+		}
+		w, last := c.State.Waiting, c.LastTerminationState.Terminated
+		if w == nil || last == nil || c.RestartCount < 1 || ids[c.RestartCount] == "" {
+			return false
+		}
+		named := "another run"
+		switch last.ContainerID {
+		case ids[c.RestartCount]:
+			named = "the run that died last (its number the restart count)"
+		case ids[c.RestartCount-1]:
+			named = "the run before the one that died last"
+		}
+		seen = fmt.Sprintf("Waiting (%s); its last state names %s", w.Reason, named)
+		return true
+	})
+	return seen
 }
 
 // held is what a scenario saw of an unfinished line (no newline) at the end of a container's

@@ -123,6 +123,9 @@ const (
 	restartAfterAnnotation = "restart-after.runtime.jobvault.io"
 	restartsDoneAnnotation = "restarts-done.runtime.jobvault.io"
 	restartAfter           = 300 * time.Millisecond
+	// backOffAnnotation makes each restart wait that long first, the status showing the
+	// container Waiting (CrashLoopBackOff) with the run that died as its last state (BackOff).
+	backOffAnnotation = "backoff.runtime.jobvault.io"
 )
 
 // restartPlan reads how often and how fast the pod's containers are to be restarted.
@@ -245,8 +248,14 @@ func (r *Runtime) logSource(ns, pod, container string, previous bool) (path stri
 	defer r.mu.Unlock()
 	c := p.containers[container]
 	if previous {
-		files := c.files[c.run-1]
-		if c.run == 0 || len(files) == 0 {
+		// A kubelet serves the last state's container: while backing off (Waiting), the run that
+		// died last, the current one.
+		last := c.run - 1
+		if backingOff(r.current(ns, pod), container) && c.stopped {
+			last = c.run
+		}
+		files := c.files[last]
+		if last < 0 || len(files) == 0 {
 			// The kubelet's words (validateContainerLogStatus).
 			return "", nil, true, fmt.Errorf("previous terminated container %q in pod %q not found", container, pod)
 		}
@@ -258,6 +267,20 @@ func (r *Runtime) logSource(ns, pod, container string, previous bool) (path stri
 		defer r.mu.Unlock()
 		return c.gen == gen && !c.stopped && !p.collected
 	}, true, nil
+}
+
+// backingOff reports whether the pod's status shows the container waiting to restart after a run
+// died (a last state, and Waiting).
+func backingOff(p *corev1.Pod, container string) bool {
+	if p == nil {
+		return false
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == container {
+			return s.State.Waiting != nil && s.LastTerminationState.Terminated != nil
+		}
+	}
+	return false
 }
 
 // current is the pod as the API has it now; nil if it cannot be read.
@@ -470,6 +493,31 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last 
 		p.restarting = false
 		r.mu.Unlock()
 	}()
+	died := metav1.Now()
+	if backOff, err := time.ParseDuration(pod.Annotations[backOffAnnotation]); err == nil {
+		// A kubelet backing off: the run died, the container waits, and its status names the run
+		// that died as its last state, which pods/log then serves as previous and current.
+		// KWOK's pod-ready stage takes a container not running for one to start, and sets every
+		// status running with no restarts (restart counts going back, which no kubelet does): it
+		// is turned off for the pod, which runs already.
+		r.annotate(ctx, pod, kwokPodReadyWeight, "0")
+		r.mu.Lock()
+		for _, spec := range pod.Spec.Containers {
+			if c := p.containers[spec.Name]; c != nil {
+				c.stop(time.Time{})
+			}
+		}
+		r.mu.Unlock()
+		r.patchStatuses(ctx, pod, func(s *corev1.ContainerStatus) {
+			s.LastTerminationState = corev1.ContainerState{Terminated: terminated(s, pod.UID, died)}
+			s.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backOff):
+		}
+	}
 	r.mu.Lock()
 	for _, spec := range pod.Spec.Containers {
 		if c := p.containers[spec.Name]; c != nil {
@@ -480,6 +528,40 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last 
 	}
 	r.mu.Unlock()
 	now := metav1.Now()
+	r.patchStatuses(ctx, pod, func(s *corev1.ContainerStatus) {
+		if s.State.Waiting == nil {
+			s.LastTerminationState = corev1.ContainerState{Terminated: terminated(s, pod.UID, now)}
+		}
+		s.RestartCount++
+		s.ContainerID = containerID(pod.UID, s.Name, s.RestartCount)
+		s.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+	})
+	r.mu.Lock()
+	p.restarts++
+	r.mu.Unlock()
+	if last {
+		r.annotate(ctx, pod, restartsDoneAnnotation, "true")
+	}
+}
+
+// kwokPodReadyWeight weighs KWOK's pod-ready stage for a pod: 0 turns it off.
+const kwokPodReadyWeight = "pod-ready.stage.kwok.x-k8s.io/weight"
+
+// annotate sets an annotation of the pod.
+func (r *Runtime) annotate(ctx context.Context, pod *corev1.Pod, key, value string) {
+	var cur corev1.Pod
+	if err := r.env.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
+		return
+	}
+	patch := client.MergeFrom(cur.DeepCopy())
+	metav1.SetMetaDataAnnotation(&cur.ObjectMeta, key, value)
+	if err := r.env.Client.Patch(ctx, &cur, patch); err != nil {
+		fmt.Fprintf(os.Stderr, "testbed runtime: annotate %s/%s %s: %v\n", pod.Namespace, pod.Name, key, err)
+	}
+}
+
+// patchStatuses applies change to each regular container's status of the pod, retried on conflicts.
+func (r *Runtime) patchStatuses(ctx context.Context, pod *corev1.Pod, change func(*corev1.ContainerStatus)) {
 	for {
 		var cur corev1.Pod
 		if err := r.env.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err != nil {
@@ -487,34 +569,30 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last 
 		}
 		patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		for i := range cur.Status.ContainerStatuses {
-			s := &cur.Status.ContainerStatuses[i]
-			started := now
-			if s.State.Running != nil {
-				started = s.State.Running.StartedAt
-			}
-			s.RestartCount++
-			s.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", StartedAt: started, FinishedAt: now}}
-			s.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+			change(&cur.Status.ContainerStatuses[i])
 		}
 		err := r.env.Client.Status().Patch(ctx, &cur, patch)
 		if err == nil || ctx.Err() != nil {
-			break
+			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	r.mu.Lock()
-	p.restarts++
-	r.mu.Unlock()
-	if last {
-		var cur corev1.Pod
-		if err := r.env.Client.Get(ctx, client.ObjectKeyFromObject(pod), &cur); err == nil {
-			patch := client.MergeFrom(cur.DeepCopy())
-			metav1.SetMetaDataAnnotation(&cur.ObjectMeta, restartsDoneAnnotation, "true")
-			if err := r.env.Client.Patch(ctx, &cur, patch); err != nil {
-				fmt.Fprintf(os.Stderr, "testbed runtime: mark %s/%s restarted: %v\n", p.ns, p.name, err)
-			}
-		}
+}
+
+// terminated is the termination state of the container's current run, ended at finished, with
+// the run's container ID as a kubelet reports it.
+func terminated(s *corev1.ContainerStatus, pod types.UID, finished metav1.Time) *corev1.ContainerStateTerminated {
+	started := finished
+	if s.State.Running != nil {
+		started = s.State.Running.StartedAt
 	}
+	return &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", StartedAt: started, FinishedAt: finished,
+		ContainerID: containerID(pod, s.Name, s.RestartCount)}
+}
+
+// containerID names a run of a container as the runtime reports it in the pod's status.
+func containerID(pod types.UID, container string, run int32) string {
+	return fmt.Sprintf("containerd://%s-%s-%d", pod, container, run)
 }
 
 // recreated starts over for a new pod under the same name: its containers have their first run.

@@ -152,3 +152,56 @@ func TestDBGapKeyDownStepKeepsSealedRows(t *testing.T) {
 		})
 	}
 }
+
+// Issue 23, the seal and a capture still running: once a job is finalized its record is sealed,
+// and a capture's late write for one of its pods (a segment, a gap, a log object) is refused by the
+// statement itself with db.ErrFinalized, adding nothing (before: accepted, and audit verify then
+// reported the sealed job altered). A job still open takes them as before.
+func TestDBNoCaptureWriteIntoAFinalizedJob(t *testing.T) {
+	ctx := t.Context()
+	records, _ := stack.OpenRecords(t)
+	for _, j := range []string{"sealed", "open"} {
+		mustUpsertJob(t, records, newJob(j).phase("Completed").build())
+		if err := records.UpsertPod(ctx, newPod(j+"-p", j)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := records.FinalizeJob(ctx, record.Finalization{Cluster: "c", JobUID: "sealed", Location: "s3://b/p/", ArchivedAt: at(time.Hour),
+		ManifestKey: "p/manifest.json", RecordDigest: strings.Repeat("a", 64)}, func(int64, string) ([]byte, error) { return []byte("{}"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	writes := func(pod string) map[string]func() error {
+		return map[string]func() error{
+			"segment": func() error {
+				return records.PutSegment(ctx, record.Segment{PodUID: pod, Container: "main", ObjectKey: "seg/0", StoredBytes: 10, Bytes: 100,
+					TotalBytes: 100, LastTime: at(time.Second), LastTimeLines: 1, HashState: []byte{1}})
+			},
+			"gap": func() error {
+				return records.PutGap(ctx, record.Gap{PodUID: pod, Container: "main", After: at(time.Second), Reason: record.GapRotated})
+			},
+			"log object": func() error {
+				return records.PutLogObject(ctx, record.LogObject{PodUID: pod, Container: "main", ContainerType: record.ContainerRegular,
+					Instance: record.InstanceCurrent, State: record.LogUnavailable, Reason: "late"})
+			},
+		}
+	}
+	for what, write := range writes("sealed-p") {
+		if err := write(); !errors.Is(err, db.ErrFinalized) {
+			t.Errorf("a %s of a finalized job's pod: %v, want db.ErrFinalized", what, err)
+		}
+	}
+	if g, err := records.Gaps(ctx, "sealed"); err != nil || len(g) != 0 {
+		t.Errorf("the finalized job's gaps: %+v (%v), want none", g, err)
+	}
+	if l, err := records.LogObjects(ctx, "sealed"); err != nil || len(l) != 0 {
+		t.Errorf("the finalized job's log objects: %+v (%v), want none", l, err)
+	}
+	if s, err := records.Segments(ctx, "sealed-p", "main", 0); err != nil || len(s) != 0 {
+		t.Errorf("the finalized job's segments: %+v (%v), want none", s, err)
+	}
+	for what, write := range writes("open-p") {
+		if err := write(); err != nil {
+			t.Errorf("a %s of an open job's pod: %v", what, err)
+		}
+	}
+}
