@@ -11,6 +11,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -51,7 +53,7 @@ func main() {
 	if err != nil {
 		r.Fatal(err)
 	}
-	if _, err := run(r, os.Stdout, options{Backend: *store, FSRoot: root, Explore: !*exit, RealNode: *realNode}); err != nil {
+	if _, err := run(r, os.Stdout, options{Backend: *store, FSRoot: root, Dir: root, Explore: !*exit, RealNode: *realNode}); err != nil {
 		r.Fatal(err)
 	}
 	if !*exit {
@@ -71,6 +73,22 @@ func (r *runner) Fatal(args ...any)            { r.fail(fmt.Sprint(args...)) }
 func (r *runner) Fatalf(f string, args ...any) { r.fail(fmt.Sprintf(f, args...)) }
 func (r *runner) Logf(f string, args ...any)   { fmt.Fprintf(os.Stderr, f+"\n", args...) }
 
+// Errorf reports a failure that does not stop the demo, such as a part that failed to clean up.
+func (r *runner) Errorf(f string, args ...any) { r.Logf("jobvault demo: "+f, args...) }
+
+// Context is the demo's: it ends with the process.
+func (r *runner) Context() context.Context { return context.Background() }
+
+// TempDir makes a directory under the testbed's work directory, removed when the demo stops.
+func (r *runner) TempDir() string {
+	d, err := os.MkdirTemp(testbed.WorkDir(), "demo-")
+	if err != nil {
+		r.Fatal(err)
+	}
+	r.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 func (r *runner) fail(msg string) {
 	fmt.Fprintln(os.Stderr, "jobvault demo failed:", msg)
 	r.stop()
@@ -85,4 +103,4 @@ func (r *runner) stop() {
 	testbed.StopAll()
 }
 
-var _ testbed.T = (*runner)(nil)
+var _ stack.TB = (*runner)(nil)
