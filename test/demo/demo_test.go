@@ -178,6 +178,8 @@ func testExplore(t *testing.T, printed string, res *result) {
 		}
 		if err != nil {
 			t.Errorf("printed command %q: %v; stdout:\n%s\nstderr:\n%s", cmdline, err, clip(stdout.Bytes()), stderr.String())
+		} else {
+			t.Logf("$ %s\n%s", cmdline, clip(stdout.Bytes()))
 		}
 	}
 	for name := range want {

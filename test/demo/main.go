@@ -1,8 +1,9 @@
 // Command demo runs jobvault end to end on a local stack built from the testbed: kube-apiserver,
 // the real Volcano scheduler and controller, KWOK nodes, Postgres, and a filesystem (default) or
-// MinIO object store. It runs the webhook and the archiver as local processes wired as in a
-// cluster, submits sample VcJobs, prints what was archived and waits for Ctrl-C (or
-// `make demo-down`) to stop everything.
+// MinIO object store. It runs the webhook, the archiver and the archive API as local processes
+// wired as in a cluster, submits sample VcJobs, prints what was archived and how a user with view
+// rights reads a deleted job's logs with kubectl-jobvault (built into <dir>/bin), and waits for
+// Ctrl-C (or `make demo-down`) to stop everything.
 //
 // With --real-node it also runs one job on the testbed's real node (a kubelet with containerd and
 // runc; needs root) and says which job ran where.
