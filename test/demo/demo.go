@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +18,7 @@ import (
 	busv1alpha1 "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/jobvault/jobvault/pkg/db"
@@ -29,6 +32,8 @@ import (
 type options struct {
 	Backend string
 	FSRoot  string
+	// Dir is the demo's directory: kubectl-jobvault is built into Dir/bin.
+	Dir string
 	// Explore prints how to look around the running stack.
 	Explore bool
 	// RealNode runs one more job on the testbed's real node (kubelet, containerd, runc).
@@ -45,6 +50,8 @@ type jobSummary struct {
 	Keys       []string
 	// Nodes are the nodes its pods ran on, as recorded.
 	Nodes []string
+	// LogPods are the names of its pods with a stored log of their current run, sorted.
+	LogPods []string
 }
 
 // sample is one of the demo's jobs and what happens to it.
@@ -95,8 +102,18 @@ type result struct {
 	RealNode *testbed.RealNode
 }
 
+// viewer is the demo's reader of the archive: a teammate of alice with the ClusterRole view in
+// the demo's namespace and no other rights.
+const viewer = "bob@example.com"
+
+// reader is how a user reads the archive through the archive API: viewer's kubeconfig and the
+// bin directory holding kubectl-jobvault.
+type reader struct {
+	Kubeconfig, BinDir string
+}
+
 // run starts the stack, runs the sample jobs through it and prints the summary.
-func run(t testbed.T, w io.Writer, o options) (*result, error) {
+func run(t stack.TB, w io.Writer, o options) (*result, error) {
 	start := time.Now()
 	step(w, start, "starting kube-apiserver, etcd, Volcano and KWOK (binaries from %s/bin; first build: `make testbed`)", testbed.CacheDir())
 	env := testbed.Cluster(t)
@@ -117,6 +134,12 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 	step(w, start, "building and starting the archiver (store: %s)", o.Backend)
 	a := stack.NewArchiver(t, env, dsn, stack.Options{Backend: o.Backend, FSRoot: o.FSRoot})
 	a.Start(t)
+	step(w, start, "building and starting the archive API (archive.jobvault.io, registered with the kube-apiserver's aggregator) and kubectl-jobvault")
+	stack.StartAPI(t, &stack.Rig{Archiver: a})
+	rd, err := newReader(t, env, ns, o.Dir)
+	if err != nil {
+		return nil, err
+	}
 
 	ctx := context.Background()
 	user, err := client.New(env.UserConfig(t, "alice@example.com", "data-science"), client.Options{Scheme: env.Scheme})
@@ -181,16 +204,51 @@ func run(t testbed.T, w io.Writer, o options) (*result, error) {
 	}
 	if o.Explore {
 		fmt.Fprintln(w, "\nExplore:")
-		for _, c := range exploreCommands(env, a, dsn, ns, o, out[0].UID) {
+		for _, c := range exploreCommands(env, a, dsn, ns, o, out, rd) {
 			fmt.Fprintln(w, "  "+c)
 		}
 	}
 	return &result{Jobs: out, DSN: dsn, Archiver: a, RealNode: rn}, nil
 }
 
+// newReader binds viewer to the ClusterRole view in namespace ns (which config/apiserver
+// aggregates archive reads into), writes its kubeconfig, and builds kubectl-jobvault into dir/bin.
+func newReader(t testbed.T, env *testbed.Env, ns, dir string) (reader, error) {
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "demo-view-bob", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: viewer}}}
+	if err := env.Client.Create(context.Background(), binding); err != nil && !apierrors.IsAlreadyExists(err) {
+		return reader{}, fmt.Errorf("bind %s to view in %s: %w", viewer, ns, err)
+	}
+	r := reader{Kubeconfig: env.UserKubeconfig(t, viewer, "data-science"), BinDir: filepath.Join(dir, "bin")}
+	// Built with the go command, as `make demo` runs the demo: the plugin stays in dir/bin, for
+	// use against any cluster, after the demo stops.
+	build := exec.Command("go", "build", "-o", filepath.Join(r.BinDir, "kubectl-jobvault"), "./archiver/kubectl-jobvault")
+	build.Dir = testbed.ModuleRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return reader{}, fmt.Errorf("build kubectl-jobvault: %w\n%s", err, out)
+	}
+	return r, nil
+}
+
+// deletedJobLog returns the deleted job and the name of the pod whose current log the demo reads
+// back through the archive API: the first by name with a stored log.
+func deletedJobLog(jobs []jobSummary) (jobSummary, string, bool) {
+	for _, j := range jobs {
+		if !j.Deleted {
+			continue
+		}
+		if len(j.LogPods) > 0 {
+			return j, j.LogPods[0], true
+		}
+	}
+	return jobSummary{}, "", false
+}
+
 // exploreCommands are the commands the demo prints for a look around, each to be run as printed
 // from the repository's root (TestDemo runs them).
-func exploreCommands(env *testbed.Env, a *stack.Archiver, dsn, ns string, o options, jobUID string) []string {
+func exploreCommands(env *testbed.Env, a *stack.Archiver, dsn, ns string, o options, jobs []jobSummary, rd reader) []string {
+	jobUID := jobs[0].UID
 	cmds := []string{
 		fmt.Sprintf("export KUBECONFIG=%s; kubectl get vcjob -n %s -o yaml", env.KubeconfigPath, ns),
 		fmt.Sprintf("psql '%s' -c 'SELECT * FROM audit_submissions'", dsn),
@@ -211,7 +269,15 @@ func exploreCommands(env *testbed.Env, a *stack.Archiver, dsn, ns string, o opti
 			verify = append(verify, arg)
 		}
 	}
-	return append(cmds, strings.Join(verify, " "))
+	cmds = append(cmds, strings.Join(verify, " "))
+	// What a user with view in the namespace runs, with their own kubeconfig and the plugin on
+	// their PATH, to read a job deleted from the cluster.
+	asViewer := fmt.Sprintf("KUBECONFIG=%s PATH=%s:$PATH kubectl jobvault", rd.Kubeconfig, rd.BinDir)
+	cmds = append(cmds, fmt.Sprintf("%s get jobs -n %s   # as %s (view in %s): the archive, deleted jobs included", asViewer, ns, viewer, ns))
+	if j, pod, ok := deletedJobLog(jobs); ok {
+		cmds = append(cmds, fmt.Sprintf("%s logs job/%s %s -n %s   # the deleted job's log, from the archive", asViewer, j.Name, pod, ns))
+	}
+	return cmds
 }
 
 func waitFor(s sample, c client.Client, w io.Writer, start time.Time) error {
@@ -259,17 +325,24 @@ func summarise(ctx context.Context, records *db.DB, job *batchv1alpha1.Job) (job
 	}
 	js := jobSummary{Name: row.Name, UID: row.UID, Phase: row.Phase, Submitter: row.Submitter, Location: row.ArchiveLocation,
 		Retries: row.RetryCount, Pods: len(pods), Logs: len(logs)}
+	names := map[string]string{}
 	for _, p := range pods {
+		names[p.UID] = p.Name
 		if !slices.Contains(js.Nodes, p.Node) {
 			js.Nodes = append(js.Nodes, p.Node)
 		}
 	}
 	slices.Sort(js.Nodes)
 	for _, l := range logs {
-		if l.State == record.LogStored {
-			js.Keys = append(js.Keys, l.ObjectKey)
+		if l.State != record.LogStored {
+			continue
+		}
+		js.Keys = append(js.Keys, l.ObjectKey)
+		if pod := names[l.PodUID]; l.Instance == record.InstanceCurrent && !slices.Contains(js.LogPods, pod) {
+			js.LogPods = append(js.LogPods, pod)
 		}
 	}
+	slices.Sort(js.LogPods)
 	return js, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/cli"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
@@ -28,7 +30,8 @@ func TestMain(m *testing.M) { testbed.Main(m) }
 // logs, archiver audit export) against the data the demo's archiver recorded.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
-	res, err := run(t, &out, options{Backend: objstore.BackendFS, FSRoot: t.TempDir(), Explore: true, RealNode: true})
+	dir := t.TempDir()
+	res, err := run(t, &out, options{Backend: objstore.BackendFS, FSRoot: dir, Dir: dir, Explore: true, RealNode: true})
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
@@ -126,19 +129,26 @@ func summaryLine(printed, job string) string {
 }
 
 // testExplore runs each command printed under "Explore:" with bash from the repository's root, as
-// a user pasting it after `make demo` would, and checks that it succeeds and shows its subject.
+// a user pasting it after `make demo` would, and checks that it succeeds and shows its subject;
+// the viewer's `kubectl jobvault logs` of the deleted job must print exactly the archived bytes.
 func testExplore(t *testing.T, printed string, res *result) {
 	_, section, ok := strings.Cut(printed, "\nExplore:\n")
 	if !ok {
 		t.Fatal(`the demo printed no "Explore:" section`)
 	}
 	train := res.Jobs[0]
-	// What each command must show, by the program it runs.
-	want := map[string]*regexp.Regexp{
-		"kubectl": regexp.MustCompile(`(?m)^    name: train-ok$`),
-		"psql":    regexp.MustCompile(`alice@example\.com`),
-		"find":    regexp.MustCompile(regexp.QuoteMeta(train.Keys[0])),
-		"verify":  regexp.MustCompile(`(?m)^OK demo/train-ok \(uid ` + train.UID + `, archived\)`),
+	deleted, _, ok := deletedJobLog(res.Jobs)
+	if !ok {
+		t.Fatal("the demo deleted no job with a stored log")
+	}
+	// What each command must show, by the program it runs (the longest name it contains).
+	want := map[string]func(cmdline string, stdout []byte) error{
+		"kubectl":               matches(`(?m)^    name: train-ok$`),
+		"psql":                  matches(`alice@example\.com`),
+		"find":                  matches(regexp.QuoteMeta(train.Keys[0])),
+		"verify":                matches(`(?m)^OK demo/train-ok \(uid ` + train.UID + `, archived\)`),
+		"kubectl jobvault get":  matches(`(?m)^` + regexp.QuoteMeta(deleted.Name) + ` +` + deleted.Phase + ` +\S+ +alice@example\.com `),
+		"kubectl jobvault logs": archivedLog(t, res, deleted),
 	}
 	ran := map[string]bool{}
 	for _, line := range strings.Split(section, "\n") {
@@ -148,7 +158,7 @@ func testExplore(t *testing.T, printed string, res *result) {
 		}
 		what := ""
 		for name := range want {
-			if strings.Contains(cmdline, name+" ") {
+			if strings.Contains(cmdline, name+" ") && len(name) > len(what) {
 				what = name
 			}
 		}
@@ -157,12 +167,19 @@ func testExplore(t *testing.T, printed string, res *result) {
 			continue
 		}
 		ran[what] = true
+		var stdout, stderr bytes.Buffer
 		cmd := exec.CommandContext(t.Context(), "bash", "-c", cmdline)
 		cmd.Dir = testbed.ModuleRoot()
 		cmd.Env = os.Environ()
-		got, err := cmd.CombinedOutput()
-		if err != nil || !want[what].Match(got) {
-			t.Errorf("printed command %q: %v, want success and output matching %s; got:\n%s", cmdline, err, want[what], got)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if err == nil {
+			err = want[what](cmdline, stdout.Bytes())
+		}
+		if err != nil {
+			t.Errorf("printed command %q: %v; stdout:\n%s\nstderr:\n%s", cmdline, err, clip(stdout.Bytes()), stderr.String())
+		} else {
+			t.Logf("$ %s\n%s", cmdline, clip(stdout.Bytes()))
 		}
 	}
 	for name := range want {
@@ -170,6 +187,64 @@ func testExplore(t *testing.T, printed string, res *result) {
 			t.Errorf("the demo printed no %s command", name)
 		}
 	}
+}
+
+// matches checks that a command's output matches the regular expression re.
+func matches(re string) func(string, []byte) error {
+	r := regexp.MustCompile(re)
+	return func(_ string, out []byte) error {
+		if !r.Match(out) {
+			return fmt.Errorf("output does not match %s", r)
+		}
+		return nil
+	}
+}
+
+// archivedLog checks that `kubectl jobvault logs job/NAME POD` of the deleted job printed exactly
+// the bytes the archive holds for POD's current run, read from the store by the database's record.
+func archivedLog(t *testing.T, res *result, job jobSummary) func(string, []byte) error {
+	logs, err := db.Open(t.Context(), res.DSN, db.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	pods, err := logs.Pods(t.Context(), job.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects, err := logs.LogObjects(t.Context(), job.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig := &stack.Rig{Store: res.Archiver.Store(t)}
+	archived := map[string][]byte{} // by pod name
+	for _, p := range pods {
+		for _, l := range objects {
+			if l.PodUID == p.UID && l.Instance == record.InstanceCurrent && l.State == record.LogStored {
+				archived[p.Name], _ = rig.ReadLog(t, l.ObjectKey)
+			}
+		}
+	}
+	return func(cmdline string, out []byte) error {
+		args := strings.Fields(cmdline)
+		i := slices.Index(args, "logs")
+		if i < 0 || i+2 >= len(args) || args[i+1] != "job/"+job.Name {
+			return fmt.Errorf("want `logs job/%s POD`", job.Name)
+		}
+		want, ok := archived[args[i+2]]
+		if !ok || len(want) == 0 || !bytes.Equal(out, want) {
+			return fmt.Errorf("printed %d bytes, want the %d archived of pod %s's current run (archived pods: %d)", len(out), len(want), args[i+2], len(archived))
+		}
+		return nil
+	}
+}
+
+// clip shortens a command's output for a failure message.
+func clip(b []byte) []byte {
+	if len(b) > 4096 {
+		return append(b[:4096:4096], "…"...)
+	}
+	return b
 }
 
 // auditDoc is the page, relative to the module root, whose examples run against the demo's records.

@@ -1,8 +1,9 @@
 // Command demo runs jobvault end to end on a local stack built from the testbed: kube-apiserver,
 // the real Volcano scheduler and controller, KWOK nodes, Postgres, and a filesystem (default) or
-// MinIO object store. It runs the webhook and the archiver as local processes wired as in a
-// cluster, submits sample VcJobs, prints what was archived and waits for Ctrl-C (or
-// `make demo-down`) to stop everything.
+// MinIO object store. It runs the webhook, the archiver and the archive API as local processes
+// wired as in a cluster, submits sample VcJobs, prints what was archived and how a user with view
+// rights reads a deleted job's logs with kubectl-jobvault (built into <dir>/bin), and waits for
+// Ctrl-C (or `make demo-down`) to stop everything.
 //
 // With --real-node it also runs one job on the testbed's real node (a kubelet with containerd and
 // runc; needs root) and says which job ran where.
@@ -11,6 +12,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -51,7 +54,7 @@ func main() {
 	if err != nil {
 		r.Fatal(err)
 	}
-	if _, err := run(r, os.Stdout, options{Backend: *store, FSRoot: root, Explore: !*exit, RealNode: *realNode}); err != nil {
+	if _, err := run(r, os.Stdout, options{Backend: *store, FSRoot: root, Dir: root, Explore: !*exit, RealNode: *realNode}); err != nil {
 		r.Fatal(err)
 	}
 	if !*exit {
@@ -71,6 +74,22 @@ func (r *runner) Fatal(args ...any)            { r.fail(fmt.Sprint(args...)) }
 func (r *runner) Fatalf(f string, args ...any) { r.fail(fmt.Sprintf(f, args...)) }
 func (r *runner) Logf(f string, args ...any)   { fmt.Fprintf(os.Stderr, f+"\n", args...) }
 
+// Errorf reports a failure that does not stop the demo, such as a part that failed to clean up.
+func (r *runner) Errorf(f string, args ...any) { r.Logf("jobvault demo: "+f, args...) }
+
+// Context is the demo's: it ends with the process.
+func (r *runner) Context() context.Context { return context.Background() }
+
+// TempDir makes a directory under the testbed's work directory, removed when the demo stops.
+func (r *runner) TempDir() string {
+	d, err := os.MkdirTemp(testbed.WorkDir(), "demo-")
+	if err != nil {
+		r.Fatal(err)
+	}
+	r.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 func (r *runner) fail(msg string) {
 	fmt.Fprintln(os.Stderr, "jobvault demo failed:", msg)
 	r.stop()
@@ -85,4 +104,4 @@ func (r *runner) stop() {
 	testbed.StopAll()
 }
 
-var _ testbed.T = (*runner)(nil)
+var _ stack.TB = (*runner)(nil)

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +18,15 @@ import (
 	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
 	"github.com/jobvault/jobvault/test/testbed"
 )
+
+// TB is what StartAPI and LoginRole need of their caller: a test's testing.TB, or the demo's
+// runner, which runs the same parts outside `go test`.
+type TB interface {
+	testbed.T
+	Context() context.Context
+	Errorf(format string, args ...any)
+	TempDir() string
+}
 
 // APIUser is the identity the archive API server runs as, with config/apiserver's RBAC.
 const APIUser = "system:serviceaccount:jobvault-system:jobvault-api"
@@ -35,7 +43,7 @@ type API struct {
 // testbed reaches aggregated servers). It runs as APIUser with the RBAC of config/apiserver for
 // delegated authentication and authorization, and installs config/apiserver's view ClusterRole.
 // The APIService is the cluster's: one test at a time may start an API.
-func StartAPI(t testing.TB, s *Rig) *API {
+func StartAPI(t TB, s *Rig) *API {
 	t.Helper()
 	kubeconfig := apiIdentity(t, s.Env)
 	ca, err := certgen.NewCA("jobvault-api-test-ca", 0)
@@ -72,7 +80,7 @@ func StartAPI(t testing.TB, s *Rig) *API {
 // apiIdentity binds APIUser as config/apiserver/base/rbac.yaml binds the ServiceAccount, installs
 // the view ClusterRole and the gate of config/apiserver/base, and returns a kubeconfig for
 // APIUser.
-func apiIdentity(t testing.TB, env *testbed.Env) string {
+func apiIdentity(t TB, env *testbed.Env) string {
 	t.Helper()
 	ctx := context.Background()
 	subject := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: APIUser}}
@@ -95,7 +103,7 @@ func apiIdentity(t testing.TB, env *testbed.Env) string {
 }
 
 // configObjects decodes the YAML documents of config/apiserver/base/name, in order, into objs.
-func configObjects(t testing.TB, name string, objs ...client.Object) []client.Object {
+func configObjects(t testbed.T, name string, objs ...client.Object) []client.Object {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), "config", "apiserver", "base", name))
 	if err != nil {

@@ -30,7 +30,7 @@ func OpenRecords(t testing.TB) (*db.DB, string) {
 // LoginRole creates a login role that is a member of group (the migrations' group roles cannot
 // log in) on dsn's server, and returns dsn as that role, so that a test runs with exactly the
 // rights the group gives. The role is dropped when the test ends.
-func LoginRole(t testing.TB, dsn, group string) string {
+func LoginRole(t TB, dsn, group string) string {
 	t.Helper()
 	admin, err := sql.Open("postgres", dsn)
 	if err != nil {
