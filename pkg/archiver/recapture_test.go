@@ -32,11 +32,17 @@ type loggedRecords struct {
 	mu      sync.Mutex
 	logs    []record.LogObject
 	claimed map[db.RunKey]bool
+	// failPuts is how many PutLogObject calls fail before one succeeds.
+	failPuts int
 }
 
 func (m *loggedRecords) PutLogObject(_ context.Context, l record.LogObject) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failPuts > 0 {
+		m.failPuts--
+		return errors.New("database down")
+	}
 	m.logs = append(m.logs, l)
 	return nil
 }
@@ -98,6 +104,37 @@ func (l staticLog) Open(context.Context, capture.Ref, capture.OpenOptions) (io.R
 // object gets a second version in a versioned bucket, which Object Lock keeps for the retention
 // (TestArchiveLocksFinalObjects/s3 found one).
 func TestCaptureRunRecordedOnce(t *testing.T) {
+	r, store, records, job, ref, key := captureRig(t, 0)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r.captureRun(ctx, job, ref, record.ContainerRegular)
+	if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
+		t.Fatalf("first capture: %d writes of %s, %d log rows; want 1 and 1", n, key, len(records.logs))
+	}
+	// The capture the stale reconcile starts again.
+	r.captureRun(ctx, job, ref, record.ContainerRegular)
+	if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
+		t.Errorf("capture started again once its log was recorded: %d writes of %s, %d log rows; want 1 and 1 (written once)", n, key, len(records.logs))
+	}
+}
+
+// TestCaptureRunRecordRetried: when recording a log written whole fails (the database), the
+// capture records it again, without writing it again (a second version, locked, on a versioned
+// bucket).
+func TestCaptureRunRecordRetried(t *testing.T) {
+	r, store, records, job, ref, key := captureRig(t, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r.captureRun(ctx, job, ref, record.ContainerRegular)
+	if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
+		t.Errorf("record failed once: %d writes of %s, %d log rows; want 1 and 1 (written once, recorded at the retry)", n, key, len(records.logs))
+	}
+}
+
+// captureRig is a pod reconciler with one ended container run (ref) of job, whose records fail
+// the first failPuts log rows, and the key of the run's final log object.
+func captureRig(t *testing.T, failPuts int) (*PodReconciler, *countingStore, *loggedRecords, archive.JobRef, capture.Ref, string) {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), batchv1alpha1.AddToScheme(scheme)); err != nil {
 		t.Fatal(err)
@@ -113,7 +150,8 @@ func TestCaptureRunRecordedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := &countingStore{Store: fs, writes: map[string]int{}}
-	records := &loggedRecords{memRecords: &memRecords{jobs: map[string]record.Job{}, pods: map[string]record.Pod{}}, claimed: map[db.RunKey]bool{}}
+	records := &loggedRecords{memRecords: &memRecords{jobs: map[string]record.Job{}, pods: map[string]record.Pod{}}, claimed: map[db.RunKey]bool{},
+		failPuts: failPuts}
 	r := &PodReconciler{Deps: Deps{Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod).Build(), Records: records, Store: store,
 		Logs: staticLog("2023-11-14T22:13:20.000000000Z hello\n"), Recorder: kuberecord.NewFakeRecorder(10), Clock: clocktesting.NewFakeClock(now.Time)},
 		Options: DefaultOptions()}
@@ -123,15 +161,5 @@ func TestCaptureRunRecordedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	r.captureRun(ctx, job, ref, record.ContainerRegular)
-	if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
-		t.Fatalf("first capture: %d writes of %s, %d log rows; want 1 and 1", n, key, len(records.logs))
-	}
-	// The capture the stale reconcile starts again.
-	r.captureRun(ctx, job, ref, record.ContainerRegular)
-	if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
-		t.Errorf("capture started again once its log was recorded: %d writes of %s, %d log rows; want 1 and 1 (written once)", n, key, len(records.logs))
-	}
+	return r, store, records, job, ref, key
 }
