@@ -97,37 +97,31 @@ func (l staticLog) Open(context.Context, capture.Ref, capture.OpenOptions) (io.R
 	return io.NopCloser(strings.NewReader(string(l))), nil
 }
 
-// TestCaptureRunRecordedOnce: a capture of a run whose log is recorded already writes nothing.
-// It happens when a pod's reconcile reads the pod's log rows (archiveLogs) before the run's
-// capture records its log, and asks the capture manager for the run's capture (Ensure) after that
-// capture ended: the manager no longer knows it, and starts it again. Written again, its final
-// object gets a second version in a versioned bucket, which Object Lock keeps for the retention
-// (TestArchiveLocksFinalObjects/s3 found one).
-func TestCaptureRunRecordedOnce(t *testing.T) {
-	r, store, records, job, ref, key := captureRig(t, 0)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	r.captureRun(ctx, job, ref, record.ContainerRegular)
-	if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
-		t.Fatalf("first capture: %d writes of %s, %d log rows; want 1 and 1", n, key, len(records.logs))
-	}
-	// The capture the stale reconcile starts again.
-	r.captureRun(ctx, job, ref, record.ContainerRegular)
-	if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
-		t.Errorf("capture started again once its log was recorded: %d writes of %s, %d log rows; want 1 and 1 (written once)", n, key, len(records.logs))
-	}
-}
-
-// TestCaptureRunRecordRetried: when recording a log written whole fails (the database), the
-// capture records it again, without writing it again (a second version, locked, on a versioned
-// bucket).
-func TestCaptureRunRecordRetried(t *testing.T) {
-	r, store, records, job, ref, key := captureRig(t, 1)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	r.captureRun(ctx, job, ref, record.ContainerRegular)
-	if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
-		t.Errorf("record failed once: %d writes of %s, %d log rows; want 1 and 1 (written once, recorded at the retry)", n, key, len(records.logs))
+// TestCaptureRunWritesOnce: a run's final log object is written once, however often its capture
+// runs or its record fails. Written again, it would get a second version in a versioned bucket,
+// which Object Lock keeps (TestArchiveLocksFinalObjects/s3 found one).
+//   - A capture of a run whose log is recorded already writes nothing. It runs when a pod's
+//     reconcile reads the pod's log rows (archiveLogs) before the run's capture records its log,
+//     and asks the capture manager for the run's capture (Ensure) after that capture ended: the
+//     manager no longer knows it, and starts it again.
+//   - When recording a log written whole fails (the database), the capture records it again,
+//     without writing it again.
+func TestCaptureRunWritesOnce(t *testing.T) {
+	for name, tc := range map[string]struct{ captures, failPuts int }{
+		"captured again once recorded": {captures: 2},
+		"its record failed once":       {captures: 1, failPuts: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, store, records, job, ref, key := captureRig(t, tc.failPuts)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			for range tc.captures {
+				r.captureRun(ctx, job, ref, record.ContainerRegular)
+			}
+			if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
+				t.Errorf("%d writes of %s, %d log rows; want 1 and 1 (written once, recorded)", n, key, len(records.logs))
+			}
+		})
 	}
 }
 
