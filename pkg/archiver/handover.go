@@ -3,6 +3,7 @@ package archiver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,12 +38,12 @@ func (r *PodReconciler) agentCaptures(ctx context.Context, log logr.Logger, job 
 		claim.Node = pod.Spec.NodeName
 	}
 	retry := time.Second
-	var owner string
+	var (
+		owner string
+		first bool
+	)
 	for owner == "" {
-		var (
-			first bool
-			err   error
-		)
+		var err error
 		if owner, first, err = r.Records.ClaimRun(ctx, claim, db.AgentHealthyWithin); err != nil {
 			archiveFailuresTotal.WithLabelValues("database").Inc()
 			log.Error(err, "Claiming the run failed, will retry")
@@ -52,6 +53,9 @@ func (r *PodReconciler) agentCaptures(ctx context.Context, log logr.Logger, job 
 		} else if first {
 			runsClaimedTotal.WithLabelValues(owner).Inc() // once per run, not per capture restart
 		}
+	}
+	if !first && r.recordedAgain(ctx, log, ref) {
+		return true
 	}
 	if owner != record.CapturedByAgent {
 		return false
@@ -78,6 +82,42 @@ func (r *PodReconciler) agentCaptures(ctx context.Context, log logr.Logger, job 
 		case <-time.After(r.Capture.Poll):
 		}
 	}
+}
+
+// recordedAgain reports, for a run a capture claimed before (a preempted capture, one of an
+// earlier leader, or one that ended), whether its log is recorded already (or ctx ended). A pod's
+// reconcile that read the pod's log rows before a capture recorded the run, and asked for the
+// run's capture after that capture ended, starts it again: captured again, its final object would
+// be written again, a second version that Object Lock keeps on a versioned bucket (and, once its
+// segments are forgotten, an empty log written over an assembled one, or an unavailable row over
+// a stored one). Only a run claimed before costs this read: a run's first capture does not.
+func (r *PodReconciler) recordedAgain(ctx context.Context, log logr.Logger, ref capture.Ref) bool {
+	for retry := time.Second; ; {
+		done, err := r.runRecorded(ctx, ref)
+		if err == nil {
+			return done
+		}
+		archiveFailuresTotal.WithLabelValues("database").Inc()
+		log.Error(err, "Reading the run's log record failed, will retry")
+		if !r.pause(ctx, &retry) {
+			return true
+		}
+	}
+}
+
+// runRecorded reports whether the run's log is recorded, under the name it has now (runInstance,
+// as recordRun names it).
+func (r *PodReconciler) runRecorded(ctx context.Context, ref capture.Ref) (bool, error) {
+	end, _, err := r.runEnd(ctx, ref)
+	if err != nil {
+		return false, err
+	}
+	instance := runInstance(ref, end.Previous || end.Lost == record.GapRestarted)
+	rows, err := r.Records.PodLogObjects(ctx, ref.PodUID)
+	if err != nil {
+		return false, fmt.Errorf("read log records of %s: %w", ref, err)
+	}
+	return slices.ContainsFunc(rows, func(l record.LogObject) bool { return l.Container == ref.Container && l.Instance == instance }), nil
 }
 
 // agentState is where a run of an agent stands, as awaitAgent found it.

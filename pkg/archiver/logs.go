@@ -212,11 +212,17 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 		return
 	}
 	retry := time.Second
+	// whole, once written and until recorded, is recorded again rather than written again: a
+	// second PUT leaves a second version, locked, on a versioned bucket.
+	var whole *capture.Assembled
 	for {
-		whole, err := capture.Capture(ctx, r.Capture, r.Logs, r.Records, r.Store, segKey, ref, func(ctx context.Context) (capture.End, error) {
-			end, _, err := r.runEnd(ctx, ref)
-			return end, err
-		}, final)
+		var err error
+		if whole == nil {
+			whole, err = capture.Capture(ctx, r.Capture, r.Logs, r.Records, r.Store, segKey, ref, func(ctx context.Context) (capture.End, error) {
+				end, _, err := r.runEnd(ctx, ref)
+				return end, err
+			}, final)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -264,6 +270,9 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 		if err == nil || gap != "" {
 			if err = r.recordRun(ctx, job, ref, ctype, gap, detail, whole); err == nil || errors.Is(err, db.ErrFinalized) {
 				return // recorded, or its job sealed meanwhile: nothing may be added to it
+			}
+			if errors.Is(err, errRenamed) {
+				whole = nil // read again under its new name
 			}
 			archiveFailuresTotal.WithLabelValues("database").Inc()
 			log.Error(err, "Recording the log failed, will retry")
@@ -442,6 +451,10 @@ func runInstance(ref capture.Ref, previous bool) string {
 	return record.InstanceCurrent
 }
 
+// errRenamed: a run's log written whole as its container's current one is now its previous one
+// (the container restarted since): it is read again under that name.
+var errRenamed = errors.New("the run was renamed")
+
 // recordRun assembles a captured run into its log object and records it, with its gap if any,
 // then forgets the segments. A run of which nothing could be read is recorded unavailable. whole,
 // when set, is the run's log already written whole (see capture.Capture): nothing to assemble.
@@ -464,7 +477,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 		}
 	} else if whole.Key != key {
 		// The container restarted since its log was read as its current one: read it again.
-		return fmt.Errorf("the log of %s was written as %s, but the run is now %s", ref, whole.Key, instance)
+		return fmt.Errorf("the log of %s was written as %s, but the run is now %s: %w", ref, whole.Key, instance, errRenamed)
 	}
 	switch {
 	case whole != nil:

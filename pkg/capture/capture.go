@@ -1205,8 +1205,12 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 			keys[i] = s.ObjectKey
 			a.StoredBytes += s.StoredBytes
 		}
-		if err := store.Compose(ctx, key, keys, opts); lockedElse(err) != nil {
+		if stored, err := storedLocked(ctx, store, key, a.StoredBytes, retainUntil); err != nil {
 			return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
+		} else if !stored {
+			if err := store.Compose(ctx, key, keys, opts); lockedElse(err) != nil {
+				return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
+			}
 		}
 		last := segs[len(segs)-1]
 		var p position
@@ -1230,6 +1234,24 @@ func lockedElse(err error) error {
 		return nil
 	}
 	return err
+}
+
+// storedLocked reports whether a locked object (retainUntil set) of size bytes is under key
+// already: an earlier pass assembled it from the same segments (see lockedElse) and failed or
+// stopped before recording it. Written again, it would be a second version on a versioned S3
+// bucket, which Object Lock keeps: one HEAD, for locked logs assembled from segments only.
+func storedLocked(ctx context.Context, store objstore.Store, key string, size int64, retainUntil time.Time) (bool, error) {
+	if retainUntil.IsZero() {
+		return false, nil
+	}
+	info, err := store.Stat(ctx, key)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look for %s: %w", key, err)
+	}
+	return info.Size == size, nil
 }
 
 // Forget deletes a run's segments (recs.Segments), objects and rows, once its assembled log is

@@ -187,6 +187,11 @@ func putStreams(ctx context.Context, store objstore.Store, ref Ref, key string, 
 		}
 	}
 	opts := objstore.PutOptions{ContentType: "application/octet-stream", RetainUntil: retainUntil}
+	if stored, err := storedLocked(ctx, store, key+archive.StreamsSuffix, int64(len(index)), retainUntil); err != nil {
+		return fmt.Errorf("store the stream index of the log of %s: %w", ref, err)
+	} else if stored {
+		return nil
+	}
 	if err := lockedElse(store.Put(ctx, key+archive.StreamsSuffix, bytes.NewReader(index), opts)); err != nil {
 		return fmt.Errorf("store the stream index of the log of %s: %w", ref, err)
 	}

@@ -1,0 +1,55 @@
+package capture
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobvault/jobvault/pkg/objstore"
+)
+
+// composeCounter counts the Compose calls of a store.
+type composeCounter struct {
+	objstore.Store
+	n atomic.Int32
+}
+
+func (s *composeCounter) Compose(ctx context.Context, dst string, srcs []string, opts objstore.PutOptions) error {
+	s.n.Add(1)
+	return s.Store.Compose(ctx, dst, srcs, opts)
+}
+
+// TestAssembleLockedOnce: a run assembled again (its record failed, or the archiver stopped
+// before it, so its segments are still there) into a locked object is not composed again: on a
+// versioned S3 bucket a second Compose adds a second version, which Object Lock keeps.
+func TestAssembleLockedOnce(t *testing.T) {
+	r := newRig(t)
+	store := &composeCounter{Store: r.store}
+	r.store = store
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	done := r.start(ctx)
+	for i := range 20 {
+		r.write(fmt.Sprintf("line %d %s\n", i, strings.Repeat("x", 40)), false)
+	}
+	r.end(t, done)
+	segs, err := r.recs.Segments(ctx, r.ref.PodUID, r.ref.Container, r.ref.Run)
+	if err != nil || len(segs) < 2 {
+		t.Fatalf("segments: %d (%v), want several", len(segs), err)
+	}
+	until := time.Now().Add(time.Hour)
+	first, err := Assemble(ctx, store, r.ref, "final.log.gz", segs, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Assemble(ctx, store, r.ref, "final.log.gz", segs, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := store.n.Load(); n != 1 || again != first {
+		t.Errorf("assembled twice: %d Compose calls, results %+v and %+v; want 1 call, the same result", n, first, again)
+	}
+}
