@@ -85,7 +85,7 @@ func (f *FS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
-	if err := f.write(ctx, p, newSource(ctx, r), f.lockUntil(opts)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, r, opts.Checksum), f.lockUntil(opts)); err != nil {
 		return fmt.Errorf("put %s: %w", f.URL(key), err)
 	}
 	return nil
@@ -109,7 +109,7 @@ func (f *FS) Compose(ctx context.Context, dst string, srcs []string, opts PutOpt
 	}
 	c := &concat{names: srcs, open: func(i int) (io.ReadCloser, error) { return f.open(srcs[i]) }}
 	defer c.Close()
-	if err := f.write(ctx, p, newSource(ctx, c), f.lockUntil(opts)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, c, nil), f.lockUntil(opts)); err != nil {
 		return fmt.Errorf("compose %s: %w", f.URL(dst), err)
 	}
 	return nil

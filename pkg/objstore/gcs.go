@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/storage"
@@ -135,7 +136,12 @@ func (g *GCS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions)
 	w.ContentType = opts.ContentType
 	w.ContentEncoding = opts.ContentEncoding
 	w.Retention = g.retention(opts)
-	if _, err := io.Copy(w, newSource(ctx, r)); err != nil {
+	if opts.Checksum != nil {
+		// GCS refuses to finalize an upload whose bytes do not have this CRC32C; the source
+		// checks their sha256 before the upload is finalized.
+		w.CRC32C, w.SendCRC32C = opts.Checksum.CRC32C, true
+	}
+	if _, err := io.Copy(w, newSource(ctx, r, opts.Checksum)); err != nil {
 		// Cancelling before Close is how an upload is abandoned; a plain Close would finalize
 		// the bytes written so far as the object.
 		cancel()
@@ -367,8 +373,13 @@ func gcsError(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
 	var gerr *googleapi.Error
-	if errors.As(err, &gerr) && gerr.Code == http.StatusForbidden && lockMessage(gerr.Message) {
+	switch {
+	case !errors.As(err, &gerr):
+	case gerr.Code == http.StatusForbidden && lockMessage(gerr.Message):
 		return fmt.Errorf("%w: %w", ErrLocked, err)
+	case gerr.Code == http.StatusBadRequest && strings.Contains(strings.ToLower(gerr.Message), "doesn't match calculated"):
+		// The upload's CRC32C or MD5 is not that of the bytes the service received.
+		return fmt.Errorf("%w: %w", ErrChecksum, err)
 	}
 	return err
 }

@@ -44,12 +44,12 @@ func TestValidateKey(t *testing.T) {
 // TestSourceHidesUnexpectedEOF: minio-go compares read errors with io.ErrUnexpectedEOF by value
 // and takes it for a short last part; a broken source must not look like that.
 func TestSourceHidesUnexpectedEOF(t *testing.T) {
-	src := newSource(t.Context(), iotest.ErrReader(io.ErrUnexpectedEOF))
+	src := newSource(t.Context(), iotest.ErrReader(io.ErrUnexpectedEOF), nil)
 	_, err := src.Read(make([]byte, 1))
 	if err == io.ErrUnexpectedEOF || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("Read error = %#v, want a wrapped io.ErrUnexpectedEOF", err)
 	}
-	if _, err := newSource(t.Context(), strings.NewReader("")).Read(make([]byte, 1)); err != io.EOF {
+	if _, err := newSource(t.Context(), strings.NewReader(""), nil).Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("Read at end = %v, want io.EOF itself", err)
 	}
 }

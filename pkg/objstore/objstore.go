@@ -4,7 +4,9 @@ package objstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"hash/crc32"
 	"io"
 	"time"
 )
@@ -30,7 +32,32 @@ type PutOptions struct {
 	// without a lock mode, stores the object unlocked. Only final objects are locked, never
 	// objects that are deleted later (capture segments).
 	RetainUntil time.Time
+	// Checksum, when not nil, is what the bytes given to Put hash to (ChecksumOf): the store
+	// refuses to keep anything else, failing with ErrChecksum and leaving no object under the key.
+	// S3 checks the sha256 itself (x-amz-checksum-sha256); GCS checks the CRC32C itself, and the
+	// backend the sha256 of what it sent before finalizing the upload; the fs backend the sha256 of
+	// what it wrote before renaming it into place. Compose ignores it.
+	Checksum *Checksum
 }
+
+// ErrChecksum is returned (wrapped) by Put when the bytes the store received do not hash to the
+// Checksum given with them.
+var ErrChecksum = errors.New("stored bytes do not match their checksum")
+
+// Checksum is what an object's bytes hash to, given with Put so that the store checks what it
+// received.
+type Checksum struct {
+	SHA256 [sha256.Size]byte
+	CRC32C uint32
+}
+
+// ChecksumOf returns the checksum of b: the one place a Put's checksum is computed.
+func ChecksumOf(b []byte) *Checksum {
+	return &Checksum{SHA256: sha256.Sum256(b), CRC32C: crc32.Checksum(b, crc32cTable)}
+}
+
+// crc32cTable is the Castagnoli table GCS checksums with.
+var crc32cTable = crc32.MakeTable(crc32.Castagnoli)
 
 // ObjectInfo describes a stored object.
 type ObjectInfo struct {

@@ -135,6 +135,8 @@ func NewS3(cfg S3Config) (*S3, error) {
 		Transport:    transport,
 		Region:       cfg.Region,
 		BucketLookup: lookup,
+		// Needed to send a Put's checksum (PutOptions.Checksum) for the service to check.
+		TrailingHeaders: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create S3 store: %w", err)
@@ -171,6 +173,11 @@ func (s *S3) putOptions(opts PutOptions) minio.PutObjectOptions {
 	o := minio.PutObjectOptions{ContentType: opts.ContentType, ContentEncoding: opts.ContentEncoding}
 	if s.locks(opts) {
 		o.Mode, o.RetainUntilDate, o.SendContentMd5 = s.lockMode, opts.RetainUntil.UTC(), true
+	}
+	if opts.Checksum != nil {
+		// The service checks it, and refuses the object, itself (the client needs
+		// TrailingHeaders for minio-go to pass it on).
+		o.UserMetadata = map[string]string{"x-amz-checksum-sha256": base64.StdEncoding.EncodeToString(opts.Checksum.SHA256[:])}
 	}
 	return o
 }
@@ -218,7 +225,7 @@ func (s *S3) put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 	// allocates a ~528 MiB buffer per upload. (It computes a locked upload's Content-MD5 from
 	// that part buffer, or, for a single PUT of known size, from a buffer of that size.)
 	o.PartSize = s.partSize
-	_, err := s.client.PutObject(ctx, s.bucket, key, newSource(ctx, r), size, o)
+	_, err := s.client.PutObject(ctx, s.bucket, key, newSource(ctx, r, nil), size, o)
 	return s3Error(err)
 }
 
@@ -629,6 +636,8 @@ func s3Error(err error) error {
 	switch {
 	case resp.Code == minio.NoSuchKey:
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case resp.Code == "BadDigest" || resp.Code == "XAmzContentChecksumMismatch":
+		return fmt.Errorf("%w: %w", ErrChecksum, err)
 	case (resp.Code == "AccessDenied" || resp.Code == "InvalidRequest") && lockMessage(resp.Message):
 		return fmt.Errorf("%w: %w", ErrLocked, err)
 	}

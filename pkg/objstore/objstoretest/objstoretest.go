@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		{"ConcurrentOverwrites", testConcurrentOverwrites},
 		{"CancelledPutStoresNothing", testCancelledPut},
 		{"FailedSourceStoresNothing", testFailedSource},
+		{"ChecksummedPut", testChecksummedPut},
 		{"Compose", testCompose},
 		{"ComposeLargeSources", testComposeLarge},
 		{"ComposeManySources", testComposeMany},
@@ -432,6 +433,39 @@ func testFailedSource(t *testing.T, s objstore.Store) {
 				t.Fatalf("Put error = %v, want the source's error %q", err, srcErr)
 			}
 			assertAbsentOr(t, s, key, nil)
+		})
+	}
+}
+
+// testChecksummedPut checks that a Put given the checksum of its bytes stores them, and that one
+// given the checksum of other bytes (an upload corrupted on its way) is refused with ErrChecksum
+// and stores nothing, in place of a new object or over an old one.
+func testChecksummedPut(t *testing.T, s objstore.Store) {
+	data, other := randomBytes(1, 100<<10), randomBytes(2, 100<<10)
+	if err := s.Put(t.Context(), "checked/right", bytes.NewReader(data), objstore.PutOptions{Checksum: objstore.ChecksumOf(data)}); err != nil {
+		t.Fatalf("Put with the checksum of its bytes: %v", err)
+	}
+	assertContent(t, s, "checked/right", data)
+	for _, tc := range []struct {
+		name string
+		old  []byte
+	}{{"new", nil}, {"overwrite", data}} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "checked/wrong-" + tc.name
+			if tc.old != nil {
+				put(t, s, key, tc.old)
+			}
+			err := s.Put(t.Context(), key, bytes.NewReader(data), objstore.PutOptions{Checksum: objstore.ChecksumOf(other)})
+			if !errors.Is(err, objstore.ErrChecksum) {
+				t.Fatalf("Put with the checksum of other bytes: error = %v, want ErrChecksum", err)
+			}
+			if tc.old == nil {
+				if _, err := s.Stat(t.Context(), key); !errors.Is(err, objstore.ErrNotFound) {
+					t.Errorf("Stat(%q) after a refused Put: error = %v, want ErrNotFound", key, err)
+				}
+				return
+			}
+			assertContent(t, s, key, tc.old)
 		})
 	}
 }

@@ -605,3 +605,21 @@ func roundTrip(t *testing.T, s objstore.Store) {
 		t.Errorf("Stat after Delete: error = %v, want ErrNotFound", err)
 	}
 }
+
+// TestObjstoreGCSChecksCRC32C checks that the GCS service itself (here fake-gcs-server) refuses
+// an upload whose bytes do not have the CRC32C sent with it, although their sha256 (checked by
+// the backend as it sends them) is right: the store checks what it received.
+func TestObjstoreGCSChecksCRC32C(t *testing.T) {
+	s := newGCSStore(t)
+	data := []byte("a log line\n")
+	sum := objstore.ChecksumOf(data)
+	sum.CRC32C++
+	err := s.Put(t.Context(), "checked/crc32c", bytes.NewReader(data), objstore.PutOptions{Checksum: sum})
+	if !errors.Is(err, objstore.ErrChecksum) {
+		t.Fatalf("Put with a wrong CRC32C: error = %v, want ErrChecksum from the service", err)
+	}
+	t.Logf("Put with a wrong CRC32C: %v", err)
+	if _, err := s.Stat(t.Context(), "checked/crc32c"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("Stat after a refused Put: error = %v, want ErrNotFound", err)
+	}
+}
