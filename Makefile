@@ -67,6 +67,7 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 	$(GO) test -count=1 -run '^$$' -bench 'ReleaseThroughput' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
 	$(GO) test -count=1 -run '^$$' -bench 'CaptureLoadMisses' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
 	$(MAKE) bench-audit
+	$(MAKE) bench-api
 	$(MAKE) bench-agent
 	$(MAKE) bench-agent-full
 
@@ -110,6 +111,19 @@ bench-size: testbed ## Benchmark one archiver holding 10,000 live VcJobs and 100
 .PHONY: bench-db
 bench-db: ## Audit queries, keyset pagination and retention on 1M jobs, 10M transitions, 20M log rows (before/after migration 0009, the last of the audit-scale ones; plans to a file)
 	$(GO) test -count=1 -run '^$$' -bench 'AuditDB' -benchtime 1x -timeout 3h -v ./test/performance
+
+# The archive API (issue 27). bench-api streams a JOBVAULT_BENCH_API_LOG_MIB (1024) MiB log
+# JOBVAULT_BENCH_API_LOG_ROUNDS (3) times through the aggregator and straight from MinIO,
+# alternating. bench-api-list pages through the audit-scale database as bench-db loads it
+# (JOBVAULT_BENCH_DB_JOBS, 1M; JOBVAULT_BENCH_DB_DSN reuses a loaded one), JOBVAULT_BENCH_API_PAGES
+# (200) pages of 500 per list.
+.PHONY: bench-api
+bench-api: testbed ## Archive API: a 1 GiB log through the API against straight from MinIO (MB/s, ratio), the API server's RSS; about 5 minutes
+	$(GO) test -count=1 -run '^$$' -bench 'ArchiveAPILog' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
+
+.PHONY: bench-api-list
+bench-api-list: testbed ## Archive API: pages of 500 over 1M archived jobs (the audit-scale database), p50/p95 per page, with field selectors; about 20 minutes, most loading
+	$(GO) test -count=1 -run '^$$' -bench 'ArchiveAPIList' -benchtime 1x -timeout 3h -v ./test/performance
 
 # BenchmarkSustained takes JOBVAULT_BENCH_SUSTAINED_RATE (jobs/s, 20), _PODS (per job, 5), _MINUTES
 # (15) and _OUTAGE (seconds of MinIO down in the middle, 120; 0 for none).
