@@ -71,16 +71,7 @@ func TestSealTrustsTheStoresCheckOfAShortLog(t *testing.T) {
 			r.WriteLog = func(ctx context.Context, ref archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error) {
 				return captureLog(ctx, r, store, capture.DefaultConfig, ref, pod, key, content)
 			}
-			ref, err := r.job(t.Context(), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls := store.take()
-			logs, err := r.Records.LogObjects(t.Context(), ref.UID)
-			if err != nil || len(logs) != 2 {
-				t.Fatalf("log rows %v (%v), want 2", logs, err)
-			}
-			m := sealedManifest(t, r, ref)
+			_, calls, logs, m := sealJob(t, r, store)
 			for _, l := range logs {
 				log, streams := calls.of(l.ObjectKey), calls.of(l.ObjectKey+archive.StreamsSuffix)
 				t.Logf("short log %s, captured and sealed: %d PUT, %d GET, %d other store calls (its stream index: %d)",
@@ -190,16 +181,7 @@ func TestSealReadsBackWhatNoCheckedWriteStandsBehind(t *testing.T) {
 				}
 				return captureLog(ctx, r, store, tc.cfg, ref, pod, key, content)
 			}
-			ref, err := r.job(t.Context(), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls := store.take()
-			logs, err := r.Records.LogObjects(t.Context(), ref.UID)
-			if err != nil || len(logs) != 2 {
-				t.Fatalf("log rows %v (%v), want 2", logs, err)
-			}
-			m := sealedManifest(t, r, ref)
+			ref, calls, logs, m := sealJob(t, r, store)
 			for _, l := range logs {
 				log := calls.of(l.ObjectKey)
 				t.Logf("log %s, captured and sealed: %v", l.ObjectKey, log)
@@ -287,6 +269,22 @@ func (s lineSource) Open(context.Context, capture.Ref, capture.OpenOptions) (io.
 		}
 	}
 	return io.NopCloser(strings.NewReader(b.String())), nil
+}
+
+// sealJob records and seals a job through r (chainRig.job) and returns it with the store calls
+// counted, its log rows and the objects its manifest lists.
+func sealJob(t *testing.T, r *chainRig, store *countingStore) (archive.JobRef, storeCalls, []record.LogObject, map[string]archive.ObjectEntry) {
+	t.Helper()
+	ref, err := r.job(t.Context(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := store.take()
+	logs, err := r.Records.LogObjects(t.Context(), ref.UID)
+	if err != nil || len(logs) != 2 {
+		t.Fatalf("log rows %v (%v), want 2", logs, err)
+	}
+	return ref, calls, logs, sealedManifest(t, r, ref)
 }
 
 // sealedManifest returns the objects the job's chain entry lists, by key.
