@@ -423,7 +423,7 @@ func (s Sealer) putJSON(ctx context.Context, key string, v any, retain time.Time
 	return h.ObjectEntry, err
 }
 
-// putOnce stores b at key. Locked (retain not zero), an object is written once: when an earlier
+// putOnce stores b at key, checked by the store against b's checksum. Locked (retain not zero), an object is written once: when an earlier
 // pass stored it (and then failed before the job was released), that one stands, rather than a
 // second version (S3) or a refused overwrite (GCS, fs); kept says so.
 func (s Sealer) putOnce(ctx context.Context, key string, b []byte, retain time.Time) (kept bool, err error) {
@@ -436,7 +436,9 @@ func (s Sealer) putOnce(ctx context.Context, key string, b []byte, retain time.T
 			return false, err
 		}
 	}
-	err = s.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json", RetainUntil: retain})
+	// Checked by the store, as the logs written whole are: the manifest lists job.json's sha256
+	// as computed here, not read back.
+	err = s.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json", RetainUntil: retain, Checksum: objstore.ChecksumOf(b)})
 	if errors.Is(err, objstore.ErrLocked) {
 		return true, nil // stored and locked meanwhile by a concurrent pass
 	}

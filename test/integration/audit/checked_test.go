@@ -109,38 +109,50 @@ func TestSealTrustsTheStoresCheckOfAShortLog(t *testing.T) {
 	}
 }
 
-// TestCheckedWriteRefusesOtherBytes: a log whose bytes change on their way to the store (here
-// in a wrapper between the capture and the backend, as a broken proxy or disk would) is refused
-// by the store, with objstore.ErrChecksum, nothing is stored under its key, and nothing is
-// recorded: the job is not sealed.
+// TestCheckedWriteRefusesOtherBytes: a log, or the job's final object (job.json, written by the
+// seal), whose bytes change on their way to the store (here in a wrapper between jobvault and the
+// backend, as a broken proxy or disk would) is refused by the store, with objstore.ErrChecksum,
+// nothing is stored under its key, and nothing is recorded for it: the job is not sealed.
 func TestCheckedWriteRefusesOtherBytes(t *testing.T) {
-	for _, name := range slices.Sorted(maps.Keys(checkedBackends)) {
-		t.Run(name, func(t *testing.T) {
-			store := checkedBackends[name](t, "")
-			r := newCheckedRig(t, store)
-			var keys []string
-			r.WriteLog = func(ctx context.Context, ref archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error) {
-				keys = append(keys, key)
-				return captureLog(ctx, r, corruptingStore{store}, capture.DefaultConfig, ref, pod, key, content)
-			}
-			ref, err := r.job(t.Context(), 1)
-			if !errors.Is(err, objstore.ErrChecksum) {
-				t.Fatalf("capture and seal of a log changed on its way: error = %v, want ErrChecksum", err)
-			}
-			t.Logf("refused: %v", err)
-			for _, key := range keys {
-				if _, err := store.Stat(t.Context(), key); !errors.Is(err, objstore.ErrNotFound) {
-					t.Errorf("Stat(%s) after the refused write: error = %v, want ErrNotFound", key, err)
+	for _, object := range []string{"log", "job.json"} {
+		for _, name := range slices.Sorted(maps.Keys(checkedBackends)) {
+			t.Run(object+"/"+name, func(t *testing.T) {
+				store := checkedBackends[name](t, "")
+				r := newCheckedRig(t, store)
+				var keys []string
+				logStore := objstore.Store(store)
+				if object == "log" {
+					logStore = corruptingStore{store}
+				} else {
+					r.Sealer.Store = corruptingStore{store}
 				}
-			}
-			logs, err := r.Records.LogObjects(t.Context(), ref.UID)
-			if err != nil || len(logs) != 0 {
-				t.Errorf("log rows %v (%v) after the refused write, want none", logs, err)
-			}
-			if _, chained, err := r.Records.ChainEntry(t.Context(), ref.UID); err != nil || chained {
-				t.Errorf("job chained: %v (%v), want not sealed", chained, err)
-			}
-		})
+				r.WriteLog = func(ctx context.Context, ref archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error) {
+					if object == "log" {
+						keys = append(keys, key)
+					} else if len(keys) == 0 {
+						keys = append(keys, stack.Must(r.Sealer.Layout.JobObject(ref)))
+					}
+					return captureLog(ctx, r, logStore, capture.DefaultConfig, ref, pod, key, content)
+				}
+				ref, err := r.job(t.Context(), 1)
+				if !errors.Is(err, objstore.ErrChecksum) {
+					t.Fatalf("capture and seal of a %s changed on its way: error = %v, want ErrChecksum", object, err)
+				}
+				t.Logf("refused: %v", err)
+				for _, key := range keys {
+					if _, err := store.Stat(t.Context(), key); !errors.Is(err, objstore.ErrNotFound) {
+						t.Errorf("Stat(%s) after the refused write: error = %v, want ErrNotFound", key, err)
+					}
+				}
+				logs, err := r.Records.LogObjects(t.Context(), ref.UID)
+				if err != nil || (object == "log") != (len(logs) == 0) {
+					t.Errorf("log rows %v (%v) after the refused write of a %s", logs, err, object)
+				}
+				if _, chained, err := r.Records.ChainEntry(t.Context(), ref.UID); err != nil || chained {
+					t.Errorf("job chained: %v (%v), want not sealed", chained, err)
+				}
+			})
+		}
 	}
 }
 
