@@ -481,7 +481,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 	}
 	switch {
 	case whole != nil:
-		row.State, row.ObjectKey, row.Bytes, row.StoredBytes, row.SHA256 = record.LogStored, whole.Key, whole.Bytes, whole.StoredBytes, whole.SHA256
+		row = whole.Stored(row)
 	case gap != "" && len(segs) == 0:
 		row.State, row.Reason = record.LogUnavailable, string(gap)
 		if detail != "" {
@@ -502,7 +502,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 		if err != nil {
 			return err
 		}
-		row.State, row.ObjectKey, row.Bytes, row.StoredBytes, row.SHA256 = record.LogStored, a.Key, a.Bytes, a.StoredBytes, a.SHA256
+		row = a.Stored(row)
 	}
 	// Every gap of the run, those the capture found (rotated away) as well as the one above.
 	var runGaps []record.Gap

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"strings"
@@ -167,10 +168,12 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec Record, out 
 	nameStreams(&m)
 	// The rows were read, and the objects hashed, before the finalizing transaction: it checks,
 	// with the rows locked, that they are still the ones digested, so that the chain seals exactly
-	// what it finalizes.
+	// what it finalizes, and that the stored hashes listed without a read still stand (a second
+	// write of a log drops its row's: pkg/db's PutLogObject).
+	trusted := storedHashes(rec.Logs)
 	check := func(now record.JobRows) error {
 		now.Job = finalizedRow(now.Job, out)
-		if d, _ := RecordDigest(Record(now)); d != digest {
+		if d, _ := RecordDigest(Record(now)); d != digest || !maps.Equal(storedHashes(now.Logs), trusted) {
 			return errRowsChanged
 		}
 		return nil
@@ -184,6 +187,18 @@ func (s Sealer) append(ctx context.Context, ref archive.JobRef, rec Record, out 
 		metrics.ChainLockSeconds.Observe(fin.LockHeld.Seconds())
 	}
 	return fin.Entry, nil
+}
+
+// storedHashes returns the stored sha256 the store checked at the write of each log that has
+// one (record.LogObject.StoredSHA256), by object key.
+func storedHashes(logs []record.LogObject) map[string]string {
+	out := map[string]string{}
+	for _, l := range logs {
+		if l.State == record.LogStored && l.StoredSHA256 != "" {
+			out[l.ObjectKey] = l.StoredSHA256
+		}
+	}
+	return out
 }
 
 // nameStreams names, in each log entry of m, the stream index beside its log when m's objects list
@@ -240,13 +255,20 @@ func (h hashedLogs) unreadableReason() string {
 	return reason
 }
 
-// hashLogs reads back every stored log of the job, hashReaders at a time, in the order of logs
-// (one after the other, a job of 1,000 pods waited for 1,000 reads before its release), hashes
-// what the store holds, and checks that it decompresses to what the log's record says. A log gone
-// or not what its record says is unreadable (one that is there is listed, as it is); a failure to
-// read is returned, to be tried again, unless s.GiveUp. A log's stream index (the node agent's,
-// beside it: archive.StreamsSuffix) is listed after it, hashed as stored; a log without one (captured
-// through pods/log) lists none.
+// hashLogs lists every stored log of the job with the size and sha256 of its stored bytes. A log
+// the store checked at its write (record.LogObject.StoredSHA256: written whole, from memory, by a
+// Put the store compared with that sha256 and would have refused otherwise) is listed as
+// recorded, without a read: the capture compressed the very lines it hashed into those bytes, and
+// a whole write has no stream index beside it. Every other stored log is read back, hashReaders at
+// a time, in the order of logs (one after the other, a job of 1,000 pods waited for 1,000 reads
+// before its release): what the store holds is hashed, and checked to decompress to what the
+// log's record says. A log gone or not what its record says is unreadable (one that is there is
+// listed, as it is); a failure to read is returned, to be tried again, unless s.GiveUp. A log's
+// stream index (the node agent's, beside it: archive.StreamsSuffix) is listed after it, hashed as
+// stored; a log without one (captured through pods/log) lists none.
+//
+// An object changed after its checked write is found by `audit verify`, which reads every object
+// back; the read-back here never covered that either (it ran once, soon after the write).
 func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLogs, error) {
 	var stored []record.LogObject
 	for _, l := range logs {
@@ -259,6 +281,10 @@ func (s Sealer) hashLogs(ctx context.Context, logs []record.LogObject) (hashedLo
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(hashReaders)
 	for i, l := range stored {
+		if l.StoredSHA256 != "" {
+			objects[i] = []archive.ObjectEntry{{Key: l.ObjectKey, Bytes: l.StoredBytes, SHA256: l.StoredSHA256}}
+			continue
+		}
 		g.Go(func() error {
 			h, err := HashObject(gctx, s.Store, l.ObjectKey, true)
 			switch {
@@ -397,7 +423,7 @@ func (s Sealer) putJSON(ctx context.Context, key string, v any, retain time.Time
 	return h.ObjectEntry, err
 }
 
-// putOnce stores b at key. Locked (retain not zero), an object is written once: when an earlier
+// putOnce stores b at key, checked by the store against b's checksum. Locked (retain not zero), an object is written once: when an earlier
 // pass stored it (and then failed before the job was released), that one stands, rather than a
 // second version (S3) or a refused overwrite (GCS, fs); kept says so.
 func (s Sealer) putOnce(ctx context.Context, key string, b []byte, retain time.Time) (kept bool, err error) {
@@ -410,7 +436,9 @@ func (s Sealer) putOnce(ctx context.Context, key string, b []byte, retain time.T
 			return false, err
 		}
 	}
-	err = s.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json", RetainUntil: retain})
+	// Checked by the store, as the logs written whole are: the manifest lists job.json's sha256
+	// as computed here, not read back.
+	err = s.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{ContentType: "application/json", RetainUntil: retain, Checksum: objstore.ChecksumOf(b)})
 	if errors.Is(err, objstore.ErrLocked) {
 		return true, nil // stored and locked meanwhile by a concurrent pass
 	}

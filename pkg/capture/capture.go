@@ -625,7 +625,9 @@ func (c *capture) readRest(ctx context.Context, src Source, previous bool, over 
 }
 
 // whole writes the run's log, all of it in the segment being filled, as its final object, locked
-// until retainUntil (zero: unlocked).
+// until retainUntil (zero: unlocked). The store checks the object against the checksum of the
+// buffer it is written from, and the result carries that sha256 (StoredSHA256) when this write
+// stored it: the seal trusts it instead of reading the object back.
 func (c *capture) whole(ctx context.Context, key string, retainUntil time.Time) (*Assembled, error) {
 	if err := c.judgeStart(ctx); err != nil {
 		return nil, err
@@ -633,12 +635,32 @@ func (c *capture) whole(ctx context.Context, key string, retainUntil time.Time) 
 	if err := c.compress(true); err != nil {
 		return nil, err
 	}
-	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil}
-	// Locked already: an earlier pass that crashed before recording it stored the same lines.
-	if err := lockedElse(c.store.Put(ctx, key, bytes.NewReader(c.buf.Bytes()), opts)); err != nil {
+	a, err := putWhole(ctx, c.store, key, c.buf.Bytes(), retainUntil)
+	if err != nil {
 		return nil, fmt.Errorf("store the log of %s: %w", c.ref, err)
 	}
-	return &Assembled{Key: key, Bytes: c.segBytes, StoredBytes: int64(c.buf.Len()), SHA256: hex.EncodeToString(c.segHash.Sum(nil))}, nil
+	a.Bytes, a.SHA256 = c.segBytes, hex.EncodeToString(c.segHash.Sum(nil))
+	return &a, nil
+}
+
+// putWhole stores b, a whole log already compressed in memory, under key, locked until
+// retainUntil (zero: unlocked), with its checksum for the store to check (a mismatch fails with
+// objstore.ErrChecksum and stores nothing). It returns the object's key, stored size and, when
+// this write stored it, the sha256 the store accepted. A key locked already was written by an
+// earlier pass that crashed before recording it (the same lines: lockedElse); this write checked
+// nothing then, so the seal is to read that object back.
+func putWhole(ctx context.Context, store objstore.Store, key string, b []byte, retainUntil time.Time) (Assembled, error) {
+	sum := objstore.ChecksumOf(b)
+	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil, Checksum: sum}
+	a := Assembled{Key: key, StoredBytes: int64(len(b))}
+	err := store.Put(ctx, key, bytes.NewReader(b), opts)
+	if lockedElse(err) != nil {
+		return Assembled{}, err
+	}
+	if err == nil {
+		a.StoredSHA256 = hex.EncodeToString(sum.SHA256[:])
+	}
+	return a, nil
 }
 
 // ReadError is a failure to read the log itself (as opposed to storing it): the caller retries
@@ -1177,13 +1199,30 @@ func noTimestamp(text string) error {
 type Assembled struct {
 	Key                string
 	Bytes, StoredBytes int64
-	SHA256             string
+	// SHA256 is the lower-case hex sha256 of the log's (uncompressed) bytes.
+	SHA256 string
+	// StoredSHA256, when set, is the lower-case hex sha256 of the stored object, checked by the
+	// store as it received it (objstore.PutOptions.Checksum): set for a log written whole from
+	// memory by this pass, empty for one composed from segments (no store checks the composed
+	// whole against a hash given in advance) or found locked (see putWhole). Record it only
+	// with the row that records the log stored (Stored).
+	StoredSHA256 string
+}
+
+// Stored returns row recording the log as stored in the object a describes.
+func (a Assembled) Stored(row record.LogObject) record.LogObject {
+	row.State, row.ObjectKey, row.Bytes, row.StoredBytes, row.SHA256, row.StoredSHA256 = record.LogStored, a.Key, a.Bytes, a.StoredBytes, a.SHA256, a.StoredSHA256
+	return row
 }
 
 // Assemble composes a run's recorded segments (recs.Segments) into one object under key (an
-// empty gzip member when the run wrote nothing), locked until retainUntil (zero: unlocked), and
-// returns its size and sha256. It does not delete the segments: call Forget once the result is
-// recorded.
+// empty gzip member when the run wrote nothing, written whole as putWhole does), locked until
+// retainUntil (zero: unlocked), and returns its size and sha256. It does not delete the segments:
+// call Forget once the result is recorded.
+//
+// A composed log carries no StoredSHA256: S3 composes by multipart copy, whose object has no
+// sha256 of the whole for the service to check, and neither S3 nor GCS is given one in advance,
+// so the seal reads it back (docs/design/0009).
 func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, segs []record.Segment, retainUntil time.Time) (Assembled, error) {
 	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil}
 	a := Assembled{Key: key}
@@ -1192,10 +1231,10 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 		var b bytes.Buffer
 		zw := gzip.NewWriter(&b)
 		_ = zw.Close()
-		if err := store.Put(ctx, key, bytes.NewReader(b.Bytes()), opts); lockedElse(err) != nil {
+		var err error
+		if a, err = putWhole(ctx, store, key, b.Bytes(), retainUntil); err != nil {
 			return Assembled{}, fmt.Errorf("store the empty log of %s: %w", ref, err)
 		}
-		a.StoredBytes = int64(b.Len())
 	} else {
 		keys := make([]string, len(segs))
 		for i, s := range segs {

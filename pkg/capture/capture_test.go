@@ -550,6 +550,19 @@ func TestCaptureWritesARunWholeWhenItFitsOneSegment(t *testing.T) {
 			if len(asked) != 1 || asked[0] {
 				t.Errorf("final asked with %v, want once for the current run", asked)
 			}
+			// The store checked the write against the sha256 the result carries (for the seal).
+			rc, err := r.store.Get(t.Context(), a.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			stored, err := io.ReadAll(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum := sha256.Sum256(stored); a.StoredSHA256 != hex.EncodeToString(sum[:]) || a.StoredBytes != int64(len(stored)) {
+				t.Errorf("whole log %+v: the store holds %d bytes with sha256 %x", a, len(stored), sum)
+			}
 		})
 	}
 }

@@ -21,7 +21,12 @@ var (
 // A stored row is final: a later unavailable write for it is ignored (and succeeds), the same
 // stored write again changes nothing, and a stored write with other values fails with
 // ErrAppendOnly (migration 0005's trigger) and changes nothing. An unavailable row is upgraded by
-// a later stored write. (Callers avoid re-uploads by checking PodLogObjects first; write the row
+// a later stored write.
+//
+// StoredSHA256, the hash the store checked at a whole write, is recorded with the row that makes
+// the log stored, never added later: a stored write of the same log that does not bring the same
+// StoredSHA256 (a second pass found the object locked, or wrote it again) drops it, so that the
+// seal reads the object back rather than trust either write (migration 0017). (Callers avoid re-uploads by checking PodLogObjects first; write the row
 // only after the upload is durable. A log assembled again from the same segments after a crash
 // has the same key, sizes and hash.)
 func (d *DB) PutLogObject(ctx context.Context, l record.LogObject) error {
@@ -34,8 +39,8 @@ func (d *DB) PutLogObject(ctx context.Context, l record.LogObject) error {
 	err := d.db.QueryRowContext(ctx, `
 WITH open AS (`+podJobOpen+`),
 ins AS (
-INSERT INTO log_objects (pod_uid, container, container_type, instance, object_key, bytes, stored_bytes, sha256, state, reason)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM open WHERE ok
+INSERT INTO log_objects (pod_uid, container, container_type, instance, object_key, bytes, stored_bytes, sha256, state, reason, stored_sha256)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM open WHERE ok
 ON CONFLICT (pod_uid, container, instance) DO UPDATE SET
     container_type = EXCLUDED.container_type,
     object_key     = EXCLUDED.object_key,
@@ -43,12 +48,14 @@ ON CONFLICT (pod_uid, container, instance) DO UPDATE SET
     stored_bytes   = EXCLUDED.stored_bytes,
     sha256         = EXCLUDED.sha256,
     state          = EXCLUDED.state,
-    reason         = EXCLUDED.reason
+    reason         = EXCLUDED.reason,
+    stored_sha256  = CASE WHEN log_objects.state = 'stored' AND log_objects.stored_sha256 IS DISTINCT FROM EXCLUDED.stored_sha256
+                          THEN NULL ELSE EXCLUDED.stored_sha256 END
 WHERE log_objects.state <> 'stored' OR EXCLUDED.state = 'stored'
 RETURNING 1)
 SELECT ok FROM open`,
 		l.PodUID, l.Container, string(l.ContainerType), l.Instance, nullString(l.ObjectKey),
-		l.Bytes, l.StoredBytes, nullString(l.SHA256), string(l.State), nullString(l.Reason)).Scan(&open)
+		l.Bytes, l.StoredBytes, nullString(l.SHA256), string(l.State), nullString(l.Reason), nullString(l.StoredSHA256)).Scan(&open)
 	if err == nil && !open {
 		err = ErrFinalized
 	}
@@ -80,6 +87,12 @@ func validateLogObject(l record.LogObject) error {
 	if l.SHA256 != "" && !sha256Hex.MatchString(l.SHA256) {
 		problems = append(problems, fmt.Sprintf("SHA256 %q is not 64 lower-case hex digits", l.SHA256))
 	}
+	if l.StoredSHA256 != "" && !sha256Hex.MatchString(l.StoredSHA256) {
+		problems = append(problems, fmt.Sprintf("StoredSHA256 %q is not 64 lower-case hex digits", l.StoredSHA256))
+	}
+	if l.StoredSHA256 != "" && l.State != record.LogStored {
+		problems = append(problems, "StoredSHA256 is set for a log not stored")
+	}
 	switch l.State {
 	case record.LogStored:
 		if l.ObjectKey == "" {
@@ -99,7 +112,7 @@ func validateLogObject(l record.LogObject) error {
 }
 
 const logObjectColumns = `lo.pod_uid, lo.container, lo.container_type, lo.instance, lo.object_key, lo.bytes,
-    lo.stored_bytes, lo.sha256, lo.state, lo.reason, lo.created_at, lo.updated_at`
+    lo.stored_bytes, lo.sha256, lo.state, lo.reason, lo.created_at, lo.updated_at, lo.stored_sha256`
 
 // logObjectOrder lists init, regular, then ephemeral containers, each by name, then its runs in
 // order: previous-1, previous-2, …, current.
@@ -149,13 +162,14 @@ func queryLogObjects(ctx context.Context, q querier, query string, arg string) (
 			l                record.LogObject
 			ctype, state     string
 			key, sha, reason sql.NullString
+			storedSHA        sql.NullString
 		)
 		if err := rows.Scan(&l.PodUID, &l.Container, &ctype, &l.Instance, &key, &l.Bytes, &l.StoredBytes,
-			&sha, &state, &reason, &l.CreatedAt, &l.UpdatedAt); err != nil {
+			&sha, &state, &reason, &l.CreatedAt, &l.UpdatedAt, &storedSHA); err != nil {
 			return nil, translate(err)
 		}
 		l.ContainerType, l.State = record.ContainerType(ctype), record.LogState(state)
-		l.ObjectKey, l.SHA256, l.Reason = key.String, sha.String, reason.String
+		l.ObjectKey, l.SHA256, l.Reason, l.StoredSHA256 = key.String, sha.String, reason.String, storedSHA.String
 		l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
 		ls = append(ls, l)
 	}

@@ -185,6 +185,13 @@ type LogObject struct {
 	Bytes       int64
 	StoredBytes int64
 	SHA256      string
+	// StoredSHA256, when set, is the lower-case hex sha256 of the stored (gzip) object as the
+	// store accepted it: the object was written whole by a Put the store checked against it
+	// (objstore.PutOptions.Checksum), and the seal lists it without reading the object back. Empty
+	// when no such write stands behind the row (a log assembled from segments, a Put that found
+	// the object locked by an earlier pass, rows written before migration 0017): the seal reads
+	// the object back. Not part of the record digest (pkg/audit), which predates it.
+	StoredSHA256 string
 
 	State LogState
 	// Reason is required when unavailable.

@@ -42,6 +42,9 @@ type chainRig struct {
 	// AfterLog, when not nil, is called once each log of a job is recorded, before the job is
 	// sealed: to add what a capture leaves beside it.
 	AfterLog func(ctx context.Context, ref archive.JobRef, pod record.Pod, logKey string) error
+	// WriteLog, when not nil, stores a pod's log with content under key and returns its row, as
+	// the capture does; archive.Upload otherwise.
+	WriteLog func(ctx context.Context, ref archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error)
 }
 
 // base is the creation time of the synthetic jobs.
@@ -149,12 +152,15 @@ func (r *chainRig) job(ctx context.Context, i int) (archive.JobRef, error) {
 		}
 		key := stack.Must(r.Sealer.Layout.PodLog(ref, pod.Name, pod.UID, "main", record.InstanceCurrent))
 		content := strings.Repeat(fmt.Sprintf("%s line of pod %d of job %d\n", created.Format(time.RFC3339), p, i), 20+i%50)
-		st, err := archive.Upload(ctx, r.Store, key, strings.NewReader(content))
+		write := r.WriteLog
+		if write == nil {
+			write = r.upload
+		}
+		row, err := write(ctx, ref, pod, key, content)
 		if err != nil {
 			return ref, err
 		}
-		if err := r.Records.PutLogObject(ctx, record.LogObject{PodUID: pod.UID, Container: "main", ContainerType: record.ContainerRegular,
-			Instance: record.InstanceCurrent, ObjectKey: key, Bytes: st.Bytes, StoredBytes: st.StoredBytes, SHA256: st.SHA256, State: record.LogStored}); err != nil {
+		if err := r.Records.PutLogObject(ctx, row); err != nil {
 			return ref, err
 		}
 		if r.AfterLog != nil {
@@ -175,6 +181,13 @@ func (r *chainRig) job(ctx context.Context, i int) (archive.JobRef, error) {
 		"metadata": map[string]any{"namespace": ref.Namespace, "name": ref.Name, "uid": ref.UID}}
 	_, err := r.Sealer.Seal(ctx, ref, jobObject, "", done.Add(time.Minute))
 	return ref, err
+}
+
+// upload stores a pod's log with archive.Upload and returns its row.
+func (r *chainRig) upload(ctx context.Context, _ archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error) {
+	st, err := archive.Upload(ctx, r.Store, key, strings.NewReader(content))
+	return record.LogObject{PodUID: pod.UID, Container: "main", ContainerType: record.ContainerRegular,
+		Instance: record.InstanceCurrent, ObjectKey: key, Bytes: st.Bytes, StoredBytes: st.StoredBytes, SHA256: st.SHA256, State: record.LogStored}, err
 }
 
 // verify runs verify.Chain over the whole chain with the public key.
