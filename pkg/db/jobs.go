@@ -96,16 +96,7 @@ func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
 }
 
 func validateJob(j record.Job) error {
-	var problems []string
-	if j.UID == "" {
-		problems = append(problems, "UID is empty")
-	}
-	if j.Namespace == "" {
-		problems = append(problems, "Namespace is empty")
-	}
-	if j.Name == "" {
-		problems = append(problems, "Name is empty")
-	}
+	problems := emptyFields("UID", j.UID, "Namespace", j.Namespace, "Name", j.Name)
 	if j.CreatedAt.IsZero() {
 		problems = append(problems, "CreatedAt is zero")
 	}

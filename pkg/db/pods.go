@@ -123,19 +123,7 @@ func (d *DB) UpsertPods(ctx context.Context, pods []record.Pod) error {
 }
 
 func validatePod(p record.Pod) error {
-	var problems []string
-	if p.UID == "" {
-		problems = append(problems, "UID is empty")
-	}
-	if p.JobUID == "" {
-		problems = append(problems, "JobUID is empty")
-	}
-	if p.Namespace == "" {
-		problems = append(problems, "Namespace is empty")
-	}
-	if p.Name == "" {
-		problems = append(problems, "Name is empty")
-	}
+	problems := emptyFields("UID", p.UID, "JobUID", p.JobUID, "Namespace", p.Namespace, "Name", p.Name)
 	if p.CreatedAt.IsZero() {
 		problems = append(problems, "CreatedAt is zero")
 	}
