@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,4 +62,15 @@ func (s *Rig) AuditVerify(t *testing.T) {
 	if code := cli.Main(t.Context(), append([]string{"audit", "verify"}, args...), &out, &errOut); code != cli.ExitOK {
 		t.Errorf("audit verify: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
+}
+
+// ReportText is a verify report (verify.Report, verify.JobReport) as its command prints it, for a
+// failure's message.
+func ReportText(t testing.TB, rep interface{ WriteText(io.Writer) error }) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

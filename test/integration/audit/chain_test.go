@@ -16,6 +16,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/verify"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -92,9 +93,7 @@ func TestAuditChainGaplessAndIdempotent(t *testing.T) {
 	}
 	rep := r.verify(t)
 	if !rep.OK() || rep.Entries != 100 || rep.Digests != 3 {
-		var b strings.Builder
-		_ = rep.WriteText(&b)
-		t.Fatalf("verify of an untouched chain (want 100 entries, 3 digests, no finding):\n%s", b.String())
+		t.Fatalf("verify of an untouched chain (want 100 entries, 3 digests, no finding):\n%s", stack.ReportText(t, rep))
 	}
 }
 
@@ -143,9 +142,7 @@ func TestAuditTamperingsDetected(t *testing.T) {
 	detected := checkDetected(t, rep, tms)
 	t.Logf("%d/%d tamperings detected (%s); %d findings; verify of %d entries took %s", detected, len(tms), countKinds(tms), len(rep.Findings), rep.Entries, rep.Duration)
 	if detected != len(tms) {
-		var b strings.Builder
-		_ = rep.WriteText(&b)
-		t.Logf("report:\n%s", b.String())
+		t.Logf("report:\n%s", stack.ReportText(t, rep))
 	}
 }
 

@@ -328,20 +328,7 @@ func dropRoles(t *testing.T) {
 	if queryInt(t, admin, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_pruner', 'jobvault_auditor', 'jobvault_agent')`) != 4 {
 		t.Fatal("the roles should exist before this test drops them")
 	}
-	rows, err := admin.QueryContext(ctx, `SELECT datname FROM pg_database WHERE datallowconn`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dbs []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		dbs = append(dbs, name)
-	}
-	rows.Close()
-	for _, name := range dbs {
+	for _, name := range queryStrings(t, admin, `SELECT datname FROM pg_database WHERE datallowconn`) {
 		c, err := sql.Open("postgres", pg.DSN(name))
 		if err != nil {
 			t.Fatal(err)
