@@ -28,19 +28,26 @@ func AuditKeys(t testing.TB) (private, public string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pubDER, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	private, public = filepath.Join(dir, "key.pem"), filepath.Join(dir, "pub.pem")
 	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+	WritePublicKey(t, public, pub)
+	return private, public
+}
+
+// WritePublicKey writes pub to path as PEM PKIX, as openssl writes it and as --audit-public-key
+// reads it.
+func WritePublicKey(t testing.TB, path string, pub ed25519.PublicKey) {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return private, public
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // AuditVerify runs `archiver audit verify` against the rig's database and store, with the
