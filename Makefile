@@ -91,7 +91,7 @@ bench-agent-full: testbed ## Node agent proofs 1 and 2 at the issue's size on th
 
 .PHONY: bench-audit
 bench-audit: testbed ## Audit chain benchmarks: finalizations/s with the chain vs without; the full proof (3,000 chained jobs, 1,000 random tamperings, all detected) with verify time per 1,000 jobs
-	$(GO) test -count=1 -run '^$$' -bench 'Audit' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/integration/audit
+	$(GO) test -count=1 -run '^$$' -bench 'AuditFinalize|AuditVerify' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
 
 # JOBVAULT_BENCH_SIZE_JOBS and _PODS: the live VcJobs and tracked pods one archiver holds (the issue's
 # 10,000 and 100,000 by default here; BenchmarkSize alone defaults to 2,000 and 20,000); _IDLE_SECONDS

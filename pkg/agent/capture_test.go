@@ -25,15 +25,15 @@ import (
 // in segments cut inside lines, resumed after failures without a byte lost or doubled, and the stream index assembled beside it splits it back into
 // exactly what each stream wrote, lines split by the other stream's records included.
 func TestCaptureStreamIndex(t *testing.T) {
-	dir := logDir(t)
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	for i := range 200 {
 		c.rec("stdout", fmt.Sprintf("out %d %s", i, strings.Repeat("o", i*7)), i%5 == 0)
 		c.rec("stderr", fmt.Sprintf("err %d", i), false)
 	}
 	c.rec("stdout", "end", false)
 	c.flush(t, filepath.Join(dir, "0.log"), false)
-	s := startSource(t, filepath.Dir(filepath.Dir(dir)))
+	s := startSource(t, root)
 	store, err := objstore.NewFS(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

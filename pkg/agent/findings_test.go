@@ -51,18 +51,14 @@ func TestRunNeverSeenIsNotCompleteEmpty(t *testing.T) {
 // the later files of the run are released once their bytes are durable, and are never let go
 // later with a gap for bytes that are stored.
 func TestLetGoFileDoesNotBlockRelease(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	a, b, cur := filepath.Join(dir, "0.log.20261125-010000"), filepath.Join(dir, "0.log.20261125-010010"), filepath.Join(dir, "0.log")
-	c.rec("stdout", "in A", false)
-	c.flush(t, a, false)
+	c.line(t, a, "stdout", "in A")
 	c.t0 = c.t0.Add(10 * time.Second)
-	c.rec("stdout", "in B", false)
-	c.flush(t, b, false)
+	c.line(t, b, "stdout", "in B")
 	c.t0 = c.t0.Add(10 * time.Second)
-	c.rec("stdout", "in C", false)
-	c.flush(t, cur, false)
+	c.line(t, cur, "stdout", "in C")
 	var lets []LetGo
 	s, err := NewFileSource(root, 1, func(_ RunKey, lg LetGo) { lets = append(lets, lg) }, logr.Discard())
 	if err != nil {
@@ -172,12 +168,10 @@ func newTestAgent(t *testing.T, root string, fdb *fakeDB, recs capture.Records) 
 // gap's write is refused (not the agent's run yet), so it is kept in memory and recorded once the
 // run is claimed, and a database failure is retried; it is never dropped silently.
 func TestLetGoGapKeptUntilClaimed(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	rot := filepath.Join(dir, "0.log.20261125-010000")
-	c.rec("stdout", "rotated", false)
-	c.flush(t, rot, false)
+	c.line(t, rot, "stdout", "rotated")
 	c.rec("stdout", "current", false)
 	c.flush(t, filepath.Join(dir, "0.log"), false)
 	fdb := &fakeDB{}
@@ -211,9 +205,8 @@ func TestLetGoGapKeptUntilClaimed(t *testing.T) {
 // rotated file the kubelet deleted while its current file lives on: after the grace the agent
 // closes its files, so the held bytes are only those of runs it owns.
 func TestUnownedDeletedFileReleased(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	cur := filepath.Join(dir, "0.log")
 	c.rec("stdout", strings.Repeat("x", 100000), false)
 	c.flush(t, cur, false)
@@ -226,8 +219,7 @@ func TestUnownedDeletedFileReleased(t *testing.T) {
 	if err := os.Rename(cur, rot); err != nil {
 		t.Fatal(err)
 	}
-	c.rec("stdout", "new", false)
-	c.flush(t, cur, false)
+	c.line(t, cur, "stdout", "new")
 	s.scanContainer(dir)
 	if err := os.Remove(rot); err != nil {
 		t.Fatal(err)
@@ -260,12 +252,12 @@ func TestUnownedDeletedFileReleased(t *testing.T) {
 // oneLineRun writes a run of one line under a new pod logs dir: its root, and the run as the
 // agent owns it.
 func oneLineRun(t *testing.T) (string, db.AgentRun) {
-	dir := logDir(t)
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	c.rec("stdout", "line", false)
 	c.flush(t, filepath.Join(dir, "0.log"), false)
 	k := db.RunKey{PodUID: "uid1", Container: "main"}
-	return filepath.Dir(filepath.Dir(dir)), db.AgentRun{RunClaim: db.RunClaim{RunKey: k, Namespace: "ns", Pod: "pod", JobName: "job", JobUID: "ju1"}}
+	return root, db.AgentRun{RunClaim: db.RunClaim{RunKey: k, Namespace: "ns", Pod: "pod", JobName: "job", JobUID: "ju1"}}
 }
 
 // TestTakenOverCaptureStopped: a run the archiver took over is no longer among the agent's runs:
@@ -367,13 +359,12 @@ func TestNoHeartbeatWhileStoresFail(t *testing.T) {
 // symlinked pod directory, and a FIFO are not taken: another pod's log is never served as this
 // run's, and a FIFO does not block the agent.
 func TestOnlyRegularFilesTaken(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
+	dir, root := logDir(t)
 	other := filepath.Join(root, "victim_pod_uid2", "c")
 	if err := os.MkdirAll(other, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	c := &criLog{t0: logT0}
 	c.rec("stdout", "victim secret", false)
 	c.flush(t, filepath.Join(other, "0.log"), false)
 	if err := os.Symlink(filepath.Join(other, "0.log"), filepath.Join(dir, "0.log")); err != nil {
@@ -415,10 +406,9 @@ func TestTruncatedRegrownReadAgain(t *testing.T) {
 }
 
 func testTruncated(t *testing.T, after string) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
+	dir, root := logDir(t)
 	cur := filepath.Join(dir, "0.log")
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	c := &criLog{t0: logT0}
 	c.rec("stdout", strings.Repeat("old", 100), false)
 	c.flush(t, cur, false)
 	s := startSource(t, root)
@@ -500,7 +490,7 @@ func TestOneRunFailingKeepsHeartbeat(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	c := &criLog{t0: logT0}
 	c.rec("stdout", "line of the run that stores", false)
 	c.flush(t, filepath.Join(dir, "0.log"), false)
 	good := bad
@@ -537,9 +527,8 @@ func TestOneRunFailingKeepsHeartbeat(t *testing.T) {
 // file itself unlinked and held only by the agent) is past the held-bytes limit: none of its bytes
 // is lost, so it is let go without a gap, and its bytes are read from the compressed copy.
 func TestLetGoFileWithCompressedCopy(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	for i := range 1000 { // past the reader's buffer: it reads on from the file after the swap
 		c.rec("stdout", fmt.Sprintf("rotated %d %s", i, strings.Repeat("r", 100)), false)
 	}

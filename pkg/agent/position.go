@@ -146,15 +146,3 @@ func (r *runFiles) locate(p *filePos) *heldFile {
 	}
 	return nil
 }
-
-// countReader counts the bytes read through it: a reader's offset in its file.
-type countReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}

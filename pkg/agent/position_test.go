@@ -23,8 +23,7 @@ import (
 // is stamped seconds before the position (a resume by timestamp, a second before it, leaves it
 // out).
 func TestRestartResumesFromFilePosition(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
+	dir, root := logDir(t)
 	t0 := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
 	c := &criLog{t0: t0}
 	for i := range 50 {
@@ -78,6 +77,13 @@ func TestRestartResumesFromFilePosition(t *testing.T) {
 	if _, err := capture.Capture(t.Context(), cfg, s2, s2.Records(recs), store, segKey, ref, over, nil); err != nil {
 		t.Fatal(err)
 	}
+	archivedAsServed(t, recs, store, c)
+}
+
+// archivedAsServed fails the test unless the capture recorded no gap and its segments assemble
+// into exactly what pods/log serves of c (its records' content, without their timestamps).
+func archivedAsServed(t *testing.T, recs *memRecords, store objstore.Store, c *criLog) {
+	t.Helper()
 	if len(recs.gaps) > 0 {
 		t.Errorf("gaps %+v, want none", recs.gaps)
 	}
@@ -86,7 +92,7 @@ func TestRestartResumesFromFilePosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := string(readObject(t, store, "log", true)), stripTimestamps(c.served.String()); got != want {
-		t.Fatalf("archived\n%s\nwant\n%s", tail(got), tail(want))
+		t.Fatalf("archived %d bytes, pods/log serves %d; the archive ends\n%s\nwant\n%s", len(got), len(want), tail(got), tail(want))
 	}
 }
 
@@ -138,9 +144,8 @@ func tail(s string) string {
 // (and lines split into partial records), resumes each time from the file position of its last
 // segment: the archive is what pods/log serves, no byte lost or doubled, no gap.
 func TestRestartsInsideLines(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	for i := range 40 {
 		c.rec("stdout", fmt.Sprintf("long %d %s", i, strings.Repeat("l", 30<<10)), i%3 == 0)
 		c.rec("stderr", fmt.Sprintf("short %d", i), false)
@@ -174,16 +179,7 @@ func TestRestartsInsideLines(t *testing.T) {
 	if restarts < 3 {
 		t.Fatalf("%d restarts, want several", restarts)
 	}
-	if len(recs.gaps) > 0 {
-		t.Errorf("gaps %+v, want none", recs.gaps)
-	}
-	segs, _ := recs.Segments(t.Context(), "", "", 0)
-	if _, err := capture.Assemble(t.Context(), store, ref, "log", segs, time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := string(readObject(t, store, "log", true)), stripTimestamps(c.served.String()); got != want {
-		t.Fatalf("archived %d bytes, want %d", len(got), len(want))
-	}
+	archivedAsServed(t, recs, store, c)
 }
 
 // killAfter kills the capture (cancels its context) once it recorded n segments.

@@ -79,8 +79,8 @@ type reader struct {
 	// the files (exact; see position.go).
 	start *filePos
 	// cnt counts what is read of cur from base on: the offset of what br holds next is
-	// base + cnt.n - br.Buffered().
-	cnt  *countReader
+	// base + cnt.N - br.Buffered().
+	cnt  *capture.CountingReader
 	base int64
 
 	// out is the output produced, served up to served.
@@ -184,7 +184,7 @@ func (r *reader) position() *filePos {
 
 // fileOff is the offset in cur of what the reader parses next.
 func (r *reader) fileOff() int64 {
-	return r.base + r.cnt.n - int64(r.br.Buffered())
+	return r.base + r.cnt.N - int64(r.br.Buffered())
 }
 
 // markLine notes a line served from its first record, at start in cur (tagMu: Streams reads the marks).
@@ -412,7 +412,7 @@ func (r *reader) openCur(off int64) error {
 		}
 		r.curHead = readHead(f.f)
 	}
-	r.cnt, r.base = &countReader{r: src}, off
+	r.cnt, r.base = &capture.CountingReader{R: src}, off
 	r.br = bufio.NewReaderSize(r.cnt, pieceSize)
 	return nil
 }

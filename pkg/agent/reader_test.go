@@ -53,6 +53,13 @@ func (c *criLog) recAt(ts time.Time, stream, msg string, partial bool) {
 	c.open = partial
 }
 
+// line adds one complete record of msg to stream and appends the records so far to path.
+func (c *criLog) line(t *testing.T, path, stream, msg string) {
+	t.Helper()
+	c.rec(stream, msg, false)
+	c.flush(t, path, false)
+}
+
 // flush appends the records so far to path (gz: as a gzip file of its own).
 func (c *criLog) flush(t *testing.T, path string, gz bool) {
 	t.Helper()
@@ -75,27 +82,25 @@ func (c *criLog) flush(t *testing.T, path string, gz bool) {
 	c.file.Reset()
 }
 
-// logDir makes a pod logs dir with the directory of run ref (returned).
-func logDir(t *testing.T) string {
+// logT0 is when the test logs' first records are stamped.
+var logT0 = time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
+
+// logDir makes a pod logs dir (root) with the directory of run ref (dir).
+func logDir(t *testing.T) (dir, root string) {
 	t.Helper()
-	root := t.TempDir()
-	dir := filepath.Join(root, "ns_pod_uid1", "main")
+	root = t.TempDir()
+	dir = filepath.Join(root, "ns_pod_uid1", "main")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return dir
+	return dir, root
 }
 
+// startSource starts a file source over root, stopped when the test ends.
 func startSource(t *testing.T, root string) *FileSource {
 	t.Helper()
-	s, err := NewFileSource(root, 0, nil, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s, stop := runSource(t, root)
+	t.Cleanup(stop)
 	return s
 }
 
@@ -118,8 +123,8 @@ func readAll(t *testing.T, rc io.ReadCloser) (string, map[capture.Stream]int64) 
 // TestReadRotatedFiles: a run's compressed, rotated and current files are served in order as
 // pods/log serves one file: partial records joined (also across streams), long records whole.
 func TestReadRotatedFiles(t *testing.T) {
-	dir := logDir(t)
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	c.rec("stdout", "one", false)
 	c.rec("stderr", "two", false)
 	c.flush(t, filepath.Join(dir, "0.log.20261125-010000.gz"), true)
@@ -131,7 +136,7 @@ func TestReadRotatedFiles(t *testing.T) {
 	c.rec("stdout", "", false)
 	c.rec("stderr", "last", false)
 	c.flush(t, filepath.Join(dir, "0.log"), false)
-	s := startSource(t, filepath.Dir(filepath.Dir(dir)))
+	s := startSource(t, root)
 	rc, err := s.Open(t.Context(), ref, capture.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -148,30 +153,25 @@ func TestReadRotatedFiles(t *testing.T) {
 // TestFollowAcrossRotations: a follower that has not read a file before it is rotated, renamed
 // and unlinked twice still reads it through the descriptor held since it appeared.
 func TestFollowAcrossRotations(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	cur := filepath.Join(dir, "0.log")
-	c.rec("stdout", "first", false)
-	c.flush(t, cur, false)
+	c.line(t, cur, "stdout", "first")
 	s := startSource(t, root)
 	for i := range 3 {
 		// containerd writes, the kubelet renames, containerd writes a little more to the old
 		// file, then reopens: the old file is unlinked (compressed away) before it is read.
-		c.rec("stdout", fmt.Sprintf("before rotation %d", i), false)
-		c.flush(t, cur, false)
+		c.line(t, cur, "stdout", fmt.Sprintf("before rotation %d", i))
 		rotated := filepath.Join(dir, fmt.Sprintf("0.log.20261125-0100%02d", i*10))
 		if err := os.Rename(cur, rotated); err != nil {
 			t.Fatal(err)
 		}
-		c.rec("stderr", fmt.Sprintf("late write %d", i), false)
-		c.flush(t, rotated, false)
+		c.line(t, rotated, "stderr", fmt.Sprintf("late write %d", i))
 		waitHeld(t, s, 1+i)
 		if err := os.Remove(rotated); err != nil {
 			t.Fatal(err)
 		}
-		c.rec("stdout", fmt.Sprintf("after rotation %d", i), false)
-		c.flush(t, cur, false)
+		c.line(t, cur, "stdout", fmt.Sprintf("after rotation %d", i))
 		waitHeld(t, s, 2+i)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -217,14 +217,14 @@ func waitHeld(t *testing.T, s *FileSource, n int) {
 // TestReadSince: records stamped before since are left out; the rest of a line begun before it is
 // served without a timestamp, as the kubelet serves it.
 func TestReadSince(t *testing.T) {
-	dir := logDir(t)
+	dir, root := logDir(t)
 	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 997_000_000, time.UTC)}
 	c.rec("stdout", "old", false)
 	c.rec("stdout", "split-", true) // the second before since
 	// "rest" at 01:00:01.000
 	c.rec("stdout", "rest", false)
 	c.flush(t, filepath.Join(dir, "0.log"), false)
-	s := startSource(t, filepath.Dir(filepath.Dir(dir)))
+	s := startSource(t, root)
 	rc, err := s.Open(t.Context(), ref, capture.OpenOptions{Since: time.Date(2026, 11, 25, 1, 0, 1, 500_000_000, time.UTC)})
 	if err != nil {
 		t.Fatal(err)
@@ -239,20 +239,17 @@ func TestReadSince(t *testing.T) {
 // file may get: it is a new file all the same, held and served (on the real node 7.5 MiB of 100
 // went missing when it was taken for the closed one).
 func TestInodeReused(t *testing.T) {
-	dir := logDir(t)
-	root := filepath.Dir(filepath.Dir(dir))
-	c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+	dir, root := logDir(t)
+	c := &criLog{t0: logT0}
 	cur := filepath.Join(dir, "0.log")
-	c.rec("stdout", "in the first file", false)
-	c.flush(t, cur, false)
+	c.line(t, cur, "stdout", "in the first file")
 	s := startSource(t, root)
 	first := inodeOf(t, cur)
 	rotated := filepath.Join(dir, "0.log.20261125-010000")
 	if err := os.Rename(cur, rotated); err != nil {
 		t.Fatal(err)
 	}
-	c.rec("stdout", "in the second file", false)
-	c.flush(t, cur, false)
+	c.line(t, cur, "stdout", "in the second file")
 	waitHeld(t, s, 2)
 	rc, err := s.Open(t.Context(), ref, capture.OpenOptions{})
 	if err != nil {
@@ -266,8 +263,7 @@ func TestInodeReused(t *testing.T) {
 	if err := os.Rename(cur, filepath.Join(dir, "0.log.20261125-010010")); err != nil {
 		t.Fatal(err)
 	}
-	c.rec("stdout", "in the third file", false)
-	c.flush(t, cur, false)
+	c.line(t, cur, "stdout", "in the third file")
 	if inodeOf(t, cur) != first {
 		t.Fatalf("the third file did not get the first one's inode (%d): the file system did not reuse it, nothing is proven", first)
 	}
@@ -299,7 +295,7 @@ func TestLetGoUnownedFirst(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		c := &criLog{t0: time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)}
+		c := &criLog{t0: logT0}
 		c.rec("stdout", "held", false)
 		c.flush(t, filepath.Join(dir, "0.log"), false)
 		if err := s.scanAll(); err != nil {

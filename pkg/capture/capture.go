@@ -1081,7 +1081,7 @@ func (c *capture) flush(ctx context.Context) error {
 // skipped too when a stamped line follows it; at the end of the stream it is taken for the node's
 // reader's error, as a lead alone is.
 func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) error {
-	cr := &countingReader{r: r}
+	cr := &CountingReader{R: r}
 	br := bufio.NewReaderSize(cr, pieceSize)
 	if resumed {
 		lead, err := skipLead(br)
@@ -1123,7 +1123,7 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) 
 		}
 		fileBytes := len(tsb) + len("stdout F ")
 		for start := true; ; start = false {
-			off := cr.n - int64(br.Buffered())
+			off := cr.N - int64(br.Buffered())
 			data, err := br.ReadSlice('\n')
 			l := line{ts: t, data: bytes.Clone(data), start: start, off: off, fileBytes: fileBytes + len(data)}
 			fileBytes = 0

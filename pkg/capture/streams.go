@@ -157,16 +157,18 @@ func dropStreamBytes(runs []StreamRun, n int64) []StreamRun {
 	return runs
 }
 
-// countingReader counts the bytes read through it: with a bufio.Reader on top, the offset of the
-// next byte the bufio.Reader returns is n minus its Buffered.
-type countingReader struct {
-	r io.Reader
-	n int64
+// CountingReader counts the bytes read through it, as io.LimitedReader bounds them: with a
+// bufio.Reader on top, the offset of the next byte the bufio.Reader returns is N minus its
+// Buffered. The node agent reads its CRI files through one too.
+type CountingReader struct {
+	R io.Reader // the underlying reader
+	N int64     // the bytes read so far
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
+// Read reads from R and counts what it read.
+func (c *CountingReader) Read(p []byte) (int, error) {
+	n, err := c.R.Read(p)
+	c.N += int64(n)
 	return n, err
 }
 

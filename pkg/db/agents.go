@@ -440,6 +440,29 @@ ins AS (` + insert + `)
 SELECT (SELECT ok FROM open), EXISTS (SELECT 1 FROM owned), EXISTS (SELECT 1 FROM ins)`
 }
 
+// fencedInsert runs insert (an INSERT … SELECT … FROM owned … RETURNING 1 of a run's row, its key
+// in the first three of args) through fence, for the archiver (node "") or for the agent of node,
+// and reports whether the row was inserted (false: the same key was there). ErrFinalized when the
+// run's job is sealed, ErrNotOwner when the run is not the agent's; errors are not translated.
+func (d *DB) fencedInsert(ctx context.Context, node, insert string, args ...any) (bool, error) {
+	placeholder := ""
+	if node != "" {
+		args = append(args, node)
+		placeholder = fmt.Sprintf("$%d", len(args))
+	}
+	var open, owned, inserted bool
+	err := d.db.QueryRowContext(ctx, fence(placeholder, insert), args...).Scan(&open, &owned, &inserted)
+	switch {
+	case err != nil:
+		return false, err
+	case !open:
+		return false, ErrFinalized
+	case !owned:
+		return false, ErrNotOwner
+	}
+	return inserted, nil
+}
+
 // podJobOpen selects ok: whether the job of the pod whose UID is $1 is still open, not finalized
 // (true when the pod or its job has no row: the write's own checks refuse it then). A finalized
 // job's record is sealed: a row added to it afterwards is what audit verify reports as tampering.

@@ -72,6 +72,18 @@ func translate(err error) error {
 }
 
 // invalid reports the problems found in an input, all at once.
+// emptyFields names the empty ones of the required fields given as name, value pairs, in order:
+// "NAME is empty" each, as invalid lists them.
+func emptyFields(pairs ...string) []string {
+	var problems []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] == "" {
+			problems = append(problems, pairs[i]+" is empty")
+		}
+	}
+	return problems
+}
+
 func invalid(what string, problems []string) error {
 	if len(problems) == 0 {
 		return nil

@@ -27,23 +27,11 @@ func (d *DB) putGap(ctx context.Context, g record.Gap, node string) error {
 	if !g.Before.IsZero() {
 		before = g.Before.UnixNano()
 	}
-	args := []any{g.PodUID, g.Container, g.Run, unixNano(g.After), before, string(g.Reason), g.Detail}
-	placeholder := ""
-	if node != "" {
-		args, placeholder = append(args, node), "$8"
-	}
-	var open, owned, inserted bool
-	err := d.db.QueryRowContext(ctx, fence(placeholder, `
+	_, err := d.fencedInsert(ctx, node, `
 INSERT INTO log_gaps (pod_uid, container, run, after_ns, before_ns, reason, detail)
 SELECT $1, $2, $3, $4, $5, $6, $7 FROM owned
 ON CONFLICT (pod_uid, container, run, after_ns, reason, (coalesce(before_ns, -1))) DO NOTHING
-RETURNING 1`), args...).Scan(&open, &owned, &inserted)
-	switch {
-	case err == nil && !open:
-		err = ErrFinalized
-	case err == nil && !owned:
-		err = ErrNotOwner
-	}
+RETURNING 1`, g.PodUID, g.Container, g.Run, unixNano(g.After), before, string(g.Reason), g.Detail)
 	if err != nil {
 		return fmt.Errorf("put gap of %s/%s/%d: %w", g.PodUID, g.Container, g.Run, translate(err))
 	}

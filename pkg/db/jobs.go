@@ -20,7 +20,7 @@ const (
 	MaxPageSize     = 1000
 )
 
-const upsertJobSQL = `
+var upsertJobSQL = `
 INSERT INTO jobs (uid, cluster, namespace, name, queue, submitter, submitter_groups, admitted_at,
                   created_at, finished_at, phase, retry_count, labels, annotations, spec, status,
                   archive_state, archive_location, archived_at, release_reason, annotations_raw, spec_raw, status_raw)
@@ -57,11 +57,23 @@ ON CONFLICT (uid) DO UPDATE SET
     annotations_raw  = EXCLUDED.annotations_raw,
     spec             = COALESCE(EXCLUDED.spec, jobs.spec),
     spec_raw         = CASE WHEN EXCLUDED.spec IS NULL THEN jobs.spec_raw ELSE EXCLUDED.spec_raw END,
-    -- The archive fields move once, from pending to archived or released.
-    archive_state    = CASE WHEN jobs.archive_state = 'pending' THEN EXCLUDED.archive_state    ELSE jobs.archive_state END,
-    archive_location = CASE WHEN jobs.archive_state = 'pending' THEN COALESCE(EXCLUDED.archive_location, jobs.archive_location) ELSE jobs.archive_location END,
-    archived_at      = CASE WHEN jobs.archive_state = 'pending' THEN EXCLUDED.archived_at      ELSE jobs.archived_at END,
-    release_reason   = CASE WHEN jobs.archive_state = 'pending' THEN EXCLUDED.release_reason   ELSE jobs.release_reason END`
+` + archiveFieldsSQL("jobs",
+	"archive_state", "EXCLUDED.archive_state",
+	"archive_location", "COALESCE(EXCLUDED.archive_location, jobs.archive_location)",
+	"archived_at", "EXCLUDED.archived_at",
+	"release_reason", "EXCLUDED.release_reason")
+
+// archiveFieldsSQL are the last SET items of an upsert into table (jobs or pods): its archive
+// fields, given as column, new value pairs, move once, from pending to archived or released, and
+// then keep their recorded values.
+func archiveFieldsSQL(table string, pairs ...string) string {
+	var items []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		items = append(items, fmt.Sprintf("    %s = CASE WHEN %s.archive_state = 'pending' THEN %s ELSE %s.%s END",
+			pairs[i], table, pairs[i+1], table, pairs[i]))
+	}
+	return "    -- The archive fields move once, from pending to archived or released.\n" + strings.Join(items, ",\n")
+}
 
 // UpsertJob records a job, creating or updating the row keyed by j.UID. Idempotent: the same call
 // twice leaves the row unchanged (updated_at included). See Job for which fields an update keeps.
@@ -96,16 +108,7 @@ func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
 }
 
 func validateJob(j record.Job) error {
-	var problems []string
-	if j.UID == "" {
-		problems = append(problems, "UID is empty")
-	}
-	if j.Namespace == "" {
-		problems = append(problems, "Namespace is empty")
-	}
-	if j.Name == "" {
-		problems = append(problems, "Name is empty")
-	}
+	problems := emptyFields("UID", j.UID, "Namespace", j.Namespace, "Name", j.Name)
 	if j.CreatedAt.IsZero() {
 		problems = append(problems, "CreatedAt is zero")
 	}

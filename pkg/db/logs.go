@@ -66,13 +66,7 @@ SELECT ok FROM open`,
 }
 
 func validateLogObject(l record.LogObject) error {
-	var problems []string
-	if l.PodUID == "" {
-		problems = append(problems, "PodUID is empty")
-	}
-	if l.Container == "" {
-		problems = append(problems, "Container is empty")
-	}
+	problems := emptyFields("PodUID", l.PodUID, "Container", l.Container)
 	switch l.ContainerType {
 	case record.ContainerInit, record.ContainerRegular, record.ContainerEphemeral:
 	default:

@@ -13,7 +13,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-const (
+var (
 	insertPodSQL = `
 INSERT INTO pods (uid, job_uid, namespace, name, task, node, phase, created_at, started_at, finished_at,
                   deleted_before_terminal, archive_state, archived_at, release_reason)`
@@ -27,7 +27,7 @@ FROM jsonb_to_recordset($1::jsonb) AS r(uid text, job_uid text, namespace text, 
      deleted_before_terminal boolean, archive_state text, archived_at timestamptz, release_reason text)` + onConflictPodSQL
 )
 
-const onConflictPodSQL = `
+var onConflictPodSQL = `
 ON CONFLICT (uid) DO UPDATE SET
     -- Set, not kept: a different value is refused (the pods_job_fixed trigger), not ignored.
     job_uid     = EXCLUDED.job_uid,
@@ -43,9 +43,10 @@ ON CONFLICT (uid) DO UPDATE SET
     started_at  = COALESCE(pods.started_at, EXCLUDED.started_at),
     finished_at = COALESCE(EXCLUDED.finished_at, pods.finished_at),
     deleted_before_terminal = pods.deleted_before_terminal OR EXCLUDED.deleted_before_terminal,
-    archive_state  = CASE WHEN pods.archive_state = 'pending' THEN EXCLUDED.archive_state  ELSE pods.archive_state END,
-    archived_at    = CASE WHEN pods.archive_state = 'pending' THEN EXCLUDED.archived_at    ELSE pods.archived_at END,
-    release_reason = CASE WHEN pods.archive_state = 'pending' THEN EXCLUDED.release_reason ELSE pods.release_reason END`
+` + archiveFieldsSQL("pods",
+	"archive_state", "EXCLUDED.archive_state",
+	"archived_at", "EXCLUDED.archived_at",
+	"release_reason", "EXCLUDED.release_reason")
 
 // UpsertPod records a pod, creating or updating the row keyed by p.UID. The job row need not exist:
 // pods has no foreign key to jobs, because a pod can be archived (and deleted by Volcano) before the
@@ -123,19 +124,7 @@ func (d *DB) UpsertPods(ctx context.Context, pods []record.Pod) error {
 }
 
 func validatePod(p record.Pod) error {
-	var problems []string
-	if p.UID == "" {
-		problems = append(problems, "UID is empty")
-	}
-	if p.JobUID == "" {
-		problems = append(problems, "JobUID is empty")
-	}
-	if p.Namespace == "" {
-		problems = append(problems, "Namespace is empty")
-	}
-	if p.Name == "" {
-		problems = append(problems, "Name is empty")
-	}
+	problems := emptyFields("UID", p.UID, "JobUID", p.JobUID, "Namespace", p.Namespace, "Name", p.Name)
 	if p.CreatedAt.IsZero() {
 		problems = append(problems, "CreatedAt is zero")
 	}

@@ -27,25 +27,14 @@ func (d *DB) putSegment(ctx context.Context, s record.Segment, node string) erro
 		return fmt.Errorf("put segment %s/%s/%d/%d: %w segment: pod UID, container, key and hash state are required, run and seq not negative",
 			s.PodUID, s.Container, s.Run, s.Seq, ErrInvalid)
 	}
-	args := []any{s.PodUID, s.Container, s.Run, s.Seq, s.ObjectKey, s.StoredBytes, s.Bytes, s.TotalBytes,
-		unixNano(s.LastTime), s.LastTimeLines, s.HashState, cmp.Or(s.Source, record.CapturedByAPI), s.Streams, s.SourcePosition}
-	placeholder := ""
-	if node != "" {
-		args, placeholder = append(args, node), "$15"
-	}
-	var open, owned, inserted bool
-	err := d.db.QueryRowContext(ctx, fence(placeholder, `
+	inserted, err := d.fencedInsert(ctx, node, `
 INSERT INTO log_segments (pod_uid, container, run, seq, object_key, stored_bytes, bytes, total_bytes,
                           last_time_ns, last_time_lines, hash_state, source, streams, source_position)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 FROM owned
 ON CONFLICT (pod_uid, container, run, seq) DO NOTHING
-RETURNING 1`), args...).Scan(&open, &owned, &inserted)
-	switch {
-	case err == nil && !open:
-		err = ErrFinalized
-	case err == nil && !owned:
-		err = ErrNotOwner
-	case err == nil && !inserted:
+RETURNING 1`, s.PodUID, s.Container, s.Run, s.Seq, s.ObjectKey, s.StoredBytes, s.Bytes, s.TotalBytes,
+		unixNano(s.LastTime), s.LastTimeLines, s.HashState, cmp.Or(s.Source, record.CapturedByAPI), s.Streams, s.SourcePosition)
+	if err == nil && !inserted {
 		// Rare (a retried flush): a second round trip compares the row already there.
 		var same bool
 		if same, err = d.sameSegment(ctx, s); err == nil && !same {

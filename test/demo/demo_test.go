@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -250,28 +249,6 @@ func clip(b []byte) []byte {
 // auditDoc is the page, relative to the module root, whose examples run against the demo's records.
 const auditDoc = "docs/audit.md"
 
-// docBlock returns the first fenced code block of the given language in the section of page (a
-// Markdown file relative to the module root) that starts at heading, up to the next heading of
-// level 2.
-func docBlock(t *testing.T, page, heading, lang string) string {
-	t.Helper()
-	text, err := os.ReadFile(filepath.Join(testbed.ModuleRoot(), page))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(text), "\n"+heading+"\n")
-	if !ok {
-		t.Fatalf("%s has no section %q", page, heading)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	_, block, ok := strings.Cut(section, "```"+lang+"\n")
-	if !ok {
-		t.Fatalf("%s section %q has no %s block", page, heading, lang)
-	}
-	block, _, _ = strings.Cut(block, "```")
-	return block
-}
-
 // testAuditSQL runs each query of docs/audit.md's views section against the demo's database, with
 // the placeholder <job-uid> set to the job train-ok's UID, and expects rows from each.
 func testAuditSQL(t *testing.T, res *result) {
@@ -281,7 +258,7 @@ func testAuditSQL(t *testing.T, res *result) {
 	}
 	defer conn.Close()
 	queries := 0
-	for _, stmt := range strings.Split(docBlock(t, auditDoc, "## Views and queries", "sql"), ";") {
+	for _, stmt := range strings.Split(stack.DocBlock(t, auditDoc, "## Views and queries", "sql"), ";") {
 		var lines []string
 		for _, l := range strings.Split(stmt, "\n") {
 			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "--") {
@@ -325,7 +302,7 @@ func testAuditLogs(t *testing.T, res *result) {
 		}
 	}
 	examples := 0
-	for _, line := range strings.Split(docBlock(t, auditDoc, "## Reading archives back", "sh"), "\n") {
+	for _, line := range strings.Split(stack.DocBlock(t, auditDoc, "## Reading archives back", "sh"), "\n") {
 		line, _, _ = strings.Cut(line, "#")
 		args := strings.Fields(line)
 		if len(args) < 3 || args[0] != "archiver" || args[1] != "logs" {
@@ -359,7 +336,7 @@ func testAuditExport(t *testing.T, res *result) {
 	t.Setenv("JOBVAULT_DB_DSN", res.DSN)
 	t.Chdir(t.TempDir())
 	exports, others := 0, 0
-	for _, line := range strings.Split(docBlock(t, auditDoc, "## Export", "sh"), "\n") {
+	for _, line := range strings.Split(stack.DocBlock(t, auditDoc, "## Export", "sh"), "\n") {
 		line, _, _ = strings.Cut(line, " #")
 		if line = strings.TrimSpace(line); line == "" {
 			continue

@@ -1,7 +1,8 @@
 // Package bench holds the benchmarks (`make bench`): the webhook's handler and VcJob creates
 // through the API server with and without it; the archiver following 1,000 containers, its
 // capture throughput against a raw pods/log copy, and its release latency; the node agent against
-// the API capture on the real node (BenchmarkAgent). Their targets are in targets.yaml, each
+// the API capture on the real node (BenchmarkAgent); the audit chain's finalizations and its full
+// verification proof (BenchmarkAuditFinalize, BenchmarkAuditVerify). Their targets are in targets.yaml, each
 // once; its only test (TestTargets) reads that file, so `go test ./...` starts nothing here.
 package performance
 

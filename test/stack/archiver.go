@@ -95,11 +95,7 @@ func NewArchiver(t testbed.T, env *testbed.Env, dsn string, o Options) *Archiver
 	cfg := objstore.Config{Backend: o.Backend}
 	switch o.Backend {
 	case objstore.BackendS3:
-		m := testbed.MinIO(t)
-		cfg.S3 = objstore.S3Config{Endpoint: m.Endpoint, Bucket: m.Bucket, AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true}
-		a.Args = []string{"--store-backend=s3", "--store-s3-endpoint=" + m.Endpoint, "--store-s3-bucket=" + m.Bucket,
-			"--store-s3-tls=false", "--store-s3-path-style"}
-		a.Environ = []string{"AWS_ACCESS_KEY_ID=" + m.AccessKey, "AWS_SECRET_ACCESS_KEY=" + m.SecretKey}
+		cfg.S3, a.Args, a.Environ = MinIOStore(testbed.MinIO(t))
 	case objstore.BackendGCS:
 		g := testbed.GCS(t)
 		cfg.GCS = objstore.GCSConfig{Bucket: g.Bucket}
@@ -116,6 +112,16 @@ func NewArchiver(t testbed.T, env *testbed.Env, dsn string, o Options) *Archiver
 	}
 	a.Args = append(a.Args, o.Flags...)
 	return a
+}
+
+// MinIOStore is a MinIO bucket of the testbed as objstore's configuration, and as the archiver's
+// store flags and environment (the keys).
+func MinIOStore(m testbed.S3) (cfg objstore.S3Config, args, environ []string) {
+	cfg = objstore.S3Config{Endpoint: m.Endpoint, Bucket: m.Bucket, AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true}
+	args = []string{"--store-backend=s3", "--store-s3-endpoint=" + m.Endpoint, "--store-s3-bucket=" + m.Bucket,
+		"--store-s3-tls=false", "--store-s3-path-style"}
+	environ = []string{"AWS_ACCESS_KEY_ID=" + m.AccessKey, "AWS_SECRET_ACCESS_KEY=" + m.SecretKey}
+	return cfg, args, environ
 }
 
 // Start runs the archiver binary and waits until it is ready (both backends answer).

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,19 +28,26 @@ func AuditKeys(t testing.TB) (private, public string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pubDER, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	private, public = filepath.Join(dir, "key.pem"), filepath.Join(dir, "pub.pem")
 	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+	WritePublicKey(t, public, pub)
+	return private, public
+}
+
+// WritePublicKey writes pub to path as PEM PKIX, as openssl writes it and as --audit-public-key
+// reads it.
+func WritePublicKey(t testing.TB, path string, pub ed25519.PublicKey) {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return private, public
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // AuditVerify runs `archiver audit verify` against the rig's database and store, with the
@@ -61,4 +69,15 @@ func (s *Rig) AuditVerify(t *testing.T) {
 	if code := cli.Main(t.Context(), append([]string{"audit", "verify"}, args...), &out, &errOut); code != cli.ExitOK {
 		t.Errorf("audit verify: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
+}
+
+// ReportText is a verify report (verify.Report, verify.JobReport) as its command prints it, for a
+// failure's message.
+func ReportText(t testing.TB, rep interface{ WriteText(io.Writer) error }) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"net/url"
@@ -81,16 +80,8 @@ func TestWebViewer(t *testing.T) {
 	}
 	// The archiver refuses a gap under a sealed job (db.ErrFinalized), so the row is written as an
 	// archiver that recorded it before the seal would have left it.
-	admin, err := sql.Open("postgres", s.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, `INSERT INTO log_gaps (pod_uid, container, run, after_ns, before_ns, reason, detail)
-VALUES ($1, 'main', 0, $2, $3, $4, 'node-1 NotReady for 5m')`,
-		job.Status.Pods[0].UID, stamp(20).UnixNano(), stamp(21).UnixNano(), string(record.GapNodeLost)); err != nil {
-		t.Fatalf("record the gap: %v", err)
-	}
+	stack.PutSealedGap(t, s.DSN, record.Gap{PodUID: job.Status.Pods[0].UID, Container: "main", Run: 0,
+		After: stamp(20), Before: stamp(21), Reason: record.GapNodeLost, Detail: "node-1 NotReady for 5m"})
 
 	printed, base := startUI(t, viewer.kubeconfig)
 	b := newBrowser(t, browser)

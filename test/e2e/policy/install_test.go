@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/jobvault/jobvault/test/stack"
 )
 
 // config/policy applies without a warning, every policy type-checks against the schemas of pods
@@ -12,7 +14,7 @@ import (
 func TestPoliciesInForce(t *testing.T) {
 	policies(t)
 	var bound []string
-	for _, o := range render(t) {
+	for _, o := range stack.Kustomize(t, "policy") {
 		if o.GetKind() != "ValidatingAdmissionPolicyBinding" {
 			continue
 		}

@@ -3,11 +3,8 @@ package policy
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
@@ -117,7 +113,7 @@ func policies(t *testing.T) *testbed.Env {
 		}
 	}
 	startPolicyStatusController(t, env)
-	objs := render(t)
+	objs := stack.Kustomize(t, "policy")
 	apply(t, env, objs)
 
 	var cm corev1.ConfigMap
@@ -149,32 +145,6 @@ func policies(t *testing.T) *testbed.Env {
 func startPolicyStatusController(t *testing.T, env *testbed.Env) {
 	t.Helper()
 	stack.StartControllers(t, env, "kube-controller-manager-vap-status", "validatingadmissionpolicy-status-controller")
-}
-
-// render runs `kubectl kustomize config/policy`.
-func render(t *testing.T) []*unstructured.Unstructured {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "kubectl", "kustomize", filepath.Join(testbed.ModuleRoot(), "config", "policy"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize config/policy: %v\n%s", err, stderr.String())
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decode config/policy: %v", err)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
-	return objs
 }
 
 // apply applies the objects with kubectl's server-side apply; a warning fails the test (an unknown

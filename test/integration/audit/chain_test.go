@@ -16,6 +16,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/verify"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -26,13 +27,13 @@ func TestMain(m *testing.M) { testbed.Main(m) }
 // chain's commit and the manifest's upload, changes nothing; and the chain verifies.
 func TestAuditChainGaplessAndIdempotent(t *testing.T) {
 	t.Parallel()
-	r := newChainRig(t)
-	r.build(t, 60, 8, 20)
+	r := stack.NewChainRig(t)
+	r.Build(t, 60, 8, 20)
 	ctx := t.Context()
 
 	// A seal that fails inside the locked section rolls the whole finalization back.
 	ref := archive.JobRef{Namespace: "team-x", Name: "broken", UID: "broken-uid"}
-	if err := r.Records.UpsertJob(ctx, record.Job{UID: ref.UID, Cluster: "eu-1", Namespace: ref.Namespace, Name: ref.Name, CreatedAt: base}); err != nil {
+	if err := r.Records.UpsertJob(ctx, record.Job{UID: ref.UID, Cluster: "eu-1", Namespace: ref.Namespace, Name: ref.Name, CreatedAt: stack.ChainStart}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := r.Records.FinalizeJob(ctx, record.Finalization{Cluster: "eu-1", JobUID: ref.UID, ManifestKey: "k", RecordDigest: strings.Repeat("a", 64)},
@@ -43,7 +44,7 @@ func TestAuditChainGaplessAndIdempotent(t *testing.T) {
 	if j, _ := r.Records.Job(ctx, ref.UID); j.ArchiveState != record.ArchivePending {
 		t.Errorf("job %s after a failed finalization, want still pending", j.ArchiveState)
 	}
-	r.build(t, 40, 8, 0)
+	r.Build(t, 40, 8, 0)
 
 	seen := map[string]bool{}
 	var want int64 = 1
@@ -90,11 +91,9 @@ func TestAuditChainGaplessAndIdempotent(t *testing.T) {
 	if head, _ := r.Records.ChainHead(ctx, "eu-1"); head.Seq != 100 {
 		t.Errorf("head at %d after repeated finalizations, want 100", head.Seq)
 	}
-	rep := r.verify(t)
+	rep := r.Verify(t)
 	if !rep.OK() || rep.Entries != 100 || rep.Digests != 3 {
-		var b strings.Builder
-		_ = rep.WriteText(&b)
-		t.Fatalf("verify of an untouched chain (want 100 entries, 3 digests, no finding):\n%s", b.String())
+		t.Fatalf("verify of an untouched chain (want 100 entries, 3 digests, no finding):\n%s", stack.ReportText(t, rep))
 	}
 }
 
@@ -102,9 +101,9 @@ func TestAuditChainGaplessAndIdempotent(t *testing.T) {
 // finalized job's record cannot be rewritten by an upsert.
 func TestAuditAppendOnly(t *testing.T) {
 	t.Parallel()
-	r := newChainRig(t)
-	r.build(t, 3, 1, 3)
-	c := r.superuser(t)
+	r := stack.NewChainRig(t)
+	r.Build(t, 3, 1, 3)
+	c := r.Superuser(t)
 	if _, err := c.Exec(`SET session_replication_role = origin`); err != nil {
 		t.Fatal(err)
 	}
@@ -126,40 +125,39 @@ func TestAuditAppendOnly(t *testing.T) {
 	if got, _ := r.Records.Job(t.Context(), j.UID); got.Phase != j.Phase || string(got.Status) != string(j.Status) || got.Annotations["note"] != "later" {
 		t.Errorf("finalized job after upsert: phase %s, status %s, annotations %v; want phase and status kept, annotations updated", got.Phase, got.Status, got.Annotations)
 	}
-	if rep := r.verify(t); !rep.OK() {
+	if rep := r.Verify(t); !rep.OK() {
 		t.Errorf("verify after refused changes: %v", rep.Findings)
 	}
 }
 
 // Random tamperings of every kind on a chain of finalized jobs are each detected and named, and
-// verify names nothing else. The full proof (1,000 tamperings in 3,000 jobs) is BenchmarkAuditVerify.
+// verify names nothing else. The full proof (1,000 tamperings in 3,000 jobs) is
+// BenchmarkAuditVerify (test/performance, make bench-audit).
 func TestAuditTamperingsDetected(t *testing.T) {
 	t.Parallel()
-	r := newChainRig(t)
-	r.build(t, 200, 8, 50)
-	tp := newTamperer(t, r, 14)
-	tms := tp.inject(t, 60)
-	rep := r.verify(t)
-	detected := checkDetected(t, rep, tms)
-	t.Logf("%d/%d tamperings detected (%s); %d findings; verify of %d entries took %s", detected, len(tms), countKinds(tms), len(rep.Findings), rep.Entries, rep.Duration)
+	r := stack.NewChainRig(t)
+	r.Build(t, 200, 8, 50)
+	tp := stack.NewTamperer(t, r, 14)
+	tms := tp.Inject(t, 60)
+	rep := r.Verify(t)
+	detected := stack.CheckDetected(t, rep, tms)
+	t.Logf("%d/%d tamperings detected (%s); %d findings; verify of %d entries took %s", detected, len(tms), stack.CountKinds(tms), len(rep.Findings), rep.Entries, rep.Duration)
 	if detected != len(tms) {
-		var b strings.Builder
-		_ = rep.WriteText(&b)
-		t.Logf("report:\n%s", b.String())
+		t.Logf("report:\n%s", stack.ReportText(t, rep))
 	}
 }
 
 // A verify of part of the chain checks only that part, and the link into it.
 func TestAuditVerifyRange(t *testing.T) {
 	t.Parallel()
-	r := newChainRig(t)
-	r.build(t, 30, 4, 0)
+	r := stack.NewChainRig(t)
+	r.Build(t, 30, 4, 0)
 	entry, _, _ := r.Records.ChainEntry(t.Context(), r.Refs[3].UID) // some entry; flip its manifest
 	if err := r.Store.Put(t.Context(), entry.ManifestKey, strings.NewReader("{}"), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(from, to int64, want int) {
-		rep, err := verify.Chain(t.Context(), r.Records, r.Store, verify.ChainOptions{Cluster: "eu-1", Prefix: prefix, From: from, To: to})
+		rep, err := verify.Chain(t.Context(), r.Records, r.Store, verify.ChainOptions{Cluster: "eu-1", Prefix: stack.ChainPrefix, From: from, To: to})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,9 +178,9 @@ func TestAuditVerifyRange(t *testing.T) {
 // database and the bucket) before it signs the next.
 func TestAuditSignerChainsAndRestores(t *testing.T) {
 	t.Parallel()
-	r := newChainRig(t)
-	r.build(t, 5, 2, 0)
-	r.sign(t)
+	r := stack.NewChainRig(t)
+	r.Build(t, 5, 2, 0)
+	r.Sign(t)
 	ds, err := r.Records.SignedDigests(t.Context(), "eu-1")
 	if err != nil || len(ds) != 1 || ds[0].Seq != 5 {
 		t.Fatalf("digests %+v (%v), want one of seq 5", ds, err)
@@ -190,16 +188,16 @@ func TestAuditSignerChainsAndRestores(t *testing.T) {
 	if err := r.Store.Delete(t.Context(), ds[0].ObjectKey); err != nil {
 		t.Fatal(err)
 	}
-	if rep := r.verify(t); len(rep.Findings) != 1 || rep.Findings[0].Kind != verify.Missing || rep.Findings[0].Item != "digest "+ds[0].ObjectKey {
+	if rep := r.Verify(t); len(rep.Findings) != 1 || rep.Findings[0].Kind != verify.Missing || rep.Findings[0].Item != "digest "+ds[0].ObjectKey {
 		t.Errorf("verify with the digest object deleted: %v, want it missing", rep.Findings)
 	}
-	r.build(t, 2, 1, 0)
-	r.sign(t)
+	r.Build(t, 2, 1, 0)
+	r.Sign(t)
 	ds, _ = r.Records.SignedDigests(t.Context(), "eu-1")
 	if len(ds) != 2 || ds[1].PrevDigest != ds[0].DigestSHA256 || ds[1].Seq != 7 {
 		t.Fatalf("digests %+v, want a second of seq 7 chained to the first", ds)
 	}
-	if rep := r.verify(t); !rep.OK() || rep.Digests != 2 {
+	if rep := r.Verify(t); !rep.OK() || rep.Digests != 2 {
 		t.Errorf("verify after the signer restored the lost digest: %v (%d digests)", rep.Findings, rep.Digests)
 	}
 }

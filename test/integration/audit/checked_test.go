@@ -134,7 +134,7 @@ func TestCheckedWriteRefusesOtherBytes(t *testing.T) {
 					}
 					return captureLog(ctx, r, logStore, capture.DefaultConfig, ref, pod, key, content)
 				}
-				ref, err := r.job(t.Context(), 1)
+				ref, err := r.AddJob(t.Context(), 1)
 				if !errors.Is(err, objstore.ErrChecksum) {
 					t.Fatalf("capture and seal of a %s changed on its way: error = %v, want ErrChecksum", object, err)
 				}
@@ -222,18 +222,18 @@ func TestSealReadsBackWhatNoCheckedWriteStandsBehind(t *testing.T) {
 	}
 }
 
-// newCheckedRig is a chainRig on a fresh database and store.
-func newCheckedRig(t *testing.T, store objstore.Store) *chainRig {
+// newCheckedRig is a stack.ChainRig on a fresh database and store.
+func newCheckedRig(t *testing.T, store objstore.Store) *stack.ChainRig {
 	t.Helper()
 	records, dsn := stack.OpenRecords(t)
-	return &chainRig{Records: records, DSN: dsn, Store: store,
-		Sealer: audit.Sealer{Records: records, Store: store, Layout: archive.Layout{Prefix: prefix}, Cluster: "eu-1"}}
+	return &stack.ChainRig{Records: records, DSN: dsn, Store: store,
+		Sealer: audit.Sealer{Records: records, Store: store, Layout: archive.Layout{Prefix: stack.ChainPrefix}, Cluster: "eu-1"}}
 }
 
 // captureLog captures a pod's ended log, content, through store as pkg/archiver's capture does
 // (capture.Capture, then capture.Assemble when it was stored in segments), and returns the row
 // the archiver records for it (capture.Assembled.Stored).
-func captureLog(ctx context.Context, r *chainRig, store objstore.Store, cfg capture.Config, ref archive.JobRef,
+func captureLog(ctx context.Context, r *stack.ChainRig, store objstore.Store, cfg capture.Config, ref archive.JobRef,
 	pod record.Pod, key, content string) (record.LogObject, error) {
 	cref := capture.Ref{Namespace: pod.Namespace, Pod: pod.Name, PodUID: pod.UID, Container: "main"}
 	segKey := func(seq int32) string {
@@ -246,7 +246,7 @@ func captureLog(ctx context.Context, r *chainRig, store objstore.Store, cfg capt
 		}
 		return key, r.Sealer.RetainUntil(time.Now())
 	}
-	src := lineSource{at: base, content: content}
+	src := lineSource{at: stack.ChainStart, content: content}
 	cfg.NodeLogMaxSize = 0 // the log is all there: no rotation to suspect
 	a, err := capture.Capture(ctx, cfg, src, r.Records, store, segKey, cref, over, final)
 	if err != nil {
@@ -283,11 +283,11 @@ func (s lineSource) Open(context.Context, capture.Ref, capture.OpenOptions) (io.
 	return io.NopCloser(strings.NewReader(b.String())), nil
 }
 
-// sealJob records and seals a job through r (chainRig.job) and returns it with the store calls
+// sealJob records and seals a job through r (stack.ChainRig.AddJob) and returns it with the store calls
 // counted, its log rows and the objects its manifest lists.
-func sealJob(t *testing.T, r *chainRig, store *countingStore) (archive.JobRef, storeCalls, []record.LogObject, map[string]archive.ObjectEntry) {
+func sealJob(t *testing.T, r *stack.ChainRig, store *countingStore) (archive.JobRef, storeCalls, []record.LogObject, map[string]archive.ObjectEntry) {
 	t.Helper()
-	ref, err := r.job(t.Context(), 1)
+	ref, err := r.AddJob(t.Context(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func sealJob(t *testing.T, r *chainRig, store *countingStore) (archive.JobRef, s
 }
 
 // sealedManifest returns the objects the job's chain entry lists, by key.
-func sealedManifest(t *testing.T, r *chainRig, ref archive.JobRef) map[string]archive.ObjectEntry {
+func sealedManifest(t *testing.T, r *stack.ChainRig, ref archive.JobRef) map[string]archive.ObjectEntry {
 	t.Helper()
 	e, chained, err := r.Records.ChainEntry(t.Context(), ref.UID)
 	if err != nil || !chained {
@@ -327,9 +327,9 @@ func storedSHA256(t *testing.T, store objstore.Store, key string) string {
 	return h.SHA256
 }
 
-func verifyChain(t *testing.T, r *chainRig) verify.ChainReport {
+func verifyChain(t *testing.T, r *stack.ChainRig) verify.ChainReport {
 	t.Helper()
-	rep, err := verify.Chain(t.Context(), r.Records, r.Store, verify.ChainOptions{Cluster: "eu-1", Prefix: prefix})
+	rep, err := verify.Chain(t.Context(), r.Records, r.Store, verify.ChainOptions{Cluster: "eu-1", Prefix: stack.ChainPrefix})
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}

@@ -28,7 +28,7 @@ const retentionPeriod = 30 * 24 * time.Hour
 // audit verify passes after the prune and names the pruned jobs; tampering after the prune is
 // still found.
 func TestAuditRetentionPrune(t *testing.T) {
-	r := newChainRig(t)
+	r := stack.NewChainRig(t)
 	root := t.TempDir()
 	fsStore, err := objstore.NewFS(root, objstore.WithReadOnlyLocks())
 	if err != nil {
@@ -36,8 +36,8 @@ func TestAuditRetentionPrune(t *testing.T) {
 	}
 	r.Store, r.Sealer.Store, r.Signer.Store = fsStore, fsStore, fsStore
 	r.Sealer.RetainUntil = func(at time.Time) time.Time { return at.Add(retentionPeriod) }
-	r.build(t, 6, 2, 0)
-	r.sign(t)
+	r.Build(t, 6, 2, 0)
+	r.Sign(t)
 	ctx := t.Context()
 
 	// Job 1 gets a legal hold by annotation (as the archiver's upsert of the VcJob would record
@@ -58,7 +58,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 		}}
 
 	// The recorded date is the lock's: the manifest file's modification time (fs lock date).
-	c := r.superuser(t)
+	c := r.Superuser(t)
 	for _, ref := range r.Refs {
 		var until time.Time
 		var hold bool
@@ -78,19 +78,19 @@ func TestAuditRetentionPrune(t *testing.T) {
 	}
 
 	// A day before the first date: nothing goes, and the store refuses an early deletion.
-	r.Clock.SetTime(base.Add(retentionPeriod - 24*time.Hour))
+	r.Clock.SetTime(stack.ChainStart.Add(retentionPeriod - 24*time.Hour))
 	if n, err := pruner.PruneOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("prune before the retain-until dates: %d jobs, %v; want 0", n, err)
 	}
 	if err := fsStore.DeleteExpired(ctx, stack.Must(r.Sealer.Layout.Manifest(r.Refs[0])), r.Clock.Now()); !errors.Is(err, objstore.ErrLocked) {
 		t.Errorf("DeleteExpired before the retain-until date: %v, want ErrLocked", err)
 	}
-	if rep := r.verify(t); !rep.OK() || len(rep.Pruned) != 0 {
+	if rep := r.Verify(t); !rep.OK() || len(rep.Pruned) != 0 {
 		t.Fatalf("verify before the prune: %d findings, %d pruned: %v", len(rep.Findings), len(rep.Pruned), rep.Findings)
 	}
 
 	// A day after every date: all but the held jobs go.
-	r.Clock.SetTime(base.Add(retentionPeriod + 24*time.Hour))
+	r.Clock.SetTime(stack.ChainStart.Add(retentionPeriod + 24*time.Hour))
 	n, err := pruner.PruneOnce(ctx)
 	if err != nil || n != 4 {
 		t.Fatalf("prune after the retain-until dates: %d jobs, %v; want 4", n, err)
@@ -120,7 +120,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 		t.Errorf("second prune: %d jobs, %v; want 0", n, err)
 	}
 
-	rep := r.verify(t)
+	rep := r.Verify(t)
 	var got []string
 	for _, p := range rep.Pruned {
 		got = append(got, p.JobUID)
@@ -157,7 +157,7 @@ func TestAuditRetentionPrune(t *testing.T) {
 	if _, err := c.Exec(`DELETE FROM audit_prunes WHERE job_uid = $1`, r.Refs[3].UID); err != nil {
 		t.Fatal(err)
 	}
-	rep = r.verify(t)
+	rep = r.Verify(t)
 	found := map[string]bool{}
 	for _, f := range rep.Findings {
 		found[f.JobUID] = true

@@ -45,19 +45,19 @@ func TestSealedRowsAreTheFinalizedRows(t *testing.T) {
 	}
 	ref := archive.JobRef{Namespace: "team-1", Name: "train-1", UID: "00000000-0000-4000-8000-000000000001"}
 	late := &lateRow{DB: records, gap: record.Gap{PodUID: ref.UID + "-pod0", Container: "main", Run: 0,
-		After: base.Add(5 * time.Second), Reason: record.GapUnreadable, Detail: "recorded late"}}
-	r := &chainRig{Records: records, DSN: dsn, Store: store,
-		Sealer: audit.Sealer{Records: late, Store: store, Layout: archive.Layout{Prefix: prefix}, Cluster: "eu-1"}}
-	ref, err = r.job(t.Context(), 1) // job 1: no gap of its own
+		After: stack.ChainStart.Add(5 * time.Second), Reason: record.GapUnreadable, Detail: "recorded late"}}
+	r := &stack.ChainRig{Records: records, DSN: dsn, Store: store,
+		Sealer: audit.Sealer{Records: late, Store: store, Layout: archive.Layout{Prefix: stack.ChainPrefix}, Cluster: "eu-1"}}
+	ref, err = r.AddJob(t.Context(), 1) // job 1: no gap of its own
 	if err != nil {
 		// The finalization saw the late row: the archiver retries, as its reconcile does.
 		t.Logf("first seal: %v", err)
 		jobObject := map[string]any{"metadata": map[string]any{"namespace": ref.Namespace, "name": ref.Name, "uid": ref.UID}}
-		if _, err := r.Sealer.Seal(t.Context(), ref, jobObject, "", base.Add(time.Hour)); err != nil {
+		if _, err := r.Sealer.Seal(t.Context(), ref, jobObject, "", stack.ChainStart.Add(time.Hour)); err != nil {
 			t.Fatalf("second seal: %v", err)
 		}
 	}
-	rep, err := verify.Chain(t.Context(), records, store, verify.ChainOptions{Cluster: "eu-1", Prefix: prefix})
+	rep, err := verify.Chain(t.Context(), records, store, verify.ChainOptions{Cluster: "eu-1", Prefix: stack.ChainPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}

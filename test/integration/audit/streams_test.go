@@ -28,7 +28,7 @@ import (
 // index (the second pod's) are sealed as before. On the fs store with read-only locks, as in
 // TestAuditRetentionPrune.
 func TestStreamsIndexSealed(t *testing.T) {
-	r := newChainRig(t)
+	r := stack.NewChainRig(t)
 	fsStore, err := objstore.NewFS(t.TempDir(), objstore.WithReadOnlyLocks())
 	if err != nil {
 		t.Fatal(err)
@@ -49,9 +49,9 @@ func TestStreamsIndexSealed(t *testing.T) {
 		index := binary.AppendUvarint(nil, uint64(h.ContentBytes)<<2|uint64(capture.StreamStdout))
 		indexBytes[logKey+archive.StreamsSuffix] = int64(len(index))
 		return fsStore.Put(ctx, logKey+archive.StreamsSuffix, bytes.NewReader(index),
-			objstore.PutOptions{ContentType: "application/octet-stream", RetainUntil: base.Add(retentionPeriod)})
+			objstore.PutOptions{ContentType: "application/octet-stream", RetainUntil: stack.ChainStart.Add(retentionPeriod)})
 	}
-	r.build(t, 2, 1, 0)
+	r.Build(t, 2, 1, 0)
 	ctx := t.Context()
 	streamsKey := func(ref archive.JobRef) string {
 		return stack.Must(r.Sealer.Layout.PodLog(ref, ref.Name+"-worker-0", ref.UID+"-pod0", "main", record.InstanceCurrent)) + archive.StreamsSuffix
@@ -76,14 +76,14 @@ func TestStreamsIndexSealed(t *testing.T) {
 			t.Errorf("logs verify of job %s: findings %v, unreferenced %v; want none", ref.UID, rep.Findings, rep.Unreferenced)
 		}
 	}
-	if rep := r.verify(t); !rep.OK() {
+	if rep := r.Verify(t); !rep.OK() {
 		t.Fatalf("audit verify of the sealed jobs: %v", rep.Findings)
 	}
 
 	// Altered: both verifiers find it.
 	altered := streamsKey(r.Refs[1])
 	fsUnlocked(t, r, altered, []byte{0x05, 0x40})
-	rep := r.verify(t)
+	rep := r.Verify(t)
 	if len(rep.Findings) != 1 || rep.Findings[0].Kind != verify.Altered || !strings.Contains(rep.Findings[0].String(), altered) {
 		t.Errorf("audit verify after the index of job 1 was altered: %v, want one finding, %s altered", rep.Findings, altered)
 	}
@@ -94,7 +94,7 @@ func TestStreamsIndexSealed(t *testing.T) {
 	}
 
 	// Pruned at retention: the index goes with the log.
-	r.Clock.SetTime(base.Add(retentionPeriod + 24*time.Hour))
+	r.Clock.SetTime(stack.ChainStart.Add(retentionPeriod + 24*time.Hour))
 	pruner := &retention.Pruner{Records: r.Records, Store: fsStore, Cluster: "eu-1", Batch: 2, Policy: "--retention 720h0m0s", Clock: r.Clock,
 		NamespaceHolds: func(context.Context) (map[string]string, error) { return nil, nil }}
 	if n, err := pruner.PruneOnce(ctx); err != nil || n != 2 {
@@ -108,7 +108,7 @@ func TestStreamsIndexSealed(t *testing.T) {
 }
 
 // readManifest reads a sealed job's manifest.json.
-func readManifest(t *testing.T, r *chainRig, ref archive.JobRef) archive.Manifest {
+func readManifest(t *testing.T, r *stack.ChainRig, ref archive.JobRef) archive.Manifest {
 	t.Helper()
 	rc, err := r.Store.Get(t.Context(), stack.Must(r.Sealer.Layout.Manifest(ref)))
 	if err != nil {
@@ -123,9 +123,9 @@ func readManifest(t *testing.T, r *chainRig, ref archive.JobRef) archive.Manifes
 }
 
 // logsVerify runs `archiver logs verify` (verify.Job) on a job.
-func logsVerify(t *testing.T, r *chainRig, ref archive.JobRef) verify.JobReport {
+func logsVerify(t *testing.T, r *stack.ChainRig, ref archive.JobRef) verify.JobReport {
 	t.Helper()
-	p := prefix
+	p := stack.ChainPrefix
 	rep, err := verify.Job(t.Context(), r.Records, r.Store, ref.UID, verify.JobOptions{Prefix: &p})
 	if err != nil {
 		t.Fatalf("logs verify of job %s: %v", ref.UID, err)
@@ -134,9 +134,9 @@ func logsVerify(t *testing.T, r *chainRig, ref archive.JobRef) verify.JobReport 
 }
 
 // fsUnlocked replaces a locked object of the fs store with b, as an attacker with the disk would.
-func fsUnlocked(t *testing.T, r *chainRig, key string, b []byte) {
+func fsUnlocked(t *testing.T, r *stack.ChainRig, key string, b []byte) {
 	t.Helper()
-	if err := r.Store.(objstore.ExpiredDeleter).DeleteExpired(t.Context(), key, base.Add(10*retentionPeriod)); err != nil {
+	if err := r.Store.(objstore.ExpiredDeleter).DeleteExpired(t.Context(), key, stack.ChainStart.Add(10*retentionPeriod)); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Store.Put(t.Context(), key, bytes.NewReader(b), objstore.PutOptions{}); err != nil {

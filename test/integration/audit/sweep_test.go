@@ -17,7 +17,7 @@ import (
 // between the two steps) is swept when the job is sealed, as the API capture's are, and audit
 // verify finds nothing extra.
 func TestSealSweepsAgentSegments(t *testing.T) {
-	r := newChainRig(t)
+	r := stack.NewChainRig(t)
 	var orphans []string
 	r.AfterLog = func(ctx context.Context, ref archive.JobRef, pod record.Pod, _ string) error {
 		for seq := range int32(2) {
@@ -29,13 +29,13 @@ func TestSealSweepsAgentSegments(t *testing.T) {
 		}
 		return nil
 	}
-	r.build(t, 2, 1, 0)
+	r.Build(t, 2, 1, 0)
 	for _, key := range orphans {
 		if _, err := r.Store.Stat(t.Context(), key); !errors.Is(err, objstore.ErrNotFound) {
 			t.Errorf("agent segment %s left in the store after its job was sealed (%v)", key, err)
 		}
 	}
-	if rep := r.verify(t); !rep.OK() {
+	if rep := r.Verify(t); !rep.OK() {
 		t.Errorf("audit verify: %v, want nothing", rep.Findings)
 	}
 }

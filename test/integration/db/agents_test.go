@@ -507,15 +507,7 @@ func TestDBAgentRole(t *testing.T) {
 	ctx := t.Context()
 	owner, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
-	if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname = 'jobvault_agent' AND NOT rolcanlogin AND NOT rolsuper`); n != 1 {
-		t.Fatalf("role jobvault_agent: %d NOLOGIN non-superuser roles, want 1", n)
-	}
-	adsn := stack.LoginRole(t, dsn, "jobvault_agent")
-	agentDB, err := db.Open(ctx, adsn, db.Options{})
-	if err != nil {
-		t.Fatalf("Open as the agent: %v", err)
-	}
-	t.Cleanup(func() { agentDB.Close() })
+	agentDB, adsn := openAsRole(t, dsn, "jobvault_agent")
 
 	if err := agentDB.Heartbeat(ctx, "node-a", 0); err != nil {
 		t.Fatalf("Heartbeat as the agent: %v", err)

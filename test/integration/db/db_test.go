@@ -46,6 +46,24 @@ func rawDB(t *testing.T, dsn string) *sql.DB {
 	return c
 }
 
+// openAsRole checks that group is a NOLOGIN non-superuser role of dsn's server (the migrations'
+// roles only grant), and opens the records as a login role in it (stack.LoginRole): a test then runs
+// with exactly the rights group gives. It returns the records and their DSN, both closed or dropped
+// when the test ends.
+func openAsRole(t *testing.T, dsn, group string) (*db.DB, string) {
+	t.Helper()
+	if n := queryInt(t, rawDB(t, dsn), `SELECT count(*) FROM pg_roles WHERE rolname = $1 AND NOT rolcanlogin AND NOT rolsuper`, group); n != 1 {
+		t.Fatalf("role %s: %d NOLOGIN non-superuser roles, want 1", group, n)
+	}
+	rdsn := stack.LoginRole(t, dsn, group)
+	records, err := db.Open(t.Context(), rdsn, db.Options{})
+	if err != nil {
+		t.Fatalf("Open as %s: %v", group, err)
+	}
+	t.Cleanup(func() { records.Close() })
+	return records, rdsn
+}
+
 func queryInt(t *testing.T, c *sql.DB, query string, args ...any) int {
 	t.Helper()
 	var n int

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -161,17 +160,6 @@ func TestDBAppendOnly(t *testing.T) {
 	}
 }
 
-// dsnAs is dsn with user as the user.
-func dsnAs(t *testing.T, dsn, user string) string {
-	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(user)
-	return u.String()
-}
-
 // TestDBRoles uses the roles the migration creates, as login roles that are their members:
 // jobvault_writer runs every write of the archiver but cannot update or delete append-only rows,
 // nor drop or disable the triggers; jobvault_auditor can read the audit views and nothing else.
@@ -186,12 +174,7 @@ func TestDBRoles(t *testing.T) {
 	}
 
 	t.Run("writer", func(t *testing.T) {
-		wdsn := stack.LoginRole(t, dsn, "jobvault_writer")
-		writer, err := db.Open(ctx, wdsn, db.Options{})
-		if err != nil {
-			t.Fatalf("Open as the writer: %v", err)
-		}
-		t.Cleanup(func() { writer.Close() })
+		writer, wdsn := openAsRole(t, dsn, "jobvault_writer")
 		history(t, writer, "w1")
 		history(t, writer, "w1")
 		if err := writer.DeleteSegments(ctx, "pod-w1", "main", 1); err != nil {
@@ -271,25 +254,13 @@ func TestDBRoles(t *testing.T) {
 		prune := []record.Prune{{Cluster: "c", Seq: fin.Entry.Seq, JobUID: "p1", ManifestSHA256: fin.Entry.ManifestSHA256,
 			RetainUntil: at(2 * time.Hour), Policy: "retention 1h0m0s (--retention)", Objects: []string{"p1/manifest.json"}, PrunedAt: at(3 * time.Hour)}}
 
-		writer, err := db.Open(ctx, stack.LoginRole(t, dsn, "jobvault_writer"), db.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { writer.Close() })
+		writer, _ := openAsRole(t, dsn, "jobvault_writer")
 		if err := writer.RecordPrunes(ctx, prune); sqlState(err) != pqerror.InsufficientPrivilege {
 			t.Errorf("RecordPrunes as the writer alone = %v, want permission denied", err)
 		}
 
-		name := fmt.Sprintf("jv_test_archiver_%d", rand.Uint32())
-		if _, err := c.ExecContext(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN IN ROLE jobvault_writer, jobvault_pruner`, name)); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if _, err := c.ExecContext(context.Background(), `DROP ROLE IF EXISTS `+name); err != nil {
-				t.Errorf("drop role %s: %v", name, err)
-			}
-		})
-		pruner, err := db.Open(ctx, dsnAs(t, dsn, name), db.Options{})
+		pdsn := stack.LoginRole(t, dsn, "jobvault_writer", "jobvault_pruner")
+		pruner, err := db.Open(ctx, pdsn, db.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,7 +277,7 @@ func TestDBRoles(t *testing.T) {
 			}
 		}
 		// Outside a pruner's transaction, the pruner's DELETE is still refused by the triggers.
-		pc := rawDB(t, dsnAs(t, dsn, name))
+		pc := rawDB(t, pdsn)
 		history(t, owner, "p2")
 		if _, err := pc.ExecContext(ctx, `DELETE FROM jobs WHERE uid = 'p2'`); sqlState(err) == "" {
 			t.Errorf("as the pruner, DELETE outside a transaction with jobvault.prune on succeeded, want refused")
@@ -334,25 +305,7 @@ func TestDBRoles(t *testing.T) {
 			}
 		}
 		// Nothing else: every privilege the auditor holds on this database's relations.
-		rows, err := c.QueryContext(ctx, `
-SELECT c.relname || ':' || p.privilege
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p(privilege)
-WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'm', 'S', 'p')
-  AND has_table_privilege('jobvault_auditor', c.oid, p.privilege)
-ORDER BY 1`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var got []string
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, s)
-		}
+		got := rolePrivileges(t, c, "jobvault_auditor")
 		var want []string
 		for _, v := range append(views, "audit_chain", "audit_chain_heads", "audit_digests", "audit_prunes", "audit_log_sources") {
 			want = append(want, v+":SELECT")
@@ -375,20 +328,7 @@ func dropRoles(t *testing.T) {
 	if queryInt(t, admin, `SELECT count(*) FROM pg_roles WHERE rolname IN ('jobvault_writer', 'jobvault_pruner', 'jobvault_auditor', 'jobvault_agent')`) != 4 {
 		t.Fatal("the roles should exist before this test drops them")
 	}
-	rows, err := admin.QueryContext(ctx, `SELECT datname FROM pg_database WHERE datallowconn`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dbs []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		dbs = append(dbs, name)
-	}
-	rows.Close()
-	for _, name := range dbs {
+	for _, name := range queryStrings(t, admin, `SELECT datname FROM pg_database WHERE datallowconn`) {
 		c, err := sql.Open("postgres", pg.DSN(name))
 		if err != nil {
 			t.Fatal(err)
@@ -436,7 +376,7 @@ func TestDBMigrateWithoutCreateRole(t *testing.T) {
 			}
 		}
 	})
-	ownerDSN := dsnAs(t, dsn, name)
+	ownerDSN := stack.DSNAs(t, dsn, name)
 	records, err := db.Open(ctx, ownerDSN, db.Options{Migrate: true})
 	if err != nil {
 		t.Fatalf("Open with Migrate by a user without CREATEROLE: %v", err)

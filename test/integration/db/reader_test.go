@@ -17,15 +17,7 @@ func TestDBReaderRole(t *testing.T) {
 	ctx := t.Context()
 	_, dsn := stack.OpenRecords(t)
 	c := rawDB(t, dsn)
-	if n := queryInt(t, c, `SELECT count(*) FROM pg_roles WHERE rolname = 'jobvault_reader' AND NOT rolcanlogin AND NOT rolsuper`); n != 1 {
-		t.Fatalf("role jobvault_reader: %d NOLOGIN non-superuser roles, want 1", n)
-	}
-	rdsn := stack.LoginRole(t, dsn, "jobvault_reader")
-	reader, err := db.Open(ctx, rdsn, db.Options{})
-	if err != nil {
-		t.Fatalf("Open as the reader: %v", err)
-	}
-	t.Cleanup(func() { reader.Close() })
+	reader, rdsn := openAsRole(t, dsn, "jobvault_reader")
 	if _, _, err := reader.ListJobs(ctx, db.JobFilter{Namespace: "a", Submitter: "alice"}, db.Cursor{}, 10); err != nil {
 		t.Errorf("ListJobs as the reader: %v", err)
 	}
@@ -63,7 +55,7 @@ func TestDBReaderRole(t *testing.T) {
 // "relation:PRIVILEGE", sorted.
 func rolePrivileges(t *testing.T, c *sql.DB, role string) []string {
 	t.Helper()
-	rows, err := c.QueryContext(t.Context(), `
+	return queryStrings(t, c, `
 SELECT c.relname || ':' || p.privilege
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p(privilege)
@@ -72,20 +64,4 @@ WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'm', 'S', 'p')
            THEN has_any_column_privilege($1, c.oid, p.privilege)
            ELSE has_table_privilege($1, c.oid, p.privilege) END
 ORDER BY 1`, role)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var got []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return got
 }

@@ -251,7 +251,7 @@ func TestInspectVerify(t *testing.T) {
 			}
 			want := tc.want(a)
 			if diff := cmp.Diff(want, problems(rep)); diff != "" {
-				t.Errorf("problems (-want +got):\n%s\nreport:\n%s", diff, reportText(t, rep))
+				t.Errorf("problems (-want +got):\n%s\nreport:\n%s", diff, stack.ReportText(t, rep))
 			}
 			if rep.OK() != (len(want) == 0) {
 				t.Errorf("OK() = %v with %d problems", rep.OK(), len(rep.Findings))
@@ -274,7 +274,7 @@ func TestInspectVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text := reportText(t, rep)
+		text := stack.ReportText(t, rep)
 		for _, want := range []string{"uncompressed size is 6 bytes, the record says " + fmt.Sprint(len(a.Content[masterMain(a)])),
 			"sha256 is ", "MISMATCH", masterMain(a), "FAILED: 1 problem"} {
 			if !strings.Contains(text, want) {
@@ -292,7 +292,7 @@ func TestInspectVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !rep.OK() || !cmp.Equal(rep.Unreferenced, []string{extra}) {
-			t.Errorf("OK %v, unreferenced %q; want OK and [%s]\n%s", rep.OK(), rep.Unreferenced, extra, reportText(t, rep))
+			t.Errorf("OK %v, unreferenced %q; want OK and [%s]\n%s", rep.OK(), rep.Unreferenced, extra, stack.ReportText(t, rep))
 		}
 	})
 
@@ -303,7 +303,7 @@ func TestInspectVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !rep.OK() || rep.ArchiveState != record.ArchivePending || rep.Stored != 4 {
-			t.Errorf("pending job: %s", reportText(t, rep))
+			t.Errorf("pending job: %s", stack.ReportText(t, rep))
 		}
 		if err := store.Delete(t.Context(), workerMain(a)); err != nil {
 			t.Fatal(err)
@@ -368,13 +368,4 @@ func getJSON(t *testing.T, store objstore.Store, key string, v any) {
 	if err := json.NewDecoder(rc).Decode(v); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func reportText(t *testing.T, r verify.JobReport) string {
-	t.Helper()
-	var b bytes.Buffer
-	if err := r.WriteText(&b); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
 }

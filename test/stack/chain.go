@@ -1,4 +1,4 @@
-package audit
+package stack
 
 import (
 	"context"
@@ -20,19 +20,28 @@ import (
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/verify"
-	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
-// prefix is the archive prefix of the synthetic chains.
-const prefix = "archive"
+// ChainPrefix is the archive prefix of a ChainRig's chain, and ChainCluster the cluster of
+// NewChainRig's.
+const (
+	ChainPrefix  = "archive"
+	ChainCluster = "eu-1"
+)
 
-// chainRig is a real Postgres and MinIO with jobs finalized into the chain through
-// audit.Sealer, the code path of JobReconciler.finalize, without a cluster.
-type chainRig struct {
+// ChainRig is a real Postgres and MinIO with jobs finalized into the audit chain through
+// audit.Sealer, the code path of JobReconciler.finalize, without a cluster: for the chain's
+// integration tests and its benchmarks.
+type ChainRig struct {
 	Records *db.DB
 	DSN     string
 	Store   objstore.Store
+	// StoreArgs and StoreEnviron are the store as the archiver's flags (with --store-prefix) and
+	// environment: what `archiver audit verify` needs beside the DSN.
+	StoreArgs, StoreEnviron []string
+	// Cluster is the chain's cluster (the archiver's --cluster-name).
+	Cluster string
 	Sealer  audit.Sealer
 	Signer  *audit.Signer
 	Clock   *testingclock.FakeClock
@@ -45,17 +54,21 @@ type chainRig struct {
 	// WriteLog, when not nil, stores a pod's log with content under key and returns its row, as
 	// the capture does; archive.Upload otherwise.
 	WriteLog func(ctx context.Context, ref archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error)
+	// first is the index of the rig's first job: jobs of rigs that share a database are numbered
+	// apart, so their UIDs differ.
+	first int
 }
 
-// base is the creation time of the synthetic jobs.
-var base = time.Date(2026, 11, 1, 8, 0, 0, 0, time.UTC)
+// ChainStart is the creation time of a ChainRig's first job, and its clock's start.
+var ChainStart = time.Date(2026, 11, 1, 8, 0, 0, 0, time.UTC)
 
-func newChainRig(t testing.TB) *chainRig {
+// NewChainRig opens a migrated database and a MinIO bucket, with a Sealer and a Signer (a fresh
+// key, a fake clock at ChainStart) of cluster ChainCluster; no job is finalized yet.
+func NewChainRig(t testing.TB) *ChainRig {
 	t.Helper()
-	records, dsn := stack.OpenRecords(t)
-	m := testbed.MinIO(t)
-	store, err := objstore.New(t.Context(), objstore.Config{Backend: objstore.BackendS3,
-		S3: objstore.S3Config{Endpoint: m.Endpoint, Bucket: m.Bucket, AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true}})
+	records, dsn := OpenRecords(t)
+	s3, args, environ := MinIOStore(testbed.MinIO(t))
+	store, err := objstore.New(t.Context(), objstore.Config{Backend: objstore.BackendS3, S3: s3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,16 +76,30 @@ func newChainRig(t testing.TB) *chainRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := testingclock.NewFakeClock(base)
-	r := &chainRig{Records: records, DSN: dsn, Store: store, Clock: clk, Pub: pub,
-		Sealer: audit.Sealer{Records: records, Store: store, Layout: archive.Layout{Prefix: prefix}, Cluster: "eu-1"}}
-	r.Signer = &audit.Signer{Records: records, Store: store, Prefix: prefix, Cluster: "eu-1", Key: key, Clock: clk}
+	r := &ChainRig{Records: records, DSN: dsn, Store: store, StoreArgs: append(args, "--store-prefix="+ChainPrefix), StoreEnviron: environ,
+		Clock: testingclock.NewFakeClock(ChainStart), Pub: pub}
+	return r.withCluster(ChainCluster, key)
+}
+
+// ForCluster is a rig of the same database, store, clock and key for the chain of another cluster,
+// its jobs numbered after the n jobs r may hold.
+func (r *ChainRig) ForCluster(cluster string, n int) *ChainRig {
+	o := *r
+	o.Refs, o.first = nil, r.first+max(n, len(r.Refs))
+	return o.withCluster(cluster, r.Signer.Key)
+}
+
+// withCluster sets the rig's cluster, with its Sealer and a Signer with key.
+func (r *ChainRig) withCluster(cluster string, key ed25519.PrivateKey) *ChainRig {
+	r.Cluster = cluster
+	r.Sealer = audit.Sealer{Records: r.Records, Store: r.Store, Layout: archive.Layout{Prefix: ChainPrefix}, Cluster: cluster}
+	r.Signer = &audit.Signer{Records: r.Records, Store: r.Store, Prefix: ChainPrefix, Cluster: cluster, Key: key, Clock: r.Clock}
 	return r
 }
 
-// build records and finalizes n more jobs, workers at a time, signing the head every signEvery
+// Build records and finalizes n more jobs, workers at a time, signing the head every signEvery
 // jobs (0: never).
-func (r *chainRig) build(t testing.TB, n, workers, signEvery int) {
+func (r *ChainRig) Build(t testing.TB, n, workers, signEvery int) {
 	t.Helper()
 	start := len(r.Refs)
 	r.Refs = append(r.Refs, make([]archive.JobRef, n)...)
@@ -84,7 +111,7 @@ func (r *chainRig) build(t testing.TB, n, workers, signEvery int) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				ref, err := r.job(t.Context(), i)
+				ref, err := r.AddJob(t.Context(), r.first+i)
 				if err != nil {
 					errs <- fmt.Errorf("job %d: %w", i, err)
 					return
@@ -95,7 +122,7 @@ func (r *chainRig) build(t testing.TB, n, workers, signEvery int) {
 	}
 	for i := start; i < start+n; i++ {
 		if signEvery > 0 && i > start && (i-start)%signEvery == 0 {
-			r.sign(t)
+			r.Sign(t)
 		}
 		select {
 		case next <- i:
@@ -113,11 +140,12 @@ func (r *chainRig) build(t testing.TB, n, workers, signEvery int) {
 	default:
 	}
 	if signEvery > 0 {
-		r.sign(t)
+		r.Sign(t)
 	}
 }
 
-func (r *chainRig) sign(t testing.TB) {
+// Sign steps the clock an hour and signs the chain head.
+func (r *ChainRig) Sign(t testing.TB) {
 	t.Helper()
 	r.Clock.Step(time.Hour)
 	if _, err := r.Signer.SignOnce(t.Context()); err != nil {
@@ -125,13 +153,13 @@ func (r *chainRig) sign(t testing.TB) {
 	}
 }
 
-// job records job i as the archiver would (row, transitions, two pods with a log each, every
-// seventh with a gap, so released) and finalizes it through the Sealer.
-func (r *chainRig) job(ctx context.Context, i int) (archive.JobRef, error) {
+// AddJob records job i as the archiver would (row, transitions, two pods with a log each, every
+// seventh with a gap) and finalizes it through the Sealer.
+func (r *ChainRig) AddJob(ctx context.Context, i int) (archive.JobRef, error) {
 	ref := archive.JobRef{Namespace: fmt.Sprintf("team-%d", i%5), Name: fmt.Sprintf("train-%d", i), UID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i)}
-	created := base.Add(time.Duration(i) * time.Second)
+	created := ChainStart.Add(time.Duration(i) * time.Second)
 	done := created.Add(90 * time.Second)
-	row := record.Job{UID: ref.UID, Cluster: "eu-1", Namespace: ref.Namespace, Name: ref.Name, Queue: "default", Submitter: "alice@example.com",
+	row := record.Job{UID: ref.UID, Cluster: r.Cluster, Namespace: ref.Namespace, Name: ref.Name, Queue: "default", Submitter: "alice@example.com",
 		SubmitterGroups: []string{"team"}, CreatedAt: created, FinishedAt: &done, Phase: "Completed",
 		Spec: []byte(`{"tasks": [{"name": "worker", "replicas": 2}]}`), Status: []byte(`{"state": {"phase": "Completed"}}`)}
 	if err := r.Records.UpsertJob(ctx, row); err != nil {
@@ -150,7 +178,7 @@ func (r *chainRig) job(ctx context.Context, i int) (archive.JobRef, error) {
 		if err := r.Records.UpsertPod(ctx, pod); err != nil {
 			return ref, err
 		}
-		key := stack.Must(r.Sealer.Layout.PodLog(ref, pod.Name, pod.UID, "main", record.InstanceCurrent))
+		key := Must(r.Sealer.Layout.PodLog(ref, pod.Name, pod.UID, "main", record.InstanceCurrent))
 		content := strings.Repeat(fmt.Sprintf("%s line of pod %d of job %d\n", created.Format(time.RFC3339), p, i), 20+i%50)
 		write := r.WriteLog
 		if write == nil {
@@ -184,25 +212,25 @@ func (r *chainRig) job(ctx context.Context, i int) (archive.JobRef, error) {
 }
 
 // upload stores a pod's log with archive.Upload and returns its row.
-func (r *chainRig) upload(ctx context.Context, _ archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error) {
+func (r *ChainRig) upload(ctx context.Context, _ archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error) {
 	st, err := archive.Upload(ctx, r.Store, key, strings.NewReader(content))
 	return record.LogObject{PodUID: pod.UID, Container: "main", ContainerType: record.ContainerRegular,
 		Instance: record.InstanceCurrent, ObjectKey: key, Bytes: st.Bytes, StoredBytes: st.StoredBytes, SHA256: st.SHA256, State: record.LogStored}, err
 }
 
-// verify runs verify.Chain over the whole chain with the public key.
-func (r *chainRig) verify(t testing.TB) verify.ChainReport {
+// Verify runs verify.Chain over the whole chain with the public key.
+func (r *ChainRig) Verify(t testing.TB) verify.ChainReport {
 	t.Helper()
-	rep, err := verify.Chain(t.Context(), r.Records, r.Store, verify.ChainOptions{Cluster: "eu-1", Prefix: prefix, PublicKey: r.Pub})
+	rep, err := verify.Chain(t.Context(), r.Records, r.Store, verify.ChainOptions{Cluster: r.Cluster, Prefix: ChainPrefix, PublicKey: r.Pub})
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}
 	return rep
 }
 
-// superuser opens the database as the superuser who bypasses every trigger, as an attacker or
+// Superuser opens the database as the superuser who bypasses every trigger, as an attacker or
 // a careless administrator with that power would.
-func (r *chainRig) superuser(t testing.TB) *sql.DB {
+func (r *ChainRig) Superuser(t testing.TB) *sql.DB {
 	t.Helper()
 	c, err := sql.Open("postgres", r.DSN)
 	if err != nil {

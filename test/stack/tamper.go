@@ -1,4 +1,4 @@
-package audit
+package stack
 
 import (
 	"bytes"
@@ -22,8 +22,8 @@ import (
 	"github.com/jobvault/jobvault/pkg/verify"
 )
 
-// tampering is one change injected behind jobvault's back, and what verify must say about it.
-type tampering struct {
+// Tampering is one change injected behind jobvault's back, and what verify must say about it.
+type Tampering struct {
 	What string
 	Kind verify.Kind
 	// Items must each be named by a finding of Kind.
@@ -33,45 +33,46 @@ type tampering struct {
 	Seqs []int64
 }
 
-// target is a chained job as the tamperer sees it.
-type target struct {
+// tamperTarget is a chained job as the Tamperer sees it.
+type tamperTarget struct {
 	entry    record.ChainEntry
 	manifest archive.Manifest
 }
 
-// tamperer injects random tamperings into a chainRig's chain, each on jobs no other touched.
-type tamperer struct {
-	r       *chainRig
+// Tamperer injects random tamperings into a ChainRig's chain, each on jobs no other touched.
+type Tamperer struct {
+	r       *ChainRig
 	rng     *mrand.Rand
 	sql     *sql.DB
-	targets []target // by seq-1
+	targets []tamperTarget // by seq-1
 	used    map[int64]bool
 	digests []record.SignedDigest
 	forged  int
 }
 
-func newTamperer(t testing.TB, r *chainRig, seed uint64) *tamperer {
+// NewTamperer reads r's chain and signed digests; its random choices follow seed.
+func NewTamperer(t testing.TB, r *ChainRig, seed uint64) *Tamperer {
 	t.Helper()
-	tp := &tamperer{r: r, rng: mrand.New(mrand.NewPCG(seed, seed)), sql: r.superuser(t), used: map[int64]bool{}}
-	if err := r.Records.ChainEntries(t.Context(), "eu-1", 1, 1<<62, func(e record.ChainEntry) error {
+	tp := &Tamperer{r: r, rng: mrand.New(mrand.NewPCG(seed, seed)), sql: r.Superuser(t), used: map[int64]bool{}}
+	if err := r.Records.ChainEntries(t.Context(), r.Cluster, 1, 1<<62, func(e record.ChainEntry) error {
 		var m archive.Manifest
 		if err := json.Unmarshal(e.Manifest, &m); err != nil {
 			return err
 		}
-		tp.targets = append(tp.targets, target{entry: e, manifest: m})
+		tp.targets = append(tp.targets, tamperTarget{entry: e, manifest: m})
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	var err error
-	if tp.digests, err = r.Records.SignedDigests(t.Context(), "eu-1"); err != nil {
+	if tp.digests, err = r.Records.SignedDigests(t.Context(), r.Cluster); err != nil {
 		t.Fatal(err)
 	}
 	return tp
 }
 
 // pick returns an untouched job (and marks it), or false when none is left.
-func (tp *tamperer) pick() (target, bool) {
+func (tp *Tamperer) pick() (tamperTarget, bool) {
 	for range 1000 {
 		tg := tp.targets[tp.rng.IntN(len(tp.targets))]
 		if !tp.used[tg.entry.Seq] {
@@ -79,20 +80,20 @@ func (tp *tamperer) pick() (target, bool) {
 			return tg, true
 		}
 	}
-	return target{}, false
+	return tamperTarget{}, false
 }
 
-// kinds are the tamperings, drawn at random with equal weight.
-var kinds = []string{"delete log", "flip log", "delete job.json", "flip job.json", "flip manifest", "delete manifest", "swap manifests",
+// tamperKinds are the tamperings, drawn at random with equal weight.
+var tamperKinds = []string{"delete log", "flip log", "delete job.json", "flip job.json", "flip manifest", "delete manifest", "swap manifests",
 	"delete log row", "edit log row", "delete transition", "edit transition", "edit job row", "delete job row", "delete pod row",
 	"edit pod row", "delete gap row", "extra object", "delete chain row", "edit chain row", "re-order chain", "forge digest"}
 
-// inject makes n tamperings, each on its own jobs.
-func (tp *tamperer) inject(t testing.TB, n int) []tampering {
+// Inject makes n tamperings, each on its own jobs.
+func (tp *Tamperer) Inject(t testing.TB, n int) []Tampering {
 	t.Helper()
-	var out []tampering
+	var out []Tampering
 	for len(out) < n {
-		kind := kinds[tp.rng.IntN(len(kinds))]
+		kind := tamperKinds[tp.rng.IntN(len(tamperKinds))]
 		tm, ok, err := tp.one(t.Context(), kind)
 		if err != nil {
 			t.Fatalf("%s: %v", kind, err)
@@ -104,7 +105,7 @@ func (tp *tamperer) inject(t testing.TB, n int) []tampering {
 	return out
 }
 
-func (tp *tamperer) one(ctx context.Context, kind string) (tampering, bool, error) {
+func (tp *Tamperer) one(ctx context.Context, kind string) (Tampering, bool, error) {
 	if kind == "forge digest" {
 		return tp.forgeDigest(ctx)
 	}
@@ -113,10 +114,10 @@ func (tp *tamperer) one(ctx context.Context, kind string) (tampering, bool, erro
 	}
 	tg, ok := tp.pick()
 	if !ok {
-		return tampering{}, false, nil
+		return Tampering{}, false, nil
 	}
 	e, m := tg.entry, tg.manifest
-	tm := tampering{What: kind, Jobs: []string{e.JobUID}, Seqs: []int64{e.Seq}}
+	tm := Tampering{What: kind, Jobs: []string{e.JobUID}, Seqs: []int64{e.Seq}}
 	logKey := m.Objects[1+tp.rng.IntN(len(m.Objects)-1)].Key
 	pod := m.Pods[tp.rng.IntN(len(m.Pods))]
 	rowNamed := func(prefix string) string {
@@ -132,11 +133,11 @@ func (tp *tamperer) one(ctx context.Context, kind string) (tampering, bool, erro
 	case "delete log", "delete job.json", "delete manifest":
 		key := map[string]string{"delete log": logKey, "delete job.json": m.JobObject, "delete manifest": e.ManifestKey}[kind]
 		err = tp.r.Store.Delete(ctx, key)
-		tm.Kind, tm.Items = verify.Missing, []string{itemOf(key, e)}
+		tm.Kind, tm.Items = verify.Missing, []string{tamperedItem(key, e)}
 	case "flip log", "flip job.json", "flip manifest":
 		key := map[string]string{"flip log": logKey, "flip job.json": m.JobObject, "flip manifest": e.ManifestKey}[kind]
 		err = tp.flip(ctx, key)
-		tm.Kind, tm.Items = verify.Altered, []string{itemOf(key, e)}
+		tm.Kind, tm.Items = verify.Altered, []string{tamperedItem(key, e)}
 	case "delete log row":
 		_, err = tp.sql.ExecContext(ctx, `DELETE FROM log_objects WHERE pod_uid = $1`, pod.UID)
 		tm.Kind, tm.Items = verify.Missing, []string{"row log main/current of " + audit.PodName(pod.Name, pod.UID)}
@@ -164,7 +165,7 @@ func (tp *tamperer) one(ctx context.Context, kind string) (tampering, bool, erro
 	case "delete gap row":
 		if len(m.Gaps) == 0 {
 			delete(tp.used, e.Seq)
-			return tampering{}, false, nil
+			return Tampering{}, false, nil
 		}
 		_, err = tp.sql.ExecContext(ctx, `DELETE FROM log_gaps WHERE pod_uid = $1`, m.Gaps[0].PodUID)
 		tm.Kind, tm.Items = verify.Missing, []string{"row " + rowNamed("gap ")}
@@ -173,81 +174,81 @@ func (tp *tamperer) one(ctx context.Context, kind string) (tampering, bool, erro
 		err = tp.r.Store.Put(ctx, key, strings.NewReader("planted"), objstore.PutOptions{})
 		tm.Kind, tm.Items = verify.Extra, []string{"object " + key}
 	case "delete chain row":
-		_, err = tp.sql.ExecContext(ctx, `DELETE FROM audit_chain WHERE cluster = 'eu-1' AND seq = $1`, e.Seq)
+		_, err = tp.sql.ExecContext(ctx, `DELETE FROM audit_chain WHERE cluster = $2 AND seq = $1`, e.Seq, tp.r.Cluster)
 		tm.Kind, tm.Items = verify.Missing, []string{fmt.Sprintf("chain entry seq %d", e.Seq)}
 	case "edit chain row":
-		_, err = tp.sql.ExecContext(ctx, `UPDATE audit_chain SET record_digest = repeat('0', 64) WHERE cluster = 'eu-1' AND seq = $1`, e.Seq)
+		_, err = tp.sql.ExecContext(ctx, `UPDATE audit_chain SET record_digest = repeat('0', 64) WHERE cluster = $2 AND seq = $1`, e.Seq, tp.r.Cluster)
 		tm.Kind, tm.Items = verify.Altered, []string{fmt.Sprintf("chain entry seq %d", e.Seq)}
 	default:
-		return tampering{}, false, fmt.Errorf("unknown tampering %q", kind)
+		return Tampering{}, false, fmt.Errorf("unknown Tampering %q", kind)
 	}
 	return tm, true, err
 }
 
 // pair swaps two jobs' manifests, or re-orders two adjacent chain entries.
-func (tp *tamperer) pair(ctx context.Context, kind string) (tampering, bool, error) {
+func (tp *Tamperer) pair(ctx context.Context, kind string) (Tampering, bool, error) {
 	a, ok := tp.pick()
 	if !ok {
-		return tampering{}, false, nil
+		return Tampering{}, false, nil
 	}
 	if kind == "swap manifests" {
 		b, ok := tp.pick()
 		if !ok {
-			return tampering{}, false, nil
+			return Tampering{}, false, nil
 		}
 		ka, kb := a.entry.ManifestKey, b.entry.ManifestKey
 		for _, p := range [][2]record.ChainEntry{{a.entry, b.entry}, {b.entry, a.entry}} {
 			if err := tp.r.Store.Put(ctx, p[1].ManifestKey, bytes.NewReader(p[0].Manifest), objstore.PutOptions{ContentType: "application/json"}); err != nil {
-				return tampering{}, false, err
+				return Tampering{}, false, err
 			}
 		}
-		return tampering{What: kind, Kind: verify.Altered, Items: []string{"manifest " + ka, "manifest " + kb},
+		return Tampering{What: kind, Kind: verify.Altered, Items: []string{"manifest " + ka, "manifest " + kb},
 			Jobs: []string{a.entry.JobUID, b.entry.JobUID}, Seqs: []int64{a.entry.Seq, b.entry.Seq}}, true, nil
 	}
 	// Re-order: a and the entry after it trade places; the one after those sees its link break.
 	n := a.entry.Seq
 	if int(n+2) > len(tp.targets) || tp.used[n+1] || tp.used[n+2] {
 		delete(tp.used, n)
-		return tampering{}, false, nil
+		return Tampering{}, false, nil
 	}
 	tp.used[n+1], tp.used[n+2] = true, true
 	b := tp.targets[n]
 	const far = 1 << 40
 	for _, q := range []struct{ from, to int64 }{{n, far}, {n + 1, n}, {far, n + 1}} {
-		if _, err := tp.sql.ExecContext(ctx, `UPDATE audit_chain SET seq = $2 WHERE cluster = 'eu-1' AND seq = $1`, q.from, q.to); err != nil {
-			return tampering{}, false, err
+		if _, err := tp.sql.ExecContext(ctx, `UPDATE audit_chain SET seq = $2 WHERE cluster = $3 AND seq = $1`, q.from, q.to, tp.r.Cluster); err != nil {
+			return Tampering{}, false, err
 		}
 	}
-	return tampering{What: kind, Kind: verify.Reordered, Items: []string{fmt.Sprintf("chain entry seq %d", n), fmt.Sprintf("chain entry seq %d", n+1)},
+	return Tampering{What: kind, Kind: verify.Reordered, Items: []string{fmt.Sprintf("chain entry seq %d", n), fmt.Sprintf("chain entry seq %d", n+1)},
 		Jobs: []string{a.entry.JobUID, b.entry.JobUID}, Seqs: []int64{n, n + 1, n + 2}}, true, nil
 }
 
 // forgeDigest replaces a signed digest in the bucket by one claiming another head, signed with
 // another key.
-func (tp *tamperer) forgeDigest(ctx context.Context) (tampering, bool, error) {
+func (tp *Tamperer) forgeDigest(ctx context.Context) (Tampering, bool, error) {
 	if tp.forged >= len(tp.digests) {
-		return tampering{}, false, nil
+		return Tampering{}, false, nil
 	}
 	d := tp.digests[tp.forged]
 	tp.forged++
 	var sd audit.SignedDocument
 	if err := json.Unmarshal(d.Document, &sd); err != nil {
-		return tampering{}, false, err
+		return Tampering{}, false, err
 	}
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return tampering{}, false, err
+		return Tampering{}, false, err
 	}
 	sd.Digest.HeadSHA256 = strings.Repeat("f", 64)
 	doc := audit.Sign(sd.Digest, key)
 	if err := tp.r.Store.Put(ctx, d.ObjectKey, bytes.NewReader(doc), objstore.PutOptions{ContentType: "application/json"}); err != nil {
-		return tampering{}, false, err
+		return Tampering{}, false, err
 	}
-	return tampering{What: "forge digest", Kind: verify.Forged, Items: []string{"digest " + d.ObjectKey}}, true, nil
+	return Tampering{What: "forge digest", Kind: verify.Forged, Items: []string{"digest " + d.ObjectKey}}, true, nil
 }
 
 // flip changes one random byte of the object at key.
-func (tp *tamperer) flip(ctx context.Context, key string) error {
+func (tp *Tamperer) flip(ctx context.Context, key string) error {
 	rc, err := tp.r.Store.Get(ctx, key)
 	if err != nil {
 		return err
@@ -261,17 +262,17 @@ func (tp *tamperer) flip(ctx context.Context, key string) error {
 	return tp.r.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{})
 }
 
-// itemOf names an object as verify does: the entry's manifest, or an object it lists.
-func itemOf(key string, e record.ChainEntry) string {
+// tamperedItem names an object as verify does: the entry's manifest, or an object it lists.
+func tamperedItem(key string, e record.ChainEntry) string {
 	if key == e.ManifestKey {
 		return "manifest " + key
 	}
 	return "object " + key
 }
 
-// checkDetected fails unless every tampering is named by a finding of its kind, and every finding
-// is about something a tampering touched. It returns how many tamperings were detected.
-func checkDetected(t testing.TB, rep verify.ChainReport, tms []tampering) int {
+// CheckDetected fails unless every Tampering is named by a finding of its kind, and every finding
+// is about something a Tampering touched. It returns how many tamperings were detected.
+func CheckDetected(t testing.TB, rep verify.ChainReport, tms []Tampering) int {
 	t.Helper()
 	found := map[string]bool{}
 	for _, f := range rep.Findings {
@@ -306,14 +307,14 @@ func checkDetected(t testing.TB, rep verify.ChainReport, tms []tampering) int {
 	return detected
 }
 
-// countKinds counts tamperings by what they did.
-func countKinds(tms []tampering) string {
+// CountKinds counts tamperings by what they did.
+func CountKinds(tms []Tampering) string {
 	by := map[string]int{}
 	for _, tm := range tms {
 		by[tm.What]++
 	}
 	var parts []string
-	for _, k := range kinds {
+	for _, k := range tamperKinds {
 		if by[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", k, by[k]))
 		}
