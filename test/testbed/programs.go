@@ -43,7 +43,7 @@ func goBuild(pkg string) (string, error) {
 	if p, ok := built[pkg]; ok {
 		return p, nil
 	}
-	cached, err := buildCached(pkg)
+	cached, err := BuildProgram(pkg)
 	if err != nil {
 		return "", err
 	}
@@ -57,13 +57,16 @@ func goBuild(pkg string) (string, error) {
 	return out, nil
 }
 
-// buildCached builds pkg into a directory of the cache kept between runs, one per module root,
-// and returns the binary's path there. go build leaves a binary as it is when it is up to date
-// (its build ID says what it was built from) and links it again when anything it is built from
-// changed, so the test binaries of a run, and the runs after, link each program once rather than
-// once each (some 100 MiB each, seconds of both cores). The test binaries that go test runs at
-// once take turns (a file lock), so none replaces a binary that another is writing.
-func buildCached(pkg string) (string, error) {
+// BuildProgram builds one of jobvault's programs (e.g. "./archiver") into a directory of the
+// cache kept between runs, one per module root, and returns the binary's path there. go build
+// leaves a binary as it is when it is up to date (its build ID says what it was built from) and
+// links it again when anything it is built from changed, so the test binaries of a run, and the
+// runs after, link each program once rather than once each (some 100 MiB each, seconds of both
+// cores). The processes that build at once (go test runs two test binaries at a time) take turns
+// by a file lock, so none replaces a binary that another is writing. A later build replaces the
+// file when the code changed: a caller that runs the program later should link it elsewhere
+// first, as GoBuild does.
+func BuildProgram(pkg string) (string, error) {
 	dir := filepath.Join(CacheDir(), "programs", moduleKey())
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("testbed: create %s: %w", dir, err)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/jobvault/jobvault/test/testbed"
 )
 
 // command is one command line's --help: its usage text and its flags.
@@ -28,55 +28,23 @@ type flagDoc struct {
 // named after its directory.
 var programs = []string{"archiver", "archiver/apiserver", "webhook"}
 
-// helpOf builds each program and reads the --help of it and of every subcommand its usage
-// lists, so a command added to a program is documented without a change here.
-func helpOf(root string) ([]command, error) {
-	dir, err := binDir(root)
-	if err != nil {
-		return nil, err
-	}
+// helpOf builds each program (into the testbed's cache of programs, where go build relinks it
+// only when its code changed) and reads the --help of it and of every subcommand its usage lists,
+// so a command added to a program is documented without a change here.
+func helpOf() ([]command, error) {
 	var cmds []command
 	for _, pkg := range programs {
-		prog := filepath.Base(pkg)
-		bin := filepath.Join(dir, prog)
-		build := exec.Command("go", "build", "-o", bin, "./"+pkg)
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("build %s: %w\n%s", prog, err, out)
+		bin, err := testbed.BuildProgram("./" + pkg)
+		if err != nil {
+			return nil, err
 		}
-		found, err := walkHelp(bin, prog, nil)
+		found, err := walkHelp(bin, filepath.Base(pkg), nil)
 		if err != nil {
 			return nil, err
 		}
 		cmds = append(cmds, found...)
 	}
 	return cmds, nil
-}
-
-// binDir is where helpOf builds the programs of the module at root: a directory outside the work
-// tree, kept between runs, one per module root (two checkouts never write the same binary). go build
-// leaves a binary there as it is when it is up to date (its build ID says what it was built from)
-// and links it again when anything it is built from changed: a run after the first takes about a
-// second per program instead of a link of some 100 MiB.
-func binDir(root string) (string, error) {
-	base := os.Getenv("JOBVAULT_CACHE") // the Makefile's cache, test/tools/build.sh's too
-	if base == "" {
-		d, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("find a cache directory: %w", err)
-		}
-		base = filepath.Join(d, "jobvault")
-	}
-	abs, err := filepath.Abs(root)
-	if err != nil {
-		return "", fmt.Errorf("resolve the module root: %w", err)
-	}
-	sum := sha256.Sum256([]byte(abs))
-	dir := filepath.Join(base, "docgen", hex.EncodeToString(sum[:8]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("create the build directory: %w", err)
-	}
-	return dir, nil
 }
 
 // walkHelp reads the --help of the command args and of each subcommand its usage lists.
