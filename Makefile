@@ -18,6 +18,13 @@ TEST_PARALLEL ?= 3
 # How many inputs each fuzz target tries in make test, beyond its seed corpus (which go test always
 # runs): a count, not a duration, which races Go's fuzz coordinator (golang/go#75804). About 10 to 20 s
 # each here.
+# The long packages first, the others after them (./...): go test starts the runs in the order it
+# is given, two at a time here (-p is the cores), so a long package listed late runs alone at the end.
+# The order also keeps the three packages that take the real node's machine-wide lock from running
+# at once, where one would wait for the other: test/testbed starts only after test/e2e/realnode and
+# test/demo, which share one lane, have ended.
+TEST_FIRST := ./test/e2e/archiver ./test/e2e/realnode ./test/demo ./test/e2e/chaos ./test/testbed \
+	./test/e2e/deploy ./test/e2e/policy ./test/e2e/api
 FUZZ_LAYOUT ?= 20000x
 FUZZ_REDACT ?= 2000x
 FUZZ_READLINES ?= 2000x
@@ -37,7 +44,7 @@ testbed: ## Build and cache every testbed binary (kube-apiserver, etcd, Volcano 
 
 .PHONY: test
 test: testbed ## Run every test against the real testbed (the README's test command)
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) $(TEST_FIRST) ./...
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzLayout$$' -fuzztime $(FUZZ_LAYOUT) ./pkg/archive
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZ_REDACT) -fuzzminimizetime 0 ./pkg/record/redact
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzReadLines$$' -fuzztime $(FUZZ_READLINES) ./pkg/capture

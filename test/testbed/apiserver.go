@@ -83,22 +83,67 @@ func (e *Env) waitWorking(t T, timeout time.Duration) error {
 	// Pending for good: the controller creates pods when it sees its PodGroup's update to Inqueue,
 	// and a re-list delivers the PodGroup as an addition instead. Nothing else comes back to such a
 	// job, which is Volcano's behaviour on any cluster, not the testbed's; what the tests after
-	// need is that new jobs run, so a canary stuck that way is replaced by a new one. Volcano's
-	// informers take up to about two minutes to list again (client-go's backoff, doubled by its
-	// jitter, for each of them), hence the budget.
-	for {
-		attempt, stop := context.WithTimeout(ctx, canaryAttempt)
-		err := e.canary(attempt)
-		stop()
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		t.Logf("testbed: a canary job did not complete in %s after the API server's restart; trying a new one: %v", canaryAttempt, err)
-	}
+	// need is that new jobs run, so while a canary may be stuck that way a new one is submitted
+	// beside it every canaryEvery, and the first to complete ends the wait. Volcano's informers
+	// take up to about two minutes to list again (client-go's backoff, doubled by its jitter, for
+	// each of them), hence the budget.
+	return e.canaries(ctx, t)
 }
 
 // canaryAttempt is how long one canary job may take: a few seconds when the cluster works.
 const canaryAttempt = 40 * time.Second
+
+// canaryEvery is how long a canary runs alone before the next one is submitted beside it: one that
+// works completes in a few seconds; one submitted before Volcano re-listed never does, and the
+// canary submitted after the re-list need not wait for the stuck one's canaryAttempt to end.
+const canaryEvery = 10 * time.Second
+
+// canaries runs canary jobs, a new one every canaryEvery while none has completed, each for at
+// most canaryAttempt, until one completes (nil) or ctx ends (the last error). It returns once
+// every canary it started has ended and its job has been deleted.
+func (e *Env) canaries(ctx context.Context, t T) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan error)
+	running := 0
+	start := func() {
+		running++
+		go func() {
+			attempt, stop := context.WithTimeout(ctx, canaryAttempt)
+			defer stop()
+			results <- e.canary(attempt)
+		}()
+	}
+	start()
+	next := time.NewTicker(canaryEvery)
+	defer next.Stop()
+	done := false
+	var last error
+	for running > 0 {
+		select {
+		case err := <-results:
+			running--
+			if err == nil {
+				done = true
+				cancel() // the other canaries end: their polls stop and their jobs are deleted
+			} else if !done {
+				last = err
+				t.Logf("testbed: a canary job did not complete in %s after the API server's restart: %v", canaryAttempt, err)
+			}
+			if !done && running == 0 && ctx.Err() == nil {
+				start() // every canary failed early: the next one now
+			}
+		case <-next.C:
+			if !done && ctx.Err() == nil {
+				start()
+			}
+		}
+	}
+	if done {
+		return nil
+	}
+	return last
+}
 
 // canary runs a one-pod VcJob in kube-system (which jobvault's webhook leaves alone) to
 // completion, then deletes it and waits until the garbage collector has removed its pod.

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/jobvault/jobvault/test/testbed"
 )
 
 // command is one command line's --help: its usage text and its flags.
@@ -26,24 +28,17 @@ type flagDoc struct {
 // named after its directory.
 var programs = []string{"archiver", "archiver/apiserver", "webhook"}
 
-// helpOf builds each program and reads the --help of it and of every subcommand its usage
-// lists, so a command added to a program is documented without a change here.
-func helpOf(root string) ([]command, error) {
-	dir, err := os.MkdirTemp("", "docgen-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
+// helpOf builds each program (into the testbed's cache of programs, where go build relinks it
+// only when its code changed) and reads the --help of it and of every subcommand its usage lists,
+// so a command added to a program is documented without a change here.
+func helpOf() ([]command, error) {
 	var cmds []command
 	for _, pkg := range programs {
-		prog := filepath.Base(pkg)
-		bin := filepath.Join(dir, prog)
-		build := exec.Command("go", "build", "-o", bin, "./"+pkg)
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("build %s: %w\n%s", prog, err, out)
+		bin, err := testbed.BuildProgram("./" + pkg)
+		if err != nil {
+			return nil, err
 		}
-		found, err := walkHelp(bin, prog, nil)
+		found, err := walkHelp(bin, filepath.Base(pkg), nil)
 		if err != nil {
 			return nil, err
 		}

@@ -43,7 +43,7 @@ func write(root string) error {
 
 // generate returns every reference page by file name.
 func generate(root string) (map[string][]byte, error) {
-	cmds, err := helpOf(root)
+	cmds, err := helpOf()
 	if err != nil {
 		return nil, err
 	}
