@@ -59,11 +59,16 @@ type client struct {
 	namespace string
 }
 
-func newClient(flags *genericclioptions.ConfigFlags) (*client, error) {
+// newClient reads with the user's kubeconfig. The API's warnings go to errOut as kubectl prints
+// them ("Warning: …", each once). Go's transport asks for gzip and decompresses it, so a whole
+// archived log comes as the store keeps it (see the log subresource) unless the kubeconfig
+// disables compression.
+func newClient(flags *genericclioptions.ConfigFlags, errOut io.Writer) (*client, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, err
 	}
+	cfg.WarningHandler = rest.NewWarningWriter(errOut, rest.WarningWriterOptions{Deduplicate: true})
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
