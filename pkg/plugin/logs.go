@@ -148,7 +148,7 @@ func (c *client) liveLog(ctx context.Context, w io.Writer, ns, pod, container st
 	if o.limitBytes > 0 {
 		opts.LimitBytes = &o.limitBytes
 	}
-	return copyStream(ctx, w, c.core.CoreV1().Pods(ns).GetLogs(pod, opts).Stream)
+	return copyStream(ctx, w, c.core.Pods(ns).GetLogs(pod, opts).Stream)
 }
 
 // copyStream opens a stream and copies it to w.
@@ -203,7 +203,7 @@ func (c *client) containers(ctx context.Context, ns string, p v1alpha1.ArchivedP
 	if !running {
 		return names
 	}
-	live, err := c.core.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+	live, err := c.core.Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 	if err != nil {
 		return names
 	}
