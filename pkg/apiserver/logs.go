@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/klog/v2"
 
 	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
@@ -24,8 +26,9 @@ import (
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-// logREST serves archivedjobs/log: one container run's archived log, streamed from the store and
-// decompressed on the way, in bounded memory whatever its size.
+// logREST serves archivedjobs/log: one container run's archived log, streamed from the store in
+// bounded memory whatever its size: the stored gzip object as it lies when the client accepts
+// gzip and wants the whole log, decompressed on the way otherwise.
 type logREST struct {
 	jobs  *jobsREST
 	store objstore.Store
@@ -76,7 +79,26 @@ func (r *logREST) Get(ctx context.Context, name string, opts runtime.Object) (ru
 	if l.State != record.LogStored {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the log of container %q (%s) of pod %s was not archived: %s", l.Container, l.Instance, l.Pod, l.Reason))
 	}
-	return &logStream{store: r.store, log: l, tail: o.TailLines, limit: o.LimitBytes}, nil
+	if o.Timestamps {
+		warning.AddWarning(ctx, "", noTimestampsWarning(l))
+	}
+	enc := responseEncodingFrom(ctx)
+	// Caches must not answer one encoding with the other.
+	enc.header.Add("Vary", "Accept-Encoding")
+	return &logStream{store: r.store, log: l, tail: o.TailLines, limit: o.LimitBytes, header: enc.header,
+		gzip: enc.gzip && wholeLog(o, l)}, nil
+}
+
+// noTimestampsWarning tells a client that asked for timestamps that l is served without them.
+func noTimestampsWarning(l inspect.Log) string {
+	return fmt.Sprintf("the archive holds no timestamps: the log of pod %s, container %s (%s) is printed as the container wrote it, without them",
+		l.Pod, l.Container, l.Instance)
+}
+
+// wholeLog reports whether the options ask for all of l's bytes: no tail, and no limit or one at
+// or past its recorded size. Only then can its gzip object be sent as it lies.
+func wholeLog(o *v1alpha1.ArchivedJobLogOptions, l inspect.Log) bool {
+	return o.TailLines == nil && (o.LimitBytes == nil || *o.LimitBytes >= l.Bytes)
 }
 
 func validateLogOptions(o *v1alpha1.ArchivedJobLogOptions) error {
@@ -172,6 +194,9 @@ type logStream struct {
 	log   inspect.Log
 	tail  *int64
 	limit *int64
+	// gzip: send the stored gzip object as it lies, with Content-Encoding gzip in header.
+	gzip   bool
+	header http.Header
 }
 
 var _ rest.ResourceStreamer = (*logStream)(nil)
@@ -182,10 +207,19 @@ func (s *logStream) DeepCopyObject() runtime.Object {
 	panic("apiserver.logStream does not implement DeepCopyObject")
 }
 
-// InputStream starts copying the log into a pipe and returns its reading end. A read error of the
-// store after the response has started ends the stream early (the client sees a cut-off
-// response); it is logged.
+// InputStream returns the stored gzip object, opened before the response starts (a store that
+// fails is an error status), or starts copying the decompressed log into a pipe and returns its
+// reading end. A read error of the store after the response has started ends the stream early
+// (the client sees a cut-off response, or a gzip stream that fails its check); it is logged.
 func (s *logStream) InputStream(ctx context.Context, _, _ string) (io.ReadCloser, bool, string, error) {
+	if s.gzip {
+		rc, err := s.store.Get(ctx, s.log.Key)
+		if err != nil {
+			return nil, false, "", internal(fmt.Errorf("open the log %s: %w", s.log.Key, err))
+		}
+		s.header.Set("Content-Encoding", "gzip")
+		return rc, false, "text/plain", nil
+	}
 	pr, pw := io.Pipe()
 	go func() {
 		err := s.copy(ctx, pw)

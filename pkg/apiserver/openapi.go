@@ -69,7 +69,7 @@ func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPID
 		[]string{"run", "reason"}, metaTime)
 	add("ArchivedJobLogOptions", "ArchivedJobLogOptions are the query parameters of the log subresource.",
 		with(typeMeta, map[string]spec.Schema{"pod": str, "container": str, "instance": str, "previous": boolean,
-			"tailLines": i64, "limitBytes": i64}), nil)
+			"tailLines": i64, "limitBytes": i64, "timestamps": boolean}), nil)
 	add("ArchivedJobVerification", "ArchivedJobVerification is a job's archive re-read and compared with the database, as archiver logs verify does.",
 		with(typeMeta, map[string]spec.Schema{"metadata": meta("ObjectMeta"), "archiveState": str, "location": str, "logs": i32,
 			"stored": i32, "unavailable": i32, "findings": arrayOf(own("VerificationFinding")), "unreferenced": strs,

@@ -106,7 +106,7 @@ func (o *Options) Validate() error {
 }
 
 // serverConfig builds k8s.io/apiserver's configuration: serving, delegated authentication, the
-// mirroring authorizer over the delegated one, audit, OpenAPI.
+// mirroring authorizer over the delegated one, the log's gzip pass-through, audit, OpenAPI.
 func (o *Options) serverConfig() (*genericapiserver.Config, error) {
 	if err := o.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
 		return nil, fmt.Errorf("create self-signed certificates: %w", err)
@@ -122,6 +122,7 @@ func (o *Options) serverConfig() (*genericapiserver.Config, error) {
 		return nil, fmt.Errorf("configure authorization: %w", err)
 	}
 	cfg.Authorization.Authorizer = mirror{delegate: cfg.Authorization.Authorizer}
+	cfg.BuildHandlerChainFunc = buildHandlerChain
 	if err := o.Audit.ApplyTo(cfg); err != nil {
 		return nil, fmt.Errorf("configure audit: %w", err)
 	}

@@ -40,7 +40,7 @@ import (
 
 // LatestVersion is the schema version the embedded migrations lead to. A test keeps it in step
 // with the migrations directory.
-const LatestVersion = 17
+const LatestVersion = 19
 
 // migrationsTable records the applied schema version (golang-migrate's bookkeeping).
 const migrationsTable = "schema_migrations"

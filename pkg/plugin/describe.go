@@ -30,7 +30,7 @@ func newDescribeCommand(flags *genericclioptions.ConfigFlags, streams genericioo
 			if err := jobKind(args[0]); err != nil {
 				return err
 			}
-			c, err := newClient(flags)
+			c, err := newClient(flags, streams.ErrOut)
 			if err != nil {
 				return err
 			}

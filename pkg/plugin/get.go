@@ -65,7 +65,7 @@ func newGetCommand(flags *genericclioptions.ConfigFlags, streams genericiooption
 			default:
 				return fmt.Errorf("--output %q: use wide, json or yaml", o.output)
 			}
-			c, err := newClient(flags)
+			c, err := newClient(flags, streams.ErrOut)
 			if err != nil {
 				return err
 			}

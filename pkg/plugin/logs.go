@@ -23,6 +23,7 @@ import (
 type logsOptions struct {
 	container, instance string
 	previous            bool
+	timestamps          bool
 	allContainers       bool
 	prefix              bool
 	tail, limitBytes    int64
@@ -35,7 +36,7 @@ type logsOptions struct {
 func newLogsCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	var o logsOptions
 	cmd := &cobra.Command{
-		Use:   "logs job/NAME [POD] [-c CONTAINER | --all-containers] [--previous | --instance previous-N] [--tail N] [--prefix]",
+		Use:   "logs job/NAME [POD] [-c CONTAINER | --all-containers] [--previous | --instance previous-N] [--tail N] [--prefix] [--timestamps]",
 		Short: "Print a container's log of a job's pod, live while it runs, from the archive otherwise (NAME may be the job's UID)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -46,7 +47,7 @@ func newLogsCommand(flags *genericclioptions.ConfigFlags, streams genericiooptio
 			if o.allContainers && o.container != "" {
 				return fmt.Errorf("--all-containers=true should not be specified with container name %s", o.container)
 			}
-			c, err := newClient(flags)
+			c, err := newClient(flags, streams.ErrOut)
 			if err != nil {
 				return err
 			}
@@ -60,6 +61,8 @@ func newLogsCommand(flags *genericclioptions.ConfigFlags, streams genericiooptio
 	cmd.Flags().StringVarP(&o.container, "container", "c", "", "The container; may be left out for a pod with one container.")
 	cmd.Flags().BoolVar(&o.allContainers, "all-containers", false, "Every container of the pod, one after the other.")
 	cmd.Flags().BoolVar(&o.prefix, "prefix", false, "Prefix each line with its source: [pod/POD/CONTAINER].")
+	cmd.Flags().BoolVar(&o.timestamps, "timestamps", false,
+		"Include each line's timestamp, as kubectl logs does: on the lines read live. The archive holds none: a log read from it is printed as the container wrote it, with a warning on stderr.")
 	cmd.Flags().BoolVarP(&o.previous, "previous", "p", false, "The container's run before its last one.")
 	cmd.Flags().StringVar(&o.instance, "instance", "", "The run: current (the default) or previous-N.")
 	cmd.Flags().Int64Var(&o.tail, "tail", -1, "Lines of the end of the log to print; -1: all.")
@@ -124,6 +127,9 @@ func (c *client) containerLog(ctx context.Context, w io.Writer, job *v1alpha1.Ar
 	if o.previous {
 		req.Param("previous", "true")
 	}
+	if o.timestamps { // the server answers with the log and a warning that it holds no timestamps
+		req.Param("timestamps", "true")
+	}
 	if o.tail >= 0 {
 		req.Param("tailLines", strconv.FormatInt(o.tail, 10))
 	}
@@ -135,14 +141,14 @@ func (c *client) containerLog(ctx context.Context, w io.Writer, job *v1alpha1.Ar
 
 // liveLog prints the current run's log of a pod that still exists, as kubectl logs does.
 func (c *client) liveLog(ctx context.Context, w io.Writer, ns, pod, container string, o logsOptions) error {
-	opts := &corev1.PodLogOptions{Container: container}
+	opts := &corev1.PodLogOptions{Container: container, Timestamps: o.timestamps}
 	if o.tail >= 0 {
 		opts.TailLines = &o.tail
 	}
 	if o.limitBytes > 0 {
 		opts.LimitBytes = &o.limitBytes
 	}
-	return copyStream(ctx, w, c.core.CoreV1().Pods(ns).GetLogs(pod, opts).Stream)
+	return copyStream(ctx, w, c.core.Pods(ns).GetLogs(pod, opts).Stream)
 }
 
 // copyStream opens a stream and copies it to w.
@@ -197,7 +203,7 @@ func (c *client) containers(ctx context.Context, ns string, p v1alpha1.ArchivedP
 	if !running {
 		return names
 	}
-	live, err := c.core.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+	live, err := c.core.Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 	if err != nil {
 		return names
 	}

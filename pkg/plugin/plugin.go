@@ -16,7 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/discovery"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
@@ -55,16 +56,31 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 // client reads the archive API with the user's kubeconfig.
 type client struct {
 	rest      rest.Interface
-	core      kubernetes.Interface // the live objects: pods/log of a running job
+	core      corev1client.CoreV1Interface // the live objects: pods/log of a running job
 	namespace string
 }
 
-func newClient(flags *genericclioptions.ConfigFlags) (*client, error) {
+// newClient reads with the user's kubeconfig. The API's warnings go to errOut as kubectl prints
+// them ("Warning: …", each once). Go's transport asks for gzip and decompresses it, so a whole
+// archived log comes as the store keeps it (see the log subresource) unless the kubeconfig
+// disables compression.
+func newClient(flags *genericclioptions.ConfigFlags, errOut io.Writer) (*client, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cfg.WarningHandler = rest.NewWarningWriter(errOut, rest.WarningWriterOptions{Deduplicate: true})
+	// The core group's client and discovery's untyped one (the archive API is read by path), on
+	// one HTTP client: not the whole clientset, whose every typed client would weigh on the binary.
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	core, err := corev1client.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	untyped, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, hc)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +88,7 @@ func newClient(flags *genericclioptions.ConfigFlags) (*client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &client{rest: cs.RESTClient(), core: cs, namespace: ns}, nil
+	return &client{rest: untyped.RESTClient(), core: core, namespace: ns}, nil
 }
 
 // request starts a GET of path under archive.jobvault.io/v1alpha1, in namespace ns unless empty.

@@ -40,7 +40,7 @@ func newUICommand(flags *genericclioptions.ConfigFlags, streams genericiooptions
 		Short: "Serve a web viewer of the archive on 127.0.0.1, reading with your own credentials",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(flags)
+			c, err := newClient(flags, streams.ErrOut)
 			if err != nil {
 				return err
 			}

@@ -37,7 +37,7 @@ func newVerifyCommand(flags *genericclioptions.ConfigFlags, streams genericioopt
 			if output != "" && output != "json" {
 				return fmt.Errorf("--output %q: use json or leave it out", output)
 			}
-			c, err := newClient(flags)
+			c, err := newClient(flags, streams.ErrOut)
 			if err != nil {
 				return err
 			}

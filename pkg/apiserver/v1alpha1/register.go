@@ -65,11 +65,16 @@ func AddToScheme(s *runtime.Scheme) error {
 // logOptionsFromQuery reads the log options from a request's query parameters.
 func logOptionsFromQuery(q url.Values, o *ArchivedJobLogOptions) error {
 	o.Pod, o.Container, o.Instance = q.Get("pod"), q.Get("container"), q.Get("instance")
-	var err error
-	if v := q.Get("previous"); v != "" {
-		if o.Previous, err = strconv.ParseBool(v); err != nil {
-			return fmt.Errorf("previous=%q: not a boolean", v)
+	for name, into := range map[string]*bool{"previous": &o.Previous, "timestamps": &o.Timestamps} {
+		v := q.Get(name)
+		if v == "" {
+			continue
 		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q: not a boolean", name, v)
+		}
+		*into = b
 	}
 	for name, into := range map[string]**int64{"tailLines": &o.TailLines, "limitBytes": &o.LimitBytes} {
 		v := q.Get(name)

@@ -159,6 +159,10 @@ type ArchivedJobLogOptions struct {
 	TailLines *int64 `json:"tailLines,omitempty"`
 	// LimitBytes, if set, returns at most that many bytes (after TailLines).
 	LimitBytes *int64 `json:"limitBytes,omitempty"`
+	// Timestamps asks for each line's time, as pods/log's does. The archive holds the bytes the
+	// container wrote, not the runtime's times: the log is returned without them, with a
+	// warning saying so.
+	Timestamps bool `json:"timestamps,omitempty"`
 }
 
 // ArchivedJobVerification is what the verify subresource returns: the job's archive re-read from

@@ -5,13 +5,17 @@ package api
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +30,7 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
+	"github.com/jobvault/jobvault/pkg/inspect"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/verify"
 	"github.com/jobvault/jobvault/test/stack"
@@ -38,6 +43,7 @@ func TestMain(m *testing.M) { testbed.Main(m) }
 type reader struct {
 	name, kubeconfig string
 	rest             rest.Interface
+	cfg              *rest.Config
 }
 
 func newReader(t *testing.T, env *testbed.Env, name string) reader {
@@ -51,7 +57,42 @@ func newReader(t *testing.T, env *testbed.Env, name string) reader {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return reader{name: name, kubeconfig: path, rest: cs.RESTClient()}
+	return reader{name: name, kubeconfig: path, rest: cs.RESTClient(), cfg: cfg}
+}
+
+// getEncoded reads path under archive.jobvault.io/v1alpha1 with query through the kube-apiserver
+// with Accept-Encoding acceptEncoding (none when empty), on a transport that neither asks for
+// gzip itself nor decodes it: the body as sent, and its Content-Encoding.
+func (r reader) getEncoded(ctx context.Context, acceptEncoding string, query url.Values, path ...string) ([]byte, http.Header, error) {
+	cfg := rest.CopyConfig(r.cfg)
+	cfg.DisableCompression = true
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	u = u.JoinPath(append([]string{"/apis", v1alpha1.GroupName, v1alpha1.SchemeGroupVersion.Version}, path...)...)
+	u.RawQuery = query.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if acceptEncoding != "" {
+		req.Header.Set("Accept-Encoding", acceptEncoding)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %s: %s", resp.Status, clip(body))
+	}
+	return body, resp.Header, err
 }
 
 // get reads path under archive.jobvault.io/v1alpha1 with query, through the kube-apiserver.
@@ -252,6 +293,62 @@ func TestArchiveAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("a client accepting gzip gets the stored gzip object, others the plain bytes", func(t *testing.T) {
+		logs, err := inspect.List(ctx, s.Records, uid)
+		if err != nil || len(logs) != 1 {
+			t.Fatalf("vault-a's recorded logs: %v %v, want one", logs, err)
+		}
+		stored := readObject(t, s.Store, logs[0].Key)
+		whole, lines := want["vault-a"], strings.SplitAfter(string(want["vault-a"]), "\n")
+		for _, c := range []struct {
+			accept   string // Accept-Encoding; empty: none sent
+			query    url.Values
+			wantGzip bool
+			want     []byte
+		}{
+			{"gzip", nil, true, whole},
+			{"br;q=1.0, gzip;q=0.5, identity", nil, true, whole},
+			{"gzip", url.Values{"limitBytes": {strconv.Itoa(len(whole))}}, true, whole}, // a limit past the end: the whole log
+			{"gzip;q=0", nil, false, whole},
+			{"identity", nil, false, whole},
+			{"", nil, false, whole},
+			{"gzip", url.Values{"tailLines": {"1"}}, false, []byte(lines[len(lines)-1])},
+			{"gzip", url.Values{"limitBytes": {"5"}}, false, whole[:5]},
+		} {
+			body, h, err := viewer.getEncoded(ctx, c.accept, c.query, "namespaces", s.NS, "archivedjobs", "vault-a", "log")
+			if err != nil {
+				t.Errorf("Accept-Encoding %q, %v: %v", c.accept, c.query, err)
+				continue
+			}
+			got := body
+			if enc := h.Get("Content-Encoding"); c.wantGzip {
+				// The object as stored, not compressed again: the server passes it through.
+				if enc != "gzip" || !bytes.Equal(body, stored) {
+					t.Errorf("Accept-Encoding %q, %v: Content-Encoding %q, %d bytes; want gzip, the %d bytes of the stored object", c.accept, c.query, enc, len(body), len(stored))
+					continue
+				}
+				if got, err = gunzip(body); err != nil {
+					t.Errorf("Accept-Encoding %q, %v: decompress: %v", c.accept, c.query, err)
+					continue
+				}
+			} else if enc != "" {
+				t.Errorf("Accept-Encoding %q, %v: Content-Encoding %q, want none", c.accept, c.query, enc)
+				continue
+			}
+			if !bytes.Equal(got, c.want) {
+				t.Errorf("Accept-Encoding %q, %v: %d bytes %q, want the %d archived %q", c.accept, c.query, len(got), clip(got), len(c.want), clip(c.want))
+			}
+			if !slices.Contains(h.Values("Vary"), "Accept-Encoding") {
+				t.Errorf("Accept-Encoding %q, %v: Vary %q, want Accept-Encoding (caches must tell the encodings apart)", c.accept, c.query, h.Values("Vary"))
+			}
+		}
+		// A refusal stays a plain Status a client can read, gzip accepted or not.
+		body, h, err := viewer.getEncoded(ctx, "gzip", url.Values{"container": {"sidecar"}}, "namespaces", s.NS, "archivedjobs", "vault-a", "log")
+		if err == nil || h.Get("Content-Encoding") == "gzip" || !strings.Contains(string(body), `"reason":"NotFound"`) {
+			t.Errorf("a refused log with gzip accepted: %v, Content-Encoding %q, %s; want a plain NotFound Status", err, h.Get("Content-Encoding"), clip(body))
+		}
+	})
+
 	t.Run("viewer reads every run of every container", func(t *testing.T) {
 		raw, err := viewer.get(ctx, nil, "namespaces", s.NS, "archivedjobs", "vault-c")
 		if err != nil {
@@ -384,6 +481,45 @@ func TestArchiveAPI(t *testing.T) {
 		wantOut := "[pod/" + multiPod + "/app] app crashed ✗\n[pod/" + multiPod + "/sidecar] sidecar first run\n"
 		if err != nil || out != wantOut {
 			t.Errorf("kubectl jobvault logs job/vault-c --all-containers --prefix --previous: %v, %q, want %q\n%s", err, out, wantOut, errOut)
+		}
+	})
+
+	t.Run("kubectl jobvault logs --timestamps stamps the live lines and warns that the archive holds none", func(t *testing.T) {
+		if phase := stack.GetJob(t, env, live).Status.State.Phase; phase != batchv1alpha1.Running {
+			t.Fatalf("vault-live is %s, want Running while its logs are read", phase)
+		}
+		run := pluginRunner(t, viewer)
+		kubectl := []string{"--kubeconfig", viewer.kubeconfig, "-n", s.NS, "logs", longPod, "-c", "app", "--timestamps"}
+		stamped, err := exec.CommandContext(ctx, "kubectl", kubectl...).Output()
+		if first, _, _ := strings.Cut(string(stamped), " "); err != nil || !strings.Contains(string(stamped), " hello from "+longPod+"/app\n") {
+			t.Fatalf("kubectl %s: %v %q, want the running container's lines", strings.Join(kubectl, " "), err, clip(stamped))
+		} else if _, err := time.Parse(time.RFC3339Nano, first); err != nil {
+			t.Fatalf("kubectl %s: the first line starts with %q, want a timestamp", strings.Join(kubectl, " "), first)
+		}
+		args := []string{"-n", s.NS, "logs", "job/" + live.Name, longPod, "-c", "app", "--timestamps"}
+		out, errOut, err := run(args...)
+		if err != nil || out != string(stamped) || errOut != "" {
+			t.Errorf("kubectl jobvault %s: %v, %q, stderr %q; want what kubectl logs --timestamps prints: %q, and no warning", strings.Join(args, " "), err, clip([]byte(out)), errOut, clip(stamped))
+		}
+		// What comes from the archive is printed as archived, with a warning on stderr naming it.
+		for _, c := range []struct {
+			args []string
+			want string
+			what string // the log the warning names
+		}{
+			{[]string{"job/" + live.Name, crashPod, "--previous", "--timestamps"}, "crash's first run\n", crashPod},
+			{[]string{"job/vault-a", "--timestamps"}, string(want["vault-a"]), testbed.PodName("vault-a", "worker", 0)},
+		} {
+			args := append([]string{"-n", s.NS, "logs"}, c.args...)
+			out, errOut, err := run(args...)
+			if err != nil || out != c.want || !strings.HasPrefix(errOut, "Warning: ") || !strings.Contains(errOut, "no timestamps") || !strings.Contains(errOut, c.what) {
+				t.Errorf("kubectl jobvault %s: %v, %q, stderr %q; want %q and a warning naming %s that the archive holds no timestamps", strings.Join(args, " "), err, clip([]byte(out)), errOut, clip([]byte(c.want)), c.what)
+			}
+		}
+		// Through the API, timestamps=true is answered with the archived bytes and the same warning.
+		body, h, err := viewer.getEncoded(ctx, "", url.Values{"timestamps": {"true"}}, "namespaces", s.NS, "archivedjobs", "vault-a", "log")
+		if err != nil || !bytes.Equal(body, want["vault-a"]) || !strings.Contains(strings.Join(h.Values("Warning"), " "), "no timestamps") {
+			t.Errorf("log of vault-a with timestamps=true: %v, %q, Warning %q; want the archived bytes and a warning", err, clip(body), h.Values("Warning"))
 		}
 	})
 
@@ -605,6 +741,29 @@ func mustJSON(t *testing.T, raw []byte, into any) {
 	if err := json.Unmarshal(raw, into); err != nil {
 		t.Fatalf("decode %T: %v (%s)", into, err, clip(raw))
 	}
+}
+
+// readObject reads the object under key from store, as stored.
+func readObject(t *testing.T, store objstore.Store, key string) []byte {
+	t.Helper()
+	rc, err := store.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func gunzip(b []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
 }
 
 // clip shortens a log for a failure message.
