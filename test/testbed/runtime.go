@@ -294,22 +294,16 @@ func (r *Runtime) current(ns, pod string) *corev1.Pod {
 	return &p
 }
 
-// catchUp starts the runs the pod's status shows running and stops those it shows stopped, as
-// step does at its next poll.
+// catchUp stops the runs the pod's status shows stopped, as step does at its next poll. It starts
+// none: a list older than this pod would show a run it started waiting, which step takes for a
+// run that ran and waits again (stopped); a run's output, which comes after its start, begins at
+// step's next poll.
 func (p *podRun) catchUp(pod *corev1.Pod) {
 	if _, lost := lostNodes.Load(pod.Spec.NodeName); pod.UID != p.uid || p.collected || p.restarting || lost {
 		return
 	}
 	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
-		c := p.containers[s.Name]
-		switch {
-		case c == nil:
-		case s.State.Running != nil:
-			now := time.Now()
-			if err := c.begin(now, now); err != nil {
-				fmt.Fprintf(os.Stderr, "testbed runtime: start container %s: %v\n", c.name, err)
-			}
-		default:
+		if c := p.containers[s.Name]; c != nil && s.State.Running == nil {
 			c.seenNotRunning(s)
 		}
 	}
@@ -707,9 +701,11 @@ func (c *containerRun) newRun(dir string, n int32) error {
 // A kubelet reports a run's start with the time taken before runc ran its process, so every line
 // of the run is stamped at or after its status's startedAt. The runtime follows the status that
 // KWOK (or the runtime's own restart) posts rather than posting the start itself: it writes
-// nothing of a run before a status shows that run started (step, catchUp), or, for its own
-// restarts, before the start it then posts (restart). Before, output written all at once was
-// stamped when the test handed it over, seconds before KWOK started the pod.
+// nothing of a run before a status shows that run started (step; seenNotRunning for a run that
+// ended unseen), or, for its own restarts, before the start it then posts (restart). Before,
+// output written all at once was stamped when the test handed it over, seconds before KWOK
+// started the pod. The status's startedAt has whole seconds, which is why the comparison holds
+// to the second only: the second a run's start is in begins no later than its first line.
 func (c *containerRun) begin(stamp, now time.Time) error {
 	if c.started || c.stopped {
 		return nil
