@@ -122,7 +122,11 @@ const (
 	restartsAnnotation     = "restarts.runtime.jobvault.io"
 	restartAfterAnnotation = "restart-after.runtime.jobvault.io"
 	restartsDoneAnnotation = "restarts-done.runtime.jobvault.io"
-	restartAfter           = 300 * time.Millisecond
+	// restartAfter is a second: a run's lines are stamped after its start, and a status keeps
+	// whole seconds, so only a run that ends in a later second than its first line has a line a
+	// reader can tell from the next run's by its stamp (a run ended within that second is
+	// recorded as a gap, as on a real node). Tests of a restart's previous log need one.
+	restartAfter = time.Second
 	// backOffAnnotation makes each restart wait that long first, the status showing the
 	// container Waiting (CrashLoopBackOff) with the run that died as its last state (BackOff).
 	backOffAnnotation = "backoff.runtime.jobvault.io"
