@@ -525,8 +525,8 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last 
 		case <-time.After(backOff):
 		}
 	}
-	// As a kubelet: the start is taken before the new run's process runs (and writes), and
-	// reported once it runs, so no line of the run is stamped before its startedAt.
+	// The start is taken before the new run writes, and reported once it runs: no line of the
+	// run is stamped before its startedAt (see begin).
 	now := metav1.Now()
 	r.mu.Lock()
 	for _, spec := range pod.Spec.Containers {
@@ -702,9 +702,11 @@ func (c *containerRun) newRun(dir string, n int32) error {
 // started: output written all at once (Every 0) is written now, stamped from stamp on (now if
 // zero; and after every record before), the rest by write as it comes due from now.
 //
-// A kubelet reports a run's start with the time taken before runc ran its process, so every line
-// of the run is stamped at or after its status's startedAt. The runtime follows the status that
-// KWOK (or the runtime's own restart) posts rather than posting the start itself: it writes
+// containerd records a run's start as soon as its process was let run (a moment after: see
+// API.md), so to the second the status keeps, but for that moment, a run's lines are stamped at or after its
+// startedAt. The model holds to that without the moment: it follows the status that KWOK (or the
+// runtime's own restart) posts, the simplest source of the start, rather than posting the start
+// itself, which KWOK's stages would overwrite (they are made to keep it instead): it writes
 // nothing of a run before a status shows that run started (step; seenNotRunning for a run that
 // ended unseen), or, for its own restarts, before the start it then posts (restart). Before,
 // output written all at once was stamped when the test handed it over, seconds before KWOK

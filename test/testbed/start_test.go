@@ -100,9 +100,9 @@ func firstStamp(t *testing.T, cs kubernetes.Interface, ns, pod, container string
 	return at, true
 }
 
-// TestNodeRunStartsBeforeItsOutput: as on a kubelet, which takes a container's start time before
-// runc runs its process and reports it with that time, no run's first line is stamped before the
-// startedAt its status shows (whole seconds, as the API keeps them), whenever the status is read:
+// TestNodeRunStartsBeforeItsOutput: as on a kubelet, whose containerd records a container's start
+// as soon as its process was let run, no run's first line is stamped before the startedAt its
+// status shows (whole seconds, as the API keeps them), whenever the status is read:
 // while it runs, once it ended, or as the last state after a restart. KWOK's stages are slowed
 // (2 s) so that a run's output and its status are seconds apart: output written all at once, a
 // first run and a restart; output written over time; init containers; a completed pod; a failed
