@@ -703,15 +703,14 @@ func (c *containerRun) newRun(dir string, n int32) error {
 // zero; and after every record before), the rest by write as it comes due from now.
 //
 // containerd records a run's start as soon as its process was let run (a moment after: see
-// API.md), so to the second the status keeps, but for that moment, a run's lines are stamped at or after its
-// startedAt. The model holds to that without the moment: it follows the status that KWOK (or the
-// runtime's own restart) posts, the simplest source of the start, rather than posting the start
-// itself, which KWOK's stages would overwrite (they are made to keep it instead): it writes
-// nothing of a run before a status shows that run started (step; seenNotRunning for a run that
-// ended unseen), or, for its own restarts, before the start it then posts (restart). Before,
-// output written all at once was stamped when the test handed it over, seconds before KWOK
-// started the pod. The status's startedAt has whole seconds, which is why the comparison holds
-// to the second only: the second a run's start is in begins no later than its first line.
+// API.md), so to the second the status keeps, but for that moment, a run's lines are stamped at
+// or after its startedAt. The model holds to that without the moment. It follows the status that
+// KWOK (or the runtime's own restart) posts, the simplest source of the start, rather than
+// posting the start itself, which KWOK's stages would overwrite (they are made to keep it
+// instead): it writes nothing of a run before a status shows that run started (step;
+// seenNotRunning for a run that ended unseen), or, for its own restarts, before the start it then
+// posts (restart). Before, output written all at once was stamped when the test handed it over,
+// seconds before KWOK started the pod.
 func (c *containerRun) begin(stamp, now time.Time) error {
 	if c.started || c.stopped {
 		return nil
