@@ -82,7 +82,7 @@ func Fails() PodOption {
 }
 
 // RestartsOnce makes the node restart every container once (the runtime behind SetPodLogs or
-// Runtime, 300 ms into the first run), then KWOK complete the pod, so previous logs exist. The
+// Runtime, a second into the first run), then KWOK complete the pod, so previous logs exist. The
 // pods must have their output set with SetPodLogs or Runtime.Run.
 func RestartsOnce() PodOption {
 	return func(p *corev1.PodTemplateSpec) { setLabel(p, RestartOnceLabel, "true") }

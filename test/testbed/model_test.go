@@ -259,7 +259,10 @@ func TestNodeModelMatchesRealNode(t *testing.T) {
 				{Stream: "stdout", Data: []byte("line 1\nline 2\nunfin")}, {Stream: "stdout", Data: []byte("ished")}}}}})
 			pod := barePod(ns, "unfinished-model", node, 1, map[string]string{"sigterm-exit.stage.jobvault.io/after": "0s"})
 			create(t, pod)
-			waitPod(t, env, pod, "running", time.Minute, running)
+			// As on the real node, the output comes after the start: wait until it is written.
+			waitPod(t, env, pod, "written", time.Minute, func(p *corev1.Pod) bool {
+				return running(p) && string(rt.Written(ns, pod.Name, "main", 0)) == "line 1\nline 2\nunfinished"
+			})
 			written := rt.Written(ns, pod.Name, "main", 0)
 			var h held
 			h.Running = servedOf(ask(t, cs, pod, "main"), written)

@@ -122,7 +122,11 @@ const (
 	restartsAnnotation     = "restarts.runtime.jobvault.io"
 	restartAfterAnnotation = "restart-after.runtime.jobvault.io"
 	restartsDoneAnnotation = "restarts-done.runtime.jobvault.io"
-	restartAfter           = 300 * time.Millisecond
+	// restartAfter is a second: a run's lines are stamped after its start, and a status keeps
+	// whole seconds, so only a run that ends in a later second than its first line has a line a
+	// reader can tell from the next run's by its stamp (a run ended within that second is
+	// recorded as a gap, as on a real node). Tests of a restart's previous log need one.
+	restartAfter = time.Second
 	// backOffAnnotation makes each restart wait that long first, the status showing the
 	// container Waiting (CrashLoopBackOff) with the run that died as its last state (BackOff).
 	backOffAnnotation = "backoff.runtime.jobvault.io"
@@ -294,7 +298,10 @@ func (r *Runtime) current(ns, pod string) *corev1.Pod {
 	return &p
 }
 
-// catchUp stops the runs the pod's status shows stopped, as step does at its next poll.
+// catchUp stops the runs the pod's status shows stopped, as step does at its next poll. It starts
+// none: a list older than this pod would show a run it started waiting, which step takes for a
+// run that ran and waits again (stopped); a run's output, which comes after its start, begins at
+// step's next poll.
 func (p *podRun) catchUp(pod *corev1.Pod) {
 	if _, lost := lostNodes.Load(pod.Spec.NodeName); pod.UID != p.uid || p.collected || p.restarting || lost {
 		return
@@ -414,8 +421,8 @@ func (r *Runtime) step(ctx context.Context) {
 					fmt.Fprintf(os.Stderr, "testbed runtime: restart %s container %s: %v\n", key, c.name, err)
 				}
 			}
-			if !c.started {
-				c.started, c.startAt = true, now
+			if err := c.begin(now, now); err != nil {
+				fmt.Fprintf(os.Stderr, "testbed runtime: start %s container %s: %v\n", key, c.name, err)
 			}
 			if err := c.write(now, pod.DeletionTimestamp != nil, r.opts); err != nil {
 				fmt.Fprintf(os.Stderr, "testbed runtime: write %s container %s: %v\n", key, c.name, err)
@@ -518,16 +525,23 @@ func (r *Runtime) restart(ctx context.Context, p *podRun, pod *corev1.Pod, last 
 		case <-time.After(backOff):
 		}
 	}
+	// The start is taken before the new run writes, and reported once it runs: no line of the
+	// run is stamped before its startedAt (see begin).
+	now := metav1.Now()
 	r.mu.Lock()
 	for _, spec := range pod.Spec.Containers {
 		if c := p.containers[spec.Name]; c != nil {
-			if err := c.newRun(p.dir, c.run+1); err != nil {
+			err := c.newRun(p.dir, c.run+1)
+			if err == nil {
+				started := time.Now()
+				err = c.begin(started, started)
+			}
+			if err != nil {
 				fmt.Fprintf(os.Stderr, "testbed runtime: restart %s/%s: %v\n", p.ns, p.name, err)
 			}
 		}
 	}
 	r.mu.Unlock()
-	now := metav1.Now()
 	r.patchStatuses(ctx, pod, func(s *corev1.ContainerStatus) {
 		if s.State.Waiting == nil {
 			s.LastTerminationState = corev1.ContainerState{Terminated: terminated(s, pod.UID, now)}
@@ -625,8 +639,13 @@ func (p *podRun) collect() {
 func (c *containerRun) seenNotRunning(s corev1.ContainerStatus) {
 	if s.RestartCount >= c.run && (s.State.Terminated != nil || c.started) {
 		var exited time.Time
-		if s.State.Terminated != nil {
-			exited = s.State.Terminated.FinishedAt.Time
+		if t := s.State.Terminated; t != nil {
+			exited = t.FinishedAt.Time
+			// If it ran and ended between two looks, it wrote what it writes at its start:
+			// stamped from the start its status gives, before its finish (see closeStreams).
+			if err := c.begin(t.StartedAt.Time, time.Now()); err != nil {
+				fmt.Fprintf(os.Stderr, "testbed runtime: start container %s: %v\n", c.name, err)
+			}
 		}
 		c.stop(exited)
 	}
@@ -676,16 +695,35 @@ func (c *containerRun) newRun(dir string, n int32) error {
 	c.held = map[string][]byte{}
 	c.run, c.size, c.next, c.shutNext, c.lastAt, c.started, c.stopped = n, 0, 0, 0, time.Time{}, false, false
 	c.gen++
-	if err := os.WriteFile(path, nil, 0o644); err != nil {
-		return err
+	return os.WriteFile(path, nil, 0o644)
+}
+
+// begin starts the run, once its status shows it started (at the latest), if it has not
+// started: output written all at once (Every 0) is written now, stamped from stamp on (now if
+// zero; and after every record before), the rest by write as it comes due from now.
+//
+// containerd records a run's start as soon as its process was let run (a moment after: see
+// API.md), so to the second the status keeps, but for that moment, a run's lines are stamped at
+// or after its startedAt. The model holds to that without the moment. It follows the status that
+// KWOK (or the runtime's own restart) posts, the simplest source of the start, rather than
+// posting the start itself, which KWOK's stages would overwrite (they are made to keep it
+// instead): it writes nothing of a run before a status shows that run started (step;
+// seenNotRunning for a run that ended unseen), or, for its own restarts, before the start it then
+// posts (restart). Before, output written all at once was stamped when the test handed it over,
+// seconds before KWOK started the pod.
+func (c *containerRun) begin(stamp, now time.Time) error {
+	if c.started || c.stopped {
+		return nil
 	}
+	c.started, c.startAt = true, now
 	if c.out.Every > 0 {
 		return nil
 	}
-	// Output written all at once is in the file when the run starts, however late the runtime
-	// looks: a run that ends within a poll, or is deleted at once, still wrote it.
+	if stamp.IsZero() {
+		stamp = now
+	}
 	for _, chunk := range c.output() {
-		if err := c.append(chunk, c.opts); err != nil {
+		if err := c.append(chunk, stamp, c.opts); err != nil {
 			return err
 		}
 	}
@@ -721,7 +759,7 @@ func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOption
 		} else {
 			c.lastAt = due
 		}
-		if err := c.append(chunk, opts); err != nil {
+		if err := c.append(chunk, time.Now(), opts); err != nil {
 			return err
 		}
 		if c.out.Every > 0 {
@@ -733,8 +771,8 @@ func (c *containerRun) write(now time.Time, terminating bool, opts RuntimeOption
 // append writes one chunk of the run's output. As containerd, which reads each stream line by
 // line, it writes only whole lines and 16 KiB pieces of longer ones: the rest, a line without its
 // newline, is held (at most 16 KiB) until its newline comes, it grows past 16 KiB, or the run
-// ends (closeStreams).
-func (c *containerRun) append(chunk Chunk, opts RuntimeOptions) error {
+// ends (closeStreams). Its records are stamped from at on, after every record before.
+func (c *containerRun) append(chunk Chunk, at time.Time, opts RuntimeOptions) error {
 	data := append(c.held[chunk.Stream], chunk.Data...)
 	cut := bytes.LastIndexByte(data, '\n') + 1
 	if rest := len(data) - cut; rest > criMaxEntry {
@@ -743,7 +781,7 @@ func (c *containerRun) append(chunk Chunk, opts RuntimeOptions) error {
 	c.held[chunk.Stream] = bytes.Clone(data[cut:])
 	c.written[c.run].Write(chunk.Data)
 	chunk.Data = data[:cut]
-	return c.appendRecords(chunk, opts)
+	return c.appendRecords(chunk, at, opts)
 }
 
 // closeStreams writes what the streams hold as a last partial record each, as containerd does
@@ -759,7 +797,7 @@ func (c *containerRun) closeStreams(exited time.Time) error {
 	for _, stream := range []string{"stdout", "stderr"} {
 		if data := c.held[stream]; len(data) > 0 {
 			c.held[stream] = nil
-			if err := c.appendRecords(Chunk{Stream: stream, Data: data, Time: stampAt(stamp, c.lastTS)}, c.opts); err != nil {
+			if err := c.appendRecords(Chunk{Stream: stream, Data: data, Time: stampAt(stamp, c.lastTS)}, time.Now(), c.opts); err != nil {
 				return err
 			}
 		}
@@ -779,13 +817,13 @@ func stampAt(due, last time.Time) time.Time {
 	return due
 }
 
-// appendRecords writes the chunk in the CRI format, rotating the file first if it would outgrow
-// MaxSize.
-func (c *containerRun) appendRecords(chunk Chunk, opts RuntimeOptions) error {
+// appendRecords writes the chunk in the CRI format, stamped from at on (the runtime's clock; see
+// encodeCRI), rotating the file first if it would outgrow MaxSize.
+func (c *containerRun) appendRecords(chunk Chunk, at time.Time, opts RuntimeOptions) error {
 	if len(chunk.Data) == 0 {
 		return nil
 	}
-	start := time.Now()
+	start := at
 	if !start.After(c.lastTS) {
 		start = c.lastTS // the encoder adds a microsecond per entry, so timestamps keep increasing
 	}
