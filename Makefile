@@ -15,9 +15,6 @@ TEST_TIMEOUT ?= 60m
 # Tests of one package run at most this many at a time (t.Parallel). The end-to-end tests that run
 # in parallel mostly wait on the cluster, so more than the 2 cores here pay off.
 TEST_PARALLEL ?= 3
-# How many inputs each fuzz target tries in make test, beyond its seed corpus (which go test always
-# runs): a count, not a duration, which races Go's fuzz coordinator (golang/go#75804). About 10 to 20 s
-# each here.
 # The long packages first, the others after them (./...): go test starts the runs in the order it
 # is given, two at a time here (-p is the cores), so a long package listed late runs alone at the end.
 # The order also keeps the three packages that take the real node's machine-wide lock from running
@@ -25,6 +22,9 @@ TEST_PARALLEL ?= 3
 # test/demo, which share one lane, have ended.
 TEST_FIRST := ./test/e2e/archiver ./test/e2e/realnode ./test/demo ./test/e2e/chaos ./test/testbed \
 	./test/e2e/deploy ./test/e2e/policy ./test/e2e/api
+# How many inputs each fuzz target tries in make test, beyond its seed corpus (which go test always
+# runs): a count, not a duration, which races Go's fuzz coordinator (golang/go#75804). About 10 to 20 s
+# each here.
 FUZZ_LAYOUT ?= 20000x
 FUZZ_REDACT ?= 2000x
 FUZZ_READLINES ?= 2000x
