@@ -94,10 +94,7 @@ func initState(p *corev1.Pod) corev1.ContainerState {
 // container stays open.
 func TestNodeFollowEndsWhenContainerStops(t *testing.T) {
 	env := testbed.Cluster(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)
 	rt := env.Runtime(t, testbed.RuntimeOptions{})
 

@@ -91,10 +91,7 @@ func onBoth[R any](t *testing.T, real, model func(t *testing.T) R) (onReal, onMo
 // proof of faithfulness, for the behaviours API.md lists as once different.
 func TestNodeModelMatchesRealNode(t *testing.T) {
 	env := testbed.Cluster(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t, env)
 	rn := env.RealNode(t, testbed.RealNodeOptions{})
 	ns, node := env.Namespace(t), env.AddNode(t)
 	rt := env.Runtime(t, testbed.RuntimeOptions{})

@@ -23,6 +23,16 @@ import (
 const holdFinalizer = "testbed.jobvault.io/hold"
 
 // barePod is a pod bound to node, running container "main" until deleted (KWOK completes only the
+// clientset is a typed client of env's API server, with the admin's credentials.
+func clientset(t *testing.T, env *testbed.Env) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
 // pods a Job owns), with the given grace period.
 func barePod(ns, name, node string, grace int64, annotations map[string]string) *corev1.Pod {
 	return &corev1.Pod{
@@ -110,10 +120,7 @@ func busyOutput(n, size int) []testbed.Chunk {
 // the kubelet's own reader, which reopens the file it follows when it is rotated).
 func TestNodeRotatesLogs(t *testing.T) {
 	env := testbed.Cluster(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)
 	rt := env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 3})
 	out := busyOutput(40, 8<<10)
@@ -164,10 +171,7 @@ func TestNodeRotatesLogs(t *testing.T) {
 // delay its logs are gone, finalizer or not, and pods/log fails.
 func TestNodeGracefulTermination(t *testing.T) {
 	env := testbed.Cluster(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)
 	rt := env.Runtime(t, testbed.RuntimeOptions{GCDelay: 2 * time.Second})
 	for _, tc := range []struct {
@@ -244,10 +248,7 @@ func TestNodeGracefulTermination(t *testing.T) {
 // TestNodeLoss: pods/log for a pod of a lost node fails; how long it takes is logged.
 func TestNodeLoss(t *testing.T) {
 	env := testbed.Cluster(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)
 	rt := env.Runtime(t, testbed.RuntimeOptions{})
 	rt.Run(t, ns, "stranded", map[string]testbed.Output{"main": {Runs: [][]testbed.Chunk{{{Stream: "stdout", Data: []byte("hello\n")}}}}})
@@ -280,10 +281,7 @@ func TestNodeLoss(t *testing.T) {
 // a user's kubeconfig) work again and pods/log serves what was written in the outage too.
 func TestNodeWritesThroughAPIServerRestart(t *testing.T) {
 	env := testbed.Cluster(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t, env)
 	user, err := kubernetes.NewForConfig(env.UserConfig(t, "restart-user"))
 	if err != nil {
 		t.Fatal(err)
@@ -331,10 +329,7 @@ func TestNodeWritesThroughAPIServerRestart(t *testing.T) {
 // Written is what was written, in write order.
 func TestNodeWritesOutOfOrderTimestamps(t *testing.T) {
 	env := testbed.Cluster(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)
 	rt := env.Runtime(t, testbed.RuntimeOptions{})
 	base := time.Now().Truncate(time.Millisecond)

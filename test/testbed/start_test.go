@@ -111,10 +111,7 @@ func firstStamp(t *testing.T, cs kubernetes.Interface, ns, pod, container string
 // start at its end (completed, failed, init container completed) or at a neighbour's failure.
 func TestNodeRunStartsBeforeItsOutput(t *testing.T) {
 	env := testbed.Cluster(t)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)
 	rt := env.Runtime(t, testbed.RuntimeOptions{})
 	starts := watchStarts(t, env, ns)

@@ -16,7 +16,6 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"google.golang.org/api/option"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
@@ -61,10 +60,7 @@ func TestVolcanoJobRunsAndServesLogs(t *testing.T) {
 		}
 	}
 
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := clientset(t, env)
 	for pod, w := range want {
 		var p corev1.Pod
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod}, &p); err != nil {

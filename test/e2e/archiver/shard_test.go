@@ -1,11 +1,7 @@
 package archiver
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/yaml"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/jobvault/jobvault/pkg/archiver"
@@ -188,24 +183,12 @@ func seriesSum(t *testing.T, exposition, prefix string) float64 {
 // ns, so that the shards elect with exactly the permissions they ship with.
 func grantShardLeases(t *testing.T, env *testbed.Env, ns string) {
 	t.Helper()
-	out, err := exec.CommandContext(t.Context(), "kubectl", "kustomize", filepath.Join(testbed.ModuleRoot(), "config", "overlays", "sharded")).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize config/overlays/sharded: %v", err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		var obj map[string]any
-		if err := dec.Decode(&obj); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if obj["kind"] != "Role" || !strings.Contains(fmt.Sprint(obj["metadata"]), "leader-election") {
+	for _, o := range stack.Kustomize(t, "overlays/sharded") {
+		if o.GetKind() != "Role" || !strings.Contains(o.GetName(), "leader-election") {
 			continue
 		}
-		raw, _ := yaml.Marshal(obj)
 		var role rbacv1.Role
-		if err := yaml.Unmarshal(raw, &role); err != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
 			t.Fatal(err)
 		}
 		role.ObjectMeta = metav1.ObjectMeta{Name: role.Name, Namespace: ns}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -122,7 +123,7 @@ func checkAgentDaemonSet(t *testing.T, objs []*unstructured.Unstructured) {
 func TestDeployAgentRBAC(t *testing.T) {
 	env := testbed.Cluster(t)
 	ensureNamespace(t, env, "agent", agentNamespace)
-	sa := find(render(t, "agent"), "ServiceAccount", "jobvault-agent")
+	sa := find(stack.Kustomize(t, "agent"), "ServiceAccount", "jobvault-agent")
 	if sa == nil {
 		t.Fatal("config/agent renders no ServiceAccount jobvault-agent")
 	}
@@ -166,7 +167,7 @@ func TestDeployAgentRBAC(t *testing.T) {
 // by -help: exit 0 proves that "agent" is its mode and every argument a flag of it with a
 // well-formed value (the flag package parses each before it reaches -help).
 func TestDeployAgentFlags(t *testing.T) {
-	_, c := agentPod(t, render(t, "agent"))
+	_, c := agentPod(t, stack.Kustomize(t, "agent"))
 	if c == nil {
 		t.Fatal("config/agent renders no DaemonSet jobvault-agent")
 	}

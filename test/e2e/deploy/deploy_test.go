@@ -3,9 +3,7 @@ package deploy
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -22,11 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -111,42 +109,6 @@ func kustomizations(t *testing.T) []string {
 	return dirs
 }
 
-// render runs `kubectl kustomize` on config/<dir> and decodes its objects.
-func render(t *testing.T, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "kubectl", "kustomize", filepath.Join(configDir(t), filepath.FromSlash(dir)))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize config/%s: %v\n%s", dir, err, stderr.String())
-	}
-	return decodeObjects(t, "config/"+dir, out)
-}
-
-// decodeObjects decodes the objects of a YAML stream rendered from what (a kustomization, a chart),
-// and fails if it holds none.
-func decodeObjects(t *testing.T, what string, stream []byte) []*unstructured.Unstructured {
-	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(stream), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decode %s: %v", what, err)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
-	if len(objs) == 0 {
-		t.Fatalf("%s renders no objects", what)
-	}
-	return objs
-}
-
 func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
 	for _, o := range objs {
 		if o.GetKind() == kind && o.GetName() == name {
@@ -208,7 +170,7 @@ func ensureDeployNamespace(t *testing.T, env *testbed.Env) {
 func ensureNamespace(t *testing.T, env *testbed.Env, dir, name string) {
 	t.Helper()
 	ctx := t.Context()
-	rendered := find(render(t, dir), "Namespace", name)
+	rendered := find(stack.Kustomize(t, dir), "Namespace", name)
 	if rendered == nil {
 		t.Fatalf("config/%s renders no Namespace %s", dir, name)
 	}
@@ -274,7 +236,7 @@ func TestDeployManifests(t *testing.T) {
 
 	for _, dir := range dirs {
 		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
-			objs := render(t, dir)
+			objs := stack.Kustomize(t, dir)
 			checkNamespaces(t, objs)
 			checkReferences(t, objs)
 			checkCertManagerRefs(t, objs)
@@ -557,7 +519,7 @@ func checkArchiverDeployment(t *testing.T, dir string, objs []*unstructured.Unst
 func TestDeployArchiverFlags(t *testing.T) {
 	bin := testbed.GoBuild(t, "./archiver")
 	for _, dir := range kustomizations(t) {
-		_, c := archiverContainer(t, render(t, dir))
+		_, c := archiverContainer(t, stack.Kustomize(t, dir))
 		if c == nil {
 			continue
 		}
@@ -584,7 +546,7 @@ func TestDeployArchiverRBAC(t *testing.T) {
 	env := testbed.Cluster(t)
 	ensureDeployNamespace(t, env)
 	var rbac []*unstructured.Unstructured
-	for _, o := range render(t, "default") {
+	for _, o := range stack.Kustomize(t, "default") {
 		switch o.GetKind() {
 		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
 			if strings.HasPrefix(o.GetName(), "jobvault-archiver") {

@@ -18,6 +18,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -106,7 +107,7 @@ func renderChart(t *testing.T, values map[string]any, ns string) []*unstructured
 	if err != nil {
 		t.Fatal(err)
 	}
-	return decodeObjects(t, "the chart", out)
+	return stack.DecodeObjects(t, "the chart", out)
 }
 
 // renderChartText renders the chart into one YAML stream, its templates in name order.
@@ -163,7 +164,7 @@ func (c helmCase) expected(t *testing.T) []*unstructured.Unstructured {
 	byKey := map[string]*unstructured.Unstructured{}
 	var order []string
 	add := func(dir string) {
-		for _, o := range render(t, dir) {
+		for _, o := range stack.Kustomize(t, dir) {
 			k := objectKey(o)
 			if _, ok := byKey[k]; !ok {
 				order = append(order, k)
@@ -173,7 +174,7 @@ func (c helmCase) expected(t *testing.T) []*unstructured.Unstructured {
 	}
 	add(c.base)
 	for _, dir := range c.minus {
-		for _, o := range render(t, dir) {
+		for _, o := range stack.Kustomize(t, dir) {
 			delete(byKey, objectKey(o))
 		}
 	}
@@ -190,7 +191,7 @@ func (c helmCase) expected(t *testing.T) []*unstructured.Unstructured {
 		return objs
 	}
 	stream := strings.ReplaceAll(string(toYAMLStream(t, objs)), deployNamespace, c.namespace)
-	return decodeObjects(t, "config/ in namespace "+c.namespace, []byte(stream))
+	return stack.DecodeObjects(t, "config/ in namespace "+c.namespace, []byte(stream))
 }
 
 // helmClusterScoped are the kinds that have no namespace: clusterScoped, and the admission
@@ -391,7 +392,7 @@ func TestHelmChartMonitoringLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := renderChart(t, vals, deployNamespace)
-	config := render(t, "monitoring")
+	config := stack.Kustomize(t, "monitoring")
 	for _, kind := range []string{"PrometheusRule", "PodMonitor"} {
 		o := find(objs, kind, "jobvault")
 		if o == nil {

@@ -49,7 +49,7 @@ func isMonitoring(o *unstructured.Unstructured) bool {
 var severities = []string{"critical", "warning"}
 
 func TestMonitoring(t *testing.T) {
-	objs := render(t, "monitoring")
+	objs := stack.Kustomize(t, "monitoring")
 	rule, podMonitor, dashboard := find(objs, "PrometheusRule", "jobvault"), find(objs, "PodMonitor", "jobvault"), find(objs, "ConfigMap", "jobvault-dashboard")
 	if rule == nil || podMonitor == nil || dashboard == nil {
 		t.Fatalf("config/monitoring renders PrometheusRule %v, PodMonitor %v, ConfigMap jobvault-dashboard %v; want all",
@@ -266,7 +266,7 @@ func dashboardMetrics(t *testing.T, cm *unstructured.Unstructured) sets.Set[stri
 // of them names.
 func checkPodMonitor(t *testing.T, pm *unstructured.Unstructured) {
 	t.Helper()
-	webhook, archiver, agent := render(t, "webhook"), render(t, "archiver"), render(t, "agent")
+	webhook, archiver, agent := stack.Kustomize(t, "webhook"), stack.Kustomize(t, "archiver"), stack.Kustomize(t, "agent")
 	sel, _, _ := unstructured.NestedMap(pm.Object, "spec", "selector")
 	selRaw, _ := json.Marshal(sel)
 	var selector struct {
