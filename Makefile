@@ -64,7 +64,7 @@ bench: testbed ## Run the benchmarks (print figures and ratios); the webhook's e
 	$(GO) test -count=1 -run '^$$' -bench 'CreateVcJob|CreatePod' -benchtime 1000x -timeout $(TEST_TIMEOUT) ./test/performance
 	$(GO) test -count=1 -run '^$$' -bench 'Follow1000|CaptureThroughput|ReleaseLatency' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
 	$(GO) test -count=1 -run '^$$' -bench 'Shards' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
-	$(GO) test -count=1 -run '^$$' -bench 'ReleaseThroughput' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
+	JOBVAULT_TESTBED_AUDIT_POD_STATUS=1 $(GO) test -count=1 -run '^$$' -bench 'ReleaseThroughput' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
 	$(GO) test -count=1 -run '^$$' -bench 'CaptureLoadMisses' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
 	$(MAKE) bench-audit
 	$(MAKE) bench-api
