@@ -23,6 +23,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/retention"
@@ -37,6 +38,10 @@ type Records interface {
 	UpsertPod(ctx context.Context, p record.Pod) error
 	UpsertPods(ctx context.Context, pods []record.Pod) error
 	PutLogObject(ctx context.Context, l record.LogObject) error
+	// StartRun and RecordRunLog are a run's capture's start and its log's record, each one
+	// transaction (db.StartRun, db.RecordRunLog).
+	StartRun(ctx context.Context, c db.RunClaim, healthyWithin time.Duration, instance string) (db.RunStart, error)
+	RecordRunLog(ctx context.Context, l record.LogObject, sources []record.SourceRange, pod *db.PodArchive) error
 	PodLogObjects(ctx context.Context, podUID string) ([]record.LogObject, error)
 	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
 	MarkPodArchived(ctx context.Context, podUID string, at time.Time, releaseReason string) error

@@ -19,3 +19,14 @@ func (m *memRecords) Run(_ context.Context, k db.RunKey, _ time.Duration) (db.Lo
 func (m *memRecords) EndRun(context.Context, db.RunKey) error                      { return nil }
 func (m *memRecords) TakeOverRun(context.Context, db.RunKey, string) (bool, error) { return true, nil }
 func (m *memRecords) PutSources(context.Context, []record.SourceRange) error       { return nil }
+
+func (m *memRecords) StartRun(ctx context.Context, c db.RunClaim, healthy time.Duration, _ string) (db.RunStart, error) {
+	owner, first, err := m.ClaimRun(ctx, c, healthy)
+	return db.RunStart{Owner: owner, First: first}, err
+}
+func (m *memRecords) RecordRunLog(ctx context.Context, l record.LogObject, _ []record.SourceRange, pod *db.PodArchive) error {
+	if err := m.PutLogObject(ctx, l); err != nil || pod == nil {
+		return err
+	}
+	return m.MarkPodArchived(ctx, l.PodUID, pod.At, pod.Reason)
+}
