@@ -42,6 +42,8 @@ type Records interface {
 	// transaction (db.StartRun, db.RecordRunLog).
 	StartRun(ctx context.Context, c db.RunClaim, healthyWithin time.Duration, instance string) (db.RunStart, error)
 	RecordRunLog(ctx context.Context, l record.LogObject, sources []record.SourceRange, pod *db.PodArchive) error
+	// JobForSeal reads what a job's seal reads of its record in one transaction (sealRecords).
+	JobForSeal(ctx context.Context, uid string) (db.SealRead, error)
 	PodLogObjects(ctx context.Context, podUID string) ([]record.LogObject, error)
 	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
 	MarkPodArchived(ctx context.Context, podUID string, at time.Time, releaseReason string) error

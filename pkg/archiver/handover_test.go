@@ -30,3 +30,26 @@ func (m *memRecords) RecordRunLog(ctx context.Context, l record.LogObject, _ []r
 	}
 	return m.MarkPodArchived(ctx, l.PodUID, pod.At, pod.Reason)
 }
+func (m *memRecords) JobForSeal(ctx context.Context, uid string) (db.SealRead, error) {
+	var (
+		read db.SealRead
+		err  error
+	)
+	if read.Entry, read.Chained, err = m.ChainEntry(ctx, uid); err != nil {
+		return read, err
+	}
+	if read.Rows.Job, err = m.Job(ctx, uid); err != nil {
+		return read, err
+	}
+	if read.Rows.Transitions, err = m.Transitions(ctx, uid); err != nil {
+		return read, err
+	}
+	if read.Rows.Pods, err = m.Pods(ctx, uid); err != nil {
+		return read, err
+	}
+	if read.Rows.Logs, err = m.LogObjects(ctx, uid); err != nil {
+		return read, err
+	}
+	read.Rows.Gaps, err = m.Gaps(ctx, uid)
+	return read, err
+}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
@@ -154,4 +155,102 @@ func (r *runRecords) knownGaps(g *record.Gap) (gaps []record.Gap, ok bool) {
 	})
 	slices.SortStableFunc(all, func(a, b record.Gap) int { return a.After.Compare(b.After) })
 	return all, true
+}
+
+// sealRecords are the Sealer's records for one seal of one job: the seal's reads of the job's
+// chain entry and rows are answered from one transaction (db.JobForSeal), read at the first of
+// them, instead of six. The seal's finalizing transaction checks, with the rows locked, that they
+// are still those it read (db.FinalizeJob), so rows written after the read fail the seal, which
+// is tried again, never sealed stale.
+type sealRecords struct {
+	Records
+	uid  string
+	read *db.SealRead
+}
+
+// fetch reads the job's record once.
+func (s *sealRecords) fetch(ctx context.Context, uid string) (*db.SealRead, error) {
+	if uid != s.uid {
+		return nil, nil
+	}
+	if s.read == nil {
+		read, err := s.Records.JobForSeal(ctx, uid)
+		if err != nil {
+			return nil, err
+		}
+		s.read = &read
+	}
+	return s.read, nil
+}
+
+// ChainEntry is the job's chain entry as read with its rows.
+func (s *sealRecords) ChainEntry(ctx context.Context, uid string) (record.ChainEntry, bool, error) {
+	read, err := s.fetch(ctx, uid)
+	if read == nil || err != nil {
+		if err != nil {
+			return record.ChainEntry{}, false, err
+		}
+		return s.Records.ChainEntry(ctx, uid)
+	}
+	return read.Entry, read.Chained, nil
+}
+
+// Job is the job's row as read.
+func (s *sealRecords) Job(ctx context.Context, uid string) (record.Job, error) {
+	read, err := s.fetch(ctx, uid)
+	if read == nil || err != nil {
+		if err != nil {
+			return record.Job{}, err
+		}
+		return s.Records.Job(ctx, uid)
+	}
+	return read.Rows.Job, nil
+}
+
+// Transitions are the job's transitions as read.
+func (s *sealRecords) Transitions(ctx context.Context, uid string) ([]record.Transition, error) {
+	read, err := s.fetch(ctx, uid)
+	if read == nil || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.Records.Transitions(ctx, uid)
+	}
+	return read.Rows.Transitions, nil
+}
+
+// Pods are the job's pods as read.
+func (s *sealRecords) Pods(ctx context.Context, uid string) ([]record.Pod, error) {
+	read, err := s.fetch(ctx, uid)
+	if read == nil || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.Records.Pods(ctx, uid)
+	}
+	return read.Rows.Pods, nil
+}
+
+// LogObjects are the job's log rows as read.
+func (s *sealRecords) LogObjects(ctx context.Context, uid string) ([]record.LogObject, error) {
+	read, err := s.fetch(ctx, uid)
+	if read == nil || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.Records.LogObjects(ctx, uid)
+	}
+	return read.Rows.Logs, nil
+}
+
+// Gaps are the job's gaps as read.
+func (s *sealRecords) Gaps(ctx context.Context, uid string) ([]record.Gap, error) {
+	read, err := s.fetch(ctx, uid)
+	if read == nil || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return s.Records.Gaps(ctx, uid)
+	}
+	return read.Rows.Gaps, nil
 }

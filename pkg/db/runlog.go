@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -96,4 +97,36 @@ func (d *DB) inTx(ctx context.Context, fn func(*sql.Tx) error) (err error) {
 		return err
 	}
 	return translate(tx.Commit())
+}
+
+// SealRead is what a job's seal reads of its record before it finalizes it, read in one
+// transaction (JobForSeal): its chain entry, if chained, and every row of its record.
+type SealRead struct {
+	Entry   record.ChainEntry
+	Chained bool
+	Rows    record.JobRows
+}
+
+// JobForSeal reads the job's chain entry and every row of its record (what ChainEntry, Job,
+// Transitions, Pods, LogObjects and Gaps return) in one read-only transaction, from one snapshot.
+// ErrNotFound if the job has no row.
+func (d *DB) JobForSeal(ctx context.Context, uid string) (out SealRead, err error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return SealRead{}, fmt.Errorf("read job %s for its seal: %w", uid, translate(err))
+	}
+	defer tx.Rollback() //nolint:errcheck // read only: nothing to keep
+	out.Entry, err = scanChainEntry(tx.QueryRowContext(ctx, `SELECT `+chainColumns+` FROM audit_chain WHERE job_uid = $1`, uid))
+	switch {
+	case err == nil:
+		out.Chained = true
+	case !errors.Is(err, sql.ErrNoRows):
+		return SealRead{}, fmt.Errorf("read job %s for its seal: chain entry: %w", uid, translate(err))
+	}
+	if out.Rows, err = jobRows(ctx, tx, uid); err != nil {
+		return SealRead{}, fmt.Errorf("read job %s for its seal: %w", uid, err)
+	}
+	return out, nil
 }
