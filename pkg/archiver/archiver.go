@@ -34,6 +34,8 @@ import (
 // idempotent upsert or a read.
 type Records interface {
 	UpsertJob(ctx context.Context, j record.Job) error
+	// RecordJob is UpsertJob (unless the row is nil) and RecordTransitions in one transaction.
+	RecordJob(ctx context.Context, row *record.Job, jobUID string, ts []record.Transition) (int, error)
 	RecordTransitions(ctx context.Context, jobUID string, ts []record.Transition) (int, error)
 	UpsertPod(ctx context.Context, p record.Pod) error
 	UpsertPods(ctx context.Context, pods []record.Pod) error

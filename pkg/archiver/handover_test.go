@@ -53,3 +53,11 @@ func (m *memRecords) JobForSeal(ctx context.Context, uid string) (db.SealRead, e
 	read.Rows.Gaps, err = m.Gaps(ctx, uid)
 	return read, err
 }
+func (m *memRecords) RecordJob(ctx context.Context, row *record.Job, jobUID string, ts []record.Transition) (int, error) {
+	if row != nil {
+		if err := m.UpsertJob(ctx, *row); err != nil {
+			return 0, err
+		}
+	}
+	return m.RecordTransitions(ctx, jobUID, ts)
+}

@@ -154,8 +154,20 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 	// A part refused is not remembered: it is written (and refused) again at the next change.
 	rowPrint, tsPrint := jobFingerprint(row), transitionsFingerprint(ts)
 	wasRow, wasTs, _ := strings.Cut(r.contents.get(key), "|")
+	writeRow, writeTs := rowPrint != wasRow, tsPrint != wasTs
+	if writeRow && writeTs {
+		// Both in one transaction; a part refused is written apart below, to know which.
+		n, err := r.Records.RecordJob(ctx, &row, string(job.UID), ts)
+		if err != nil && !errors.Is(err, db.ErrInvalid) {
+			return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
+		}
+		if err == nil {
+			transitionsRecordedTotal.Add(float64(n))
+			writeRow, writeTs = false, false
+		}
+	}
 	var refused []string
-	if rowPrint != wasRow {
+	if writeRow {
 		err = r.Records.UpsertJob(ctx, row)
 		if errors.Is(err, db.ErrInvalid) {
 			refused = append(refused, fmt.Sprintf("the database refused the job's record (%v): recorded without its labels, annotations, spec, status, queue and submitter", err))
@@ -165,7 +177,7 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 			return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
 		}
 	}
-	if tsPrint != wasTs {
+	if writeTs {
 		n, err := r.Records.RecordTransitions(ctx, string(job.UID), ts)
 		if errors.Is(err, db.ErrInvalid) {
 			refused = append(refused, fmt.Sprintf("the database refused the job's phase transitions (%v): recorded without their reasons and messages", err))
