@@ -183,74 +183,56 @@ func (s *sealRecords) fetch(ctx context.Context, uid string) (*db.SealRead, erro
 	return s.read, nil
 }
 
+// fromRead answers a read of job uid from the seal's read (pick), or, for another job, from the
+// database (direct).
+func fromRead[T any](ctx context.Context, s *sealRecords, uid string, pick func(*db.SealRead) T, direct func() (T, error)) (T, error) {
+	read, err := s.fetch(ctx, uid)
+	switch {
+	case err != nil:
+		var zero T
+		return zero, err
+	case read == nil:
+		return direct()
+	}
+	return pick(read), nil
+}
+
 // ChainEntry is the job's chain entry as read with its rows.
 func (s *sealRecords) ChainEntry(ctx context.Context, uid string) (record.ChainEntry, bool, error) {
-	read, err := s.fetch(ctx, uid)
-	if read == nil || err != nil {
-		if err != nil {
-			return record.ChainEntry{}, false, err
-		}
-		return s.Records.ChainEntry(ctx, uid)
+	type entry struct {
+		e       record.ChainEntry
+		chained bool
 	}
-	return read.Entry, read.Chained, nil
+	got, err := fromRead(ctx, s, uid, func(r *db.SealRead) entry { return entry{r.Entry, r.Chained} }, func() (entry, error) {
+		e, chained, err := s.Records.ChainEntry(ctx, uid)
+		return entry{e, chained}, err
+	})
+	return got.e, got.chained, err
 }
 
 // Job is the job's row as read.
 func (s *sealRecords) Job(ctx context.Context, uid string) (record.Job, error) {
-	read, err := s.fetch(ctx, uid)
-	if read == nil || err != nil {
-		if err != nil {
-			return record.Job{}, err
-		}
-		return s.Records.Job(ctx, uid)
-	}
-	return read.Rows.Job, nil
+	return fromRead(ctx, s, uid, func(r *db.SealRead) record.Job { return r.Rows.Job }, func() (record.Job, error) { return s.Records.Job(ctx, uid) })
 }
 
 // Transitions are the job's transitions as read.
 func (s *sealRecords) Transitions(ctx context.Context, uid string) ([]record.Transition, error) {
-	read, err := s.fetch(ctx, uid)
-	if read == nil || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return s.Records.Transitions(ctx, uid)
-	}
-	return read.Rows.Transitions, nil
+	return fromRead(ctx, s, uid, func(r *db.SealRead) []record.Transition { return r.Rows.Transitions },
+		func() ([]record.Transition, error) { return s.Records.Transitions(ctx, uid) })
 }
 
 // Pods are the job's pods as read.
 func (s *sealRecords) Pods(ctx context.Context, uid string) ([]record.Pod, error) {
-	read, err := s.fetch(ctx, uid)
-	if read == nil || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return s.Records.Pods(ctx, uid)
-	}
-	return read.Rows.Pods, nil
+	return fromRead(ctx, s, uid, func(r *db.SealRead) []record.Pod { return r.Rows.Pods }, func() ([]record.Pod, error) { return s.Records.Pods(ctx, uid) })
 }
 
 // LogObjects are the job's log rows as read.
 func (s *sealRecords) LogObjects(ctx context.Context, uid string) ([]record.LogObject, error) {
-	read, err := s.fetch(ctx, uid)
-	if read == nil || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return s.Records.LogObjects(ctx, uid)
-	}
-	return read.Rows.Logs, nil
+	return fromRead(ctx, s, uid, func(r *db.SealRead) []record.LogObject { return r.Rows.Logs },
+		func() ([]record.LogObject, error) { return s.Records.LogObjects(ctx, uid) })
 }
 
 // Gaps are the job's gaps as read.
 func (s *sealRecords) Gaps(ctx context.Context, uid string) ([]record.Gap, error) {
-	read, err := s.fetch(ctx, uid)
-	if read == nil || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		return s.Records.Gaps(ctx, uid)
-	}
-	return read.Rows.Gaps, nil
+	return fromRead(ctx, s, uid, func(r *db.SealRead) []record.Gap { return r.Rows.Gaps }, func() ([]record.Gap, error) { return s.Records.Gaps(ctx, uid) })
 }
