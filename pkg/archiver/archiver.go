@@ -23,6 +23,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/capture"
+	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/retention"
@@ -33,10 +34,18 @@ import (
 // idempotent upsert or a read.
 type Records interface {
 	UpsertJob(ctx context.Context, j record.Job) error
+	// RecordJob is UpsertJob (unless the row is nil) and RecordTransitions in one transaction.
+	RecordJob(ctx context.Context, row *record.Job, jobUID string, ts []record.Transition) (int, error)
 	RecordTransitions(ctx context.Context, jobUID string, ts []record.Transition) (int, error)
 	UpsertPod(ctx context.Context, p record.Pod) error
 	UpsertPods(ctx context.Context, pods []record.Pod) error
 	PutLogObject(ctx context.Context, l record.LogObject) error
+	// StartRun and RecordRunLog are a run's capture's start and its log's record, each one
+	// transaction (db.StartRun, db.RecordRunLog).
+	StartRun(ctx context.Context, c db.RunClaim, healthyWithin time.Duration, instance string) (db.RunStart, error)
+	RecordRunLog(ctx context.Context, l record.LogObject, sources []record.SourceRange, pod *db.PodArchive) error
+	// JobForSeal reads what a job's seal reads of its record in one transaction (sealRecords).
+	JobForSeal(ctx context.Context, uid string) (db.SealRead, error)
 	PodLogObjects(ctx context.Context, podUID string) ([]record.LogObject, error)
 	LogObjects(ctx context.Context, jobUID string) ([]record.LogObject, error)
 	MarkPodArchived(ctx context.Context, podUID string, at time.Time, releaseReason string) error

@@ -3,10 +3,10 @@ package archiver
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
@@ -25,43 +25,60 @@ type RunOwners interface {
 	PutSources(ctx context.Context, ranges []record.SourceRange) error
 }
 
-// agentCaptures gives the run its owner and, while that is the node's agent, waits for the agent
-// to store it, tells it when the run is over (runEnd), and records the run once the agent
-// completed it. It reports whether the run is done with (recorded, or ctx ended); false when the
-// API capture is to capture it: the run was the API's from the start, or is now, taken over
-// from an agent that went silent, gave it up, or did not complete it within the log deadline.
-// The API capture then resumes after the agent's last segment, as after any break.
-func (r *PodReconciler) agentCaptures(ctx context.Context, log logr.Logger, job archive.JobRef, ref capture.Ref, ctype record.ContainerType) bool {
-	key := db.RunKey{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run}
-	claim := db.RunClaim{RunKey: key, Namespace: ref.Namespace, Pod: ref.Pod, JobName: job.Name, JobUID: job.UID}
-	if pod, err := r.runPod(ctx, ref); err == nil && pod != nil {
+// startRun starts the run's capture: it claims the run (its owner, see db.ClaimRun) and reads its
+// log row, gaps and segments, in one transaction (db.StartRun), retried until it succeeds. It
+// reports done when the run's log is recorded already (or ctx ended): a pod's reconcile that did
+// not know the run recorded (loggedRuns), or asked for its capture after one that recorded it had
+// ended, starts it again, and captured again its final object would be written again, a second
+// version that Object Lock keeps on a versioned bucket (and, once its segments are forgotten, an
+// empty log written over an assembled one, or an unavailable row over a stored one).
+func (r *PodReconciler) startRun(ctx context.Context, log logr.Logger, job archive.JobRef, ref capture.Ref) (db.RunStart, bool) {
+	claim := db.RunClaim{RunKey: db.RunKey{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run},
+		Namespace: ref.Namespace, Pod: ref.Pod, JobName: job.Name, JobUID: job.UID}
+	pod, _ := r.runPod(ctx, ref)
+	if pod != nil {
 		claim.Node = pod.Spec.NodeName
 	}
-	retry := time.Second
-	var (
-		owner string
-		first bool
-	)
-	for owner == "" {
-		var err error
-		if owner, first, err = r.Records.ClaimRun(ctx, claim, db.AgentHealthyWithin); err != nil {
-			archiveFailuresTotal.WithLabelValues("database").Inc()
-			log.Error(err, "Claiming the run failed, will retry")
-			if !r.pause(ctx, &retry) {
-				return true
+	for retry := time.Second; ; {
+		// The name the run's log is recorded under now (runInstance, as recordRun names it).
+		end, _, err := r.runEnd(ctx, ref)
+		var start db.RunStart
+		if err == nil {
+			start, err = r.Records.StartRun(ctx, claim, db.AgentHealthyWithin, runInstance(ref, end.Previous || end.Lost == record.GapRestarted))
+		}
+		if err == nil {
+			if start.First {
+				runsClaimedTotal.WithLabelValues(start.Owner).Inc() // once per run, not per capture restart
 			}
-		} else if first {
-			runsClaimedTotal.WithLabelValues(owner).Inc() // once per run, not per capture restart
+			if start.Recorded != nil {
+				if pod != nil {
+					r.logged.add(client.ObjectKeyFromObject(pod), pod.UID, *start.Recorded, false)
+				}
+				return start, true
+			}
+			return start, false
+		}
+		archiveFailuresTotal.WithLabelValues("database").Inc()
+		log.Error(err, "Starting the run's capture failed, will retry")
+		if !r.pause(ctx, &retry) {
+			return db.RunStart{}, true
 		}
 	}
-	if !first && r.recordedAgain(ctx, log, ref) {
-		return true
-	}
-	if owner != record.CapturedByAgent {
+}
+
+// agentCaptures, while the run's owner (start.Owner, see startRun) is the node's agent, waits for
+// the agent to store it, tells it when the run is over (runEnd), and records the run once the
+// agent completed it. It reports whether the run is done with (recorded, or ctx ended); false when
+// the API capture is to capture it: the run was the API's from the start, or is now, taken over
+// from an agent that went silent, gave it up, or did not complete it within the log deadline.
+// The API capture then resumes after the agent's last segment, as after any break.
+func (r *PodReconciler) agentCaptures(ctx context.Context, log logr.Logger, job archive.JobRef, ref capture.Ref, ctype record.ContainerType, start db.RunStart) bool {
+	if start.Owner != record.CapturedByAgent {
 		return false
 	}
-	log.V(1).Info("The node's agent captures the run", "node", claim.Node)
-	retry = r.Capture.Poll
+	key := db.RunKey{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run}
+	log.V(1).Info("The node's agent captures the run")
+	retry := r.Capture.Poll
 	for {
 		next, err := r.awaitAgent(ctx, log, job, ref, ctype, key)
 		switch {
@@ -82,42 +99,6 @@ func (r *PodReconciler) agentCaptures(ctx context.Context, log logr.Logger, job 
 		case <-time.After(r.Capture.Poll):
 		}
 	}
-}
-
-// recordedAgain reports, for a run a capture claimed before (a preempted capture, one of an
-// earlier leader, or one that ended), whether its log is recorded already (or ctx ended). A pod's
-// reconcile that read the pod's log rows before a capture recorded the run, and asked for the
-// run's capture after that capture ended, starts it again: captured again, its final object would
-// be written again, a second version that Object Lock keeps on a versioned bucket (and, once its
-// segments are forgotten, an empty log written over an assembled one, or an unavailable row over
-// a stored one). Only a run claimed before costs this read: a run's first capture does not.
-func (r *PodReconciler) recordedAgain(ctx context.Context, log logr.Logger, ref capture.Ref) bool {
-	for retry := time.Second; ; {
-		done, err := r.runRecorded(ctx, ref)
-		if err == nil {
-			return done
-		}
-		archiveFailuresTotal.WithLabelValues("database").Inc()
-		log.Error(err, "Reading the run's log record failed, will retry")
-		if !r.pause(ctx, &retry) {
-			return true
-		}
-	}
-}
-
-// runRecorded reports whether the run's log is recorded, under the name it has now (runInstance,
-// as recordRun names it).
-func (r *PodReconciler) runRecorded(ctx context.Context, ref capture.Ref) (bool, error) {
-	end, _, err := r.runEnd(ctx, ref)
-	if err != nil {
-		return false, err
-	}
-	instance := runInstance(ref, end.Previous || end.Lost == record.GapRestarted)
-	rows, err := r.Records.PodLogObjects(ctx, ref.PodUID)
-	if err != nil {
-		return false, fmt.Errorf("read log records of %s: %w", ref, err)
-	}
-	return slices.ContainsFunc(rows, func(l record.LogObject) bool { return l.Container == ref.Container && l.Instance == instance }), nil
 }
 
 // agentState is where a run of an agent stands, as awaitAgent found it.
@@ -148,7 +129,7 @@ func (r *PodReconciler) awaitAgent(ctx context.Context, log logr.Logger, job arc
 	var why, reason string
 	switch {
 	case run.Complete:
-		if err := r.recordRun(ctx, job, ref, ctype, "", "", nil); err != nil {
+		if err := r.recordRun(ctx, job, ref, ctype, "", "", nil, nil); err != nil {
 			return agentCapturing, fmt.Errorf("record the agent's capture: %w", err)
 		}
 		return agentRecorded, nil
@@ -186,17 +167,13 @@ func (r *PodReconciler) pause(ctx context.Context, retry *time.Duration) bool {
 	return true
 }
 
-// recordSources records which capture stored which bytes of a run's log, before its log row (a
-// crash in between records them again, the same). whole is the log written whole (by the API
-// capture), else segs are its segments.
-func (r *PodReconciler) recordSources(ctx context.Context, ref capture.Ref, instance string, segs []record.Segment, whole *capture.Assembled) error {
-	ranges := record.SourceRanges(segs, instance)
+// logSources are which capture stored which bytes of a run's log, recorded with its log row
+// (db.RecordRunLog). whole is the log written whole (by the API capture), else segs are its
+// segments.
+func logSources(ref capture.Ref, instance string, segs []record.Segment, whole *capture.Assembled) []record.SourceRange {
 	if whole != nil && whole.Bytes > 0 {
-		ranges = []record.SourceRange{{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run, Instance: instance,
+		return []record.SourceRange{{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run, Instance: instance,
 			To: whole.Bytes, Source: record.CapturedByAPI}}
 	}
-	if err := r.Records.PutSources(ctx, ranges); err != nil {
-		return fmt.Errorf("record the sources of the log of %s: %w", ref, err)
-	}
-	return nil
+	return record.SourceRanges(segs, instance)
 }

@@ -19,3 +19,45 @@ func (m *memRecords) Run(_ context.Context, k db.RunKey, _ time.Duration) (db.Lo
 func (m *memRecords) EndRun(context.Context, db.RunKey) error                      { return nil }
 func (m *memRecords) TakeOverRun(context.Context, db.RunKey, string) (bool, error) { return true, nil }
 func (m *memRecords) PutSources(context.Context, []record.SourceRange) error       { return nil }
+
+func (m *memRecords) StartRun(ctx context.Context, c db.RunClaim, healthy time.Duration, _ string) (db.RunStart, error) {
+	owner, first, err := m.ClaimRun(ctx, c, healthy)
+	return db.RunStart{Owner: owner, First: first}, err
+}
+func (m *memRecords) RecordRunLog(ctx context.Context, l record.LogObject, _ []record.SourceRange, pod *db.PodArchive) error {
+	if err := m.PutLogObject(ctx, l); err != nil || pod == nil {
+		return err
+	}
+	return m.MarkPodArchived(ctx, l.PodUID, pod.At, pod.Reason)
+}
+func (m *memRecords) JobForSeal(ctx context.Context, uid string) (db.SealRead, error) {
+	var (
+		read db.SealRead
+		err  error
+	)
+	if read.Entry, read.Chained, err = m.ChainEntry(ctx, uid); err != nil {
+		return read, err
+	}
+	if read.Rows.Job, err = m.Job(ctx, uid); err != nil {
+		return read, err
+	}
+	if read.Rows.Transitions, err = m.Transitions(ctx, uid); err != nil {
+		return read, err
+	}
+	if read.Rows.Pods, err = m.Pods(ctx, uid); err != nil {
+		return read, err
+	}
+	if read.Rows.Logs, err = m.LogObjects(ctx, uid); err != nil {
+		return read, err
+	}
+	read.Rows.Gaps, err = m.Gaps(ctx, uid)
+	return read, err
+}
+func (m *memRecords) RecordJob(ctx context.Context, row *record.Job, jobUID string, ts []record.Transition) (int, error) {
+	if row != nil {
+		if err := m.UpsertJob(ctx, *row); err != nil {
+			return 0, err
+		}
+	}
+	return m.RecordTransitions(ctx, jobUID, ts)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,10 @@ type JobReconciler struct {
 
 	// recorded skips the job's upsert when the job did not change since it was last recorded.
 	recorded recordedState
+	// contents skips each write (the row, the transitions) whose content did not change since it
+	// was last written, whatever else changed in the job: Volcano updates a finished job's status
+	// as its pods are released, without changing what is recorded.
+	contents recordedState
 	// refused holds, by job name, a refusal: why the database refused part of the job's record for
 	// good, which makes the job released when it is finalized.
 	refused sync.Map
@@ -65,6 +70,7 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.recorded.forget(req.NamespacedName)
+			r.contents.forget(req.NamespacedName)
 			r.refused.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -144,28 +150,49 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 	if err != nil {
 		return err
 	}
-	var refused []string
-	err = r.Records.UpsertJob(ctx, row)
-	if errors.Is(err, db.ErrInvalid) {
-		refused = append(refused, fmt.Sprintf("the database refused the job's record (%v): recorded without its labels, annotations, spec, status, queue and submitter", err))
-		err = r.Records.UpsertJob(ctx, refusedRow(row))
-	}
-	if err != nil {
-		return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
-	}
 	ts := transitions(job, r.Clock.Now())
-	n, err := r.Records.RecordTransitions(ctx, string(job.UID), ts)
-	if errors.Is(err, db.ErrInvalid) {
-		refused = append(refused, fmt.Sprintf("the database refused the job's phase transitions (%v): recorded without their reasons and messages", err))
-		for i := range ts {
-			ts[i].Reason, ts[i].Message = "", ""
+	// A part refused is not remembered: it is written (and refused) again at the next change.
+	rowPrint, tsPrint := jobFingerprint(row), transitionsFingerprint(ts)
+	wasRow, wasTs, _ := strings.Cut(r.contents.get(key), "|")
+	writeRow, writeTs := rowPrint != wasRow, tsPrint != wasTs
+	if writeRow && writeTs {
+		// Both in one transaction; a part refused is written apart below, to know which.
+		n, err := r.Records.RecordJob(ctx, &row, string(job.UID), ts)
+		if err != nil && !errors.Is(err, db.ErrInvalid) {
+			return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
 		}
-		n, err = r.Records.RecordTransitions(ctx, string(job.UID), ts)
+		if err == nil {
+			transitionsRecordedTotal.Add(float64(n))
+			writeRow, writeTs = false, false
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("record transitions of job %s: %w", klog.KObj(job), err)
+	var refused []string
+	if writeRow {
+		err = r.Records.UpsertJob(ctx, row)
+		if errors.Is(err, db.ErrInvalid) {
+			refused = append(refused, fmt.Sprintf("the database refused the job's record (%v): recorded without its labels, annotations, spec, status, queue and submitter", err))
+			err, rowPrint = r.Records.UpsertJob(ctx, refusedRow(row)), ""
+		}
+		if err != nil {
+			return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
+		}
 	}
-	transitionsRecordedTotal.Add(float64(n))
+	if writeTs {
+		n, err := r.Records.RecordTransitions(ctx, string(job.UID), ts)
+		if errors.Is(err, db.ErrInvalid) {
+			refused = append(refused, fmt.Sprintf("the database refused the job's phase transitions (%v): recorded without their reasons and messages", err))
+			for i := range ts {
+				ts[i].Reason, ts[i].Message = "", ""
+			}
+			n, err = r.Records.RecordTransitions(ctx, string(job.UID), ts)
+			tsPrint = ""
+		}
+		if err != nil {
+			return fmt.Errorf("record transitions of job %s: %w", klog.KObj(job), err)
+		}
+		transitionsRecordedTotal.Add(float64(n))
+	}
+	r.contents.set(key, rowPrint+"|"+tsPrint)
 	if len(refused) > 0 {
 		r.refused.Store(key, refusal{uid: job.UID, reason: strings.Join(refused, "; ")})
 		r.Recorder.Event(job, corev1.EventTypeWarning, "RecordRefused", refused[0])
@@ -175,6 +202,27 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 	}
 	r.recorded.set(key, version)
 	return nil
+}
+
+// jobFingerprint is a hash of everything UpsertJob writes of the row.
+func jobFingerprint(row record.Job) string {
+	raw, err := json.Marshal(row)
+	if err != nil {
+		return "" // never the same as a fingerprint: written
+	}
+	h := fnv.New128a()
+	h.Write(raw)
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// transitionsFingerprint is a hash of the transitions' keys: RecordTransitions inserts each
+// (phase, time) once and leaves one recorded as it is.
+func transitionsFingerprint(ts []record.Transition) string {
+	h := fnv.New128a()
+	for _, t := range ts {
+		fmt.Fprintf(h, "%s|%s|", t.Phase, t.Time.UTC().Format(time.RFC3339Nano))
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
 // refusedRow is what is recorded of a job whose row the database refused: what the API server
@@ -304,11 +352,13 @@ func orphaning(job *batchv1alpha1.Job) bool {
 // an operator released has its final rows while its containers may still be captured, and such a
 // capture would store segments beside the sealed archive and rows into its sealed record (the
 // database refuses those now, see db.ErrFinalized).
-func (r *JobReconciler) stopCaptures(ctx context.Context, ref archive.JobRef) error {
+// The pods are read with the seal's reads (sealRecords): a capture stopped here may have written
+// rows after them, and then they are read again.
+func (r *JobReconciler) stopCaptures(ctx context.Context, ref archive.JobRef, recs *sealRecords) error {
 	if r.Captures == nil {
 		return nil
 	}
-	pods, err := r.Records.Pods(ctx, ref.UID)
+	pods, err := recs.Pods(ctx, ref.UID)
 	if err != nil {
 		return fmt.Errorf("list the recorded pods: %w", err)
 	}
@@ -316,7 +366,16 @@ func (r *JobReconciler) stopCaptures(ctx context.Context, ref archive.JobRef) er
 	for _, p := range pods {
 		uids[p.UID] = true
 	}
-	return r.Captures.Stop(ctx, func(key string) bool { return uids[capturedPod(key)] })
+	stopped := false
+	err = r.Captures.Stop(ctx, func(key string) bool {
+		mine := uids[capturedPod(key)]
+		stopped = stopped || mine
+		return mine
+	})
+	if stopped {
+		recs.read = nil
+	}
+	return err
 }
 
 // finalize stores job.json and manifest.json, marks the row archived and appends the job to the
@@ -333,10 +392,11 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	// release), counted from when the job became finalizable, as an unreadable container log is.
 	since := finalizableSince(job)
 	giveUp := reason != "" || (!since.IsZero() && r.Clock.Since(since) >= r.LogDeadline)
-	if err := r.stopCaptures(ctx, ref); err != nil {
+	recs := &sealRecords{Records: r.Records, uid: ref.UID}
+	if err := r.stopCaptures(ctx, ref, recs); err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
 	}
-	sealed, err := audit.Sealer{Records: r.Records, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
+	sealed, err := audit.Sealer{Records: recs, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
 		RetainUntil: func(at time.Time) time.Time { return r.retainUntilIn(ctx, r.Client, ref.Namespace, at) }}.Seal(ctx, ref, obj, reason, now)
 	if err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)

@@ -145,16 +145,13 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 		// no database read (100,000 of them were 100,000 reads at every start).
 		return true, false, nil, nil
 	}
-	recorded, err = r.Records.PodLogObjects(ctx, string(pod.UID))
-	if err != nil {
-		return false, false, nil, fmt.Errorf("read log records of pod %s: %w", klog.KObj(pod), err)
-	}
-	done := map[string]bool{}
-	for _, l := range recorded {
-		done[l.Container+"/"+l.Instance] = true
-	}
+	// The rows are not read here: a run not known recorded gets its capture, whose start reads
+	// its row (db.StartRun) and stops if it has one (loggedRuns).
+	key := client.ObjectKeyFromObject(pod)
+	done, _ := r.logged.known(key, pod.UID)
 	for _, cr := range runs {
-		if done[cr.container+"/"+cr.instance] {
+		if row, ok := done[logName(cr.container, cr.instance)]; ok {
+			recorded = append(recorded, row)
 			continue
 		}
 		if cr.never {
@@ -167,6 +164,7 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 			if err := r.Records.PutLogObject(ctx, row); err != nil {
 				return false, false, nil, fmt.Errorf("record log %s of pod %s: %w", row, klog.KObj(pod), err)
 			}
+			r.logged.add(key, pod.UID, row, false)
 			recorded = append(recorded, row)
 			continue
 		}
@@ -208,8 +206,18 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 		key, _ := r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, runInstance(ref, previous))
 		return key, r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now())
 	}
-	if r.agentCaptures(ctx, log, job, ref, ctype) {
+	start, done := r.startRun(ctx, log, job, ref)
+	if done {
 		return
+	}
+	if r.agentCaptures(ctx, log, job, ref, ctype, start) {
+		return
+	}
+	// The run's segments and gaps as StartRun read them, unless its node's agent had it: the
+	// agent's writes since are not known here.
+	var recs *runRecords
+	if start.Owner != record.CapturedByAgent {
+		recs = &runRecords{Records: r.Records, segments: start.Segments, gaps: start.Gaps}
 	}
 	retry := time.Second
 	// whole, once written and until recorded, is recorded again rather than written again: a
@@ -218,7 +226,11 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 	for {
 		var err error
 		if whole == nil {
-			whole, err = capture.Capture(ctx, r.Capture, r.Logs, r.Records, r.Store, segKey, ref, func(ctx context.Context) (capture.End, error) {
+			var cr capture.Records = r.Records
+			if recs != nil {
+				cr = recs
+			}
+			whole, err = capture.Capture(ctx, r.Capture, r.Logs, cr, r.Store, segKey, ref, func(ctx context.Context) (capture.End, error) {
 				end, _, err := r.runEnd(ctx, ref)
 				return end, err
 			}, final)
@@ -268,7 +280,7 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 			log.Error(err, "Capture failed, will retry")
 		}
 		if err == nil || gap != "" {
-			if err = r.recordRun(ctx, job, ref, ctype, gap, detail, whole); err == nil || errors.Is(err, db.ErrFinalized) {
+			if err = r.recordRun(ctx, job, ref, ctype, gap, detail, whole, recs); err == nil || errors.Is(err, db.ErrFinalized) {
 				return // recorded, or its job sealed meanwhile: nothing may be added to it
 			}
 			if errors.Is(err, errRenamed) {
@@ -458,8 +470,11 @@ var errRenamed = errors.New("the run was renamed")
 // recordRun assembles a captured run into its log object and records it, with its gap if any,
 // then forgets the segments. A run of which nothing could be read is recorded unavailable. whole,
 // when set, is the run's log already written whole (see capture.Capture): nothing to assemble.
+// recs, when set, knows the run's gaps (runRecords): they are not read. The row, the log's sources
+// and, when it is the pod's last log and the pod is archived complete, the pod's mark are written
+// in one transaction (podArchive).
 func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref capture.Ref, ctype record.ContainerType, gap record.GapReason, detail string,
-	whole *capture.Assembled) error {
+	whole *capture.Assembled, recs *runRecords) error {
 	end, _, err := r.runEnd(ctx, ref)
 	if err != nil {
 		return err
@@ -470,7 +485,10 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 	if err != nil {
 		return err
 	}
-	var segs []record.Segment
+	var (
+		segs []record.Segment
+		own  *record.Gap // the gap recorded here, if any
+	)
 	if whole == nil {
 		if segs, err = r.Records.Segments(ctx, ref.PodUID, ref.Container, ref.Run); err != nil {
 			return err
@@ -496,6 +514,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 			if err := r.Records.PutGap(ctx, g); err != nil {
 				return err
 			}
+			own = &g
 		}
 		a, err := capture.Assemble(ctx, r.Store, ref, key, segs,
 			r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now()))
@@ -505,28 +524,36 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 		row = a.Stored(row)
 	}
 	// Every gap of the run, those the capture found (rotated away) as well as the one above.
-	var runGaps []record.Gap
+	var (
+		runGaps []record.Gap
+		sources []record.SourceRange
+	)
 	if row.State == record.LogStored {
-		all, err := r.Records.Gaps(ctx, job.UID)
-		if err != nil {
-			return err
-		}
-		for _, g := range all {
-			if g.PodUID == ref.PodUID && g.Container == ref.Container && g.Run == ref.Run {
-				runGaps = append(runGaps, g)
+		known, ok := recs.knownGaps(own)
+		if !ok {
+			all, err := r.Records.Gaps(ctx, job.UID)
+			if err != nil {
+				return err
+			}
+			known = nil
+			for _, g := range all {
+				if g.PodUID == ref.PodUID && g.Container == ref.Container && g.Run == ref.Run {
+					known = append(known, g)
+				}
 			}
 		}
+		runGaps = known
 		row.Reason, _ = incompleteReason("", nil, nil, runGaps)
-	}
-	if row.State == record.LogStored {
-		if err := r.recordSources(ctx, ref, instance, segs, whole); err != nil {
-			return err
-		}
-	}
-	if err := r.Records.PutLogObject(ctx, row); err != nil {
-		return err
+		sources = logSources(ref, instance, segs, whole)
 	}
 	pod, _ := r.runPod(ctx, ref)
+	archive := r.podArchive(ctx, pod, row)
+	if err := r.Records.RecordRunLog(ctx, row, sources, archive); err != nil {
+		return fmt.Errorf("record the log of %s: %w", ref, err)
+	}
+	if pod != nil {
+		r.logged.add(client.ObjectKeyFromObject(pod), pod.UID, row, archive != nil)
+	}
 	if row.State == record.LogStored {
 		logBytesArchivedTotal.Add(float64(row.Bytes))
 	} else if gap != "" {
@@ -545,6 +572,36 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 		return nil // written whole, or nothing was read: no segment to forget
 	}
 	return capture.Forget(ctx, r.Records, r.Store, ref, segs)
+}
+
+// podArchive is the pod's archive to record with row, the log of one of its runs, when that is
+// its last log and the pod is archived complete: the pod is finished, not released by an operator,
+// every other run's log is known recorded (loggedRuns) and none of them, nor row, says anything
+// is missing. Otherwise nil: the pod's reconcile decides, as it always did (release).
+func (r *PodReconciler) podArchive(ctx context.Context, pod *corev1.Pod, row record.LogObject) *db.PodArchive {
+	if pod == nil || releaseReason(pod) != "" || !r.finished(ctx, pod) {
+		return nil
+	}
+	known, _ := r.logged.known(client.ObjectKeyFromObject(pod), pod.UID)
+	logs := []record.LogObject{row}
+	for _, cr := range podRuns(pod) {
+		name := logName(cr.container, cr.instance)
+		if name == logName(row.Container, row.Instance) {
+			continue
+		}
+		l, ok := known[name]
+		if !ok {
+			return nil
+		}
+		logs = append(logs, l)
+	}
+	if mayHaveGaps(logs) {
+		return nil
+	}
+	if reason, _ := incompleteReason("", nil, logs, nil); reason != "" {
+		return nil
+	}
+	return &db.PodArchive{At: r.Clock.Now()}
 }
 
 // describeGap says what a gap misses and why, for an Event.

@@ -39,6 +39,8 @@ type PodReconciler struct {
 	// recorded skips the pod's upsert when its row would not change; recordCached fills it once.
 	recorded       recordedState
 	cachedRecorded sync.Once
+	// logged holds the log rows of each pod's runs as this process recorded or found them.
+	logged loggedRuns
 }
 
 // recordBatch is how many pod rows one statement reads or writes when the reconciler starts.
@@ -114,6 +116,7 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.recorded.forget(req.NamespacedName)
+			r.logged.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -157,6 +160,7 @@ func (r *PodReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl
 	}
 	if !controllerutil.ContainsFinalizer(pod, tracking.PodFinalizer) {
 		if pod.DeletionTimestamp != nil || podEnded(pod) || releaseReason(pod) != "" {
+			r.logged.forget(req.NamespacedName)
 			return ctrl.Result{}, nil // released already, or by an operator
 		}
 		// A released pod stays released, even when its release annotation is gone: adding the
@@ -363,12 +367,16 @@ func mayHaveGaps(logs []record.LogObject) bool {
 // finalizer, with an optimistic lock so a concurrent change is seen before the pod can vanish.
 // logs are the pod's log records, all of them recorded.
 func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod, job archive.JobRef, logs []record.LogObject) error {
-	reason, cause, err := r.podIncomplete(ctx, pod, job, logs)
-	if err != nil {
-		return err
-	}
-	if err := r.Records.MarkPodArchived(ctx, string(pod.UID), r.Clock.Now(), reason); err != nil {
-		return fmt.Errorf("mark pod %s archived: %w", klog.KObj(pod), err)
+	var reason, cause string
+	// Marked archived with its last log (recordRun), complete: nothing to read or write.
+	if _, archived := r.logged.known(client.ObjectKeyFromObject(pod), pod.UID); !archived || releaseReason(pod) != "" {
+		var err error
+		if reason, cause, err = r.podIncomplete(ctx, pod, job, logs); err != nil {
+			return err
+		}
+		if err := r.Records.MarkPodArchived(ctx, string(pod.UID), r.Clock.Now(), reason); err != nil {
+			return fmt.Errorf("mark pod %s archived: %w", klog.KObj(pod), err)
+		}
 	}
 	patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(pod, tracking.PodFinalizer)
@@ -378,6 +386,7 @@ func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod, job archiv
 		}
 		return fmt.Errorf("release pod %s: %w", klog.KObj(pod), err)
 	}
+	r.logged.forget(client.ObjectKeyFromObject(pod))
 	podsArchivedTotal.Inc()
 	if reason != "" {
 		releasesIncompleteTotal.WithLabelValues("pod", cause).Inc()

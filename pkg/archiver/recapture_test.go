@@ -67,6 +67,30 @@ func (m *loggedRecords) ClaimRun(_ context.Context, c db.RunClaim, _ time.Durati
 	return record.CapturedByAPI, first, nil
 }
 
+// StartRun claims the run and finds its log row, as db.StartRun does.
+func (m *loggedRecords) StartRun(ctx context.Context, c db.RunClaim, healthy time.Duration, instance string) (db.RunStart, error) {
+	owner, first, err := m.ClaimRun(ctx, c, healthy)
+	if err != nil {
+		return db.RunStart{}, err
+	}
+	start := db.RunStart{Owner: owner, First: first}
+	logs, _ := m.PodLogObjects(ctx, c.PodUID)
+	for i := range logs {
+		if logs[i].Container == c.Container && logs[i].Instance == instance {
+			start.Recorded = &logs[i]
+		}
+	}
+	return start, nil
+}
+
+// RecordRunLog records the row with loggedRecords' PutLogObject.
+func (m *loggedRecords) RecordRunLog(ctx context.Context, l record.LogObject, _ []record.SourceRange, pod *db.PodArchive) error {
+	if err := m.PutLogObject(ctx, l); err != nil || pod == nil {
+		return err
+	}
+	return m.MarkPodArchived(ctx, l.PodUID, pod.At, pod.Reason)
+}
+
 // countingStore counts the writes (Put and Compose) to each key.
 type countingStore struct {
 	objstore.Store

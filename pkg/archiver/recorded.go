@@ -25,6 +25,13 @@ func (s *recordedState) same(key types.NamespacedName, fingerprint string) bool 
 	return ok && v == fingerprint
 }
 
+// get returns what was last recorded under key ("" if nothing).
+func (s *recordedState) get(key types.NamespacedName) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key]
+}
+
 // set remembers that fingerprint is now recorded under key.
 func (s *recordedState) set(key types.NamespacedName, fingerprint string) {
 	s.mu.Lock()

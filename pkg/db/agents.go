@@ -102,13 +102,19 @@ func healthy(node, secs string) string {
 func (d *DB) ClaimRun(ctx context.Context, c RunClaim, healthyWithin time.Duration) (owner string, first bool, err error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
+	return claimRun(ctx, d.db, c, healthyWithin)
+}
+
+// claimRun is ClaimRun on the pool or in a transaction (read committed: each try sees the claims
+// committed before it).
+func claimRun(ctx context.Context, q querier, c RunClaim, healthyWithin time.Duration) (owner string, first bool, err error) {
 	if c.PodUID == "" || c.Container == "" || c.Run < 0 || c.Namespace == "" || c.Pod == "" || c.JobName == "" || c.JobUID == "" {
 		return "", false, fmt.Errorf("claim run %s: %w claim: pod UID, container, namespace, pod, job name and UID are required, run not negative", c.RunKey, ErrInvalid)
 	}
 	// A row another claim inserts meanwhile is invisible to this statement's snapshot: the
 	// insert does nothing and the select finds nothing. The next attempt sees it.
 	for range 3 {
-		err = d.db.QueryRowContext(ctx, `
+		err = q.QueryRowContext(ctx, `
 WITH ins AS (
     INSERT INTO log_runs (pod_uid, container, run, node, namespace, pod_name, job_name, job_uid, owner, claimed_owner)
     SELECT $1, $2, $3, $4, $5, $6, $7, $8, o.owner, o.owner
@@ -336,11 +342,16 @@ func (d *DB) affected(ctx context.Context, res sql.Result, k RunKey) error {
 // PutSources records which capture stored which byte ranges of a run's archived log (see
 // record.SourceRanges), once: the same ranges again change nothing. Append-only.
 func (d *DB) PutSources(ctx context.Context, ranges []record.SourceRange) error {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	return putSources(ctx, d.db, ranges)
+}
+
+// putSources is PutSources on the pool or in a transaction.
+func putSources(ctx context.Context, q querier, ranges []record.SourceRange) error {
 	if len(ranges) == 0 {
 		return nil
 	}
-	ctx, cancel := d.bound(ctx)
-	defer cancel()
 	var (
 		pods, containers, instances, sources []string
 		runs, froms, tos                     []int64
@@ -349,7 +360,7 @@ func (d *DB) PutSources(ctx context.Context, ranges []record.SourceRange) error 
 		pods, containers, instances, sources = append(pods, r.PodUID), append(containers, r.Container), append(instances, r.Instance), append(sources, r.Source)
 		runs, froms, tos = append(runs, int64(r.Run)), append(froms, r.From), append(tos, r.To)
 	}
-	if _, err := d.db.ExecContext(ctx, `
+	if _, err := q.ExecContext(ctx, `
 INSERT INTO log_sources (pod_uid, container, run, instance, from_bytes, to_bytes, source)
 SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::bigint[], $7::text[])
 ON CONFLICT (pod_uid, container, run, from_bytes) DO NOTHING`,

@@ -38,6 +38,15 @@ RETURNING 1`, g.PodUID, g.Container, g.Run, unixNano(g.After), before, string(g.
 	return nil
 }
 
+// runGaps returns the recorded gaps of one container run, in Gaps' order.
+func runGaps(ctx context.Context, q querier, podUID, container string, run int32) ([]record.Gap, error) {
+	return queryGaps(ctx, q, fmt.Sprintf("run %s/%s/%d", podUID, container, run), `
+SELECT g.pod_uid, g.container, g.run, g.after_ns, g.before_ns, g.reason, g.detail
+FROM log_gaps g
+WHERE g.pod_uid = $1 AND g.container = $2 AND g.run = $3
+ORDER BY g.after_ns, g.recorded_at, g.reason, coalesce(g.before_ns, -1)`, podUID, container, run)
+}
+
 // Gaps returns the recorded gaps of every pod of a job, by pod, container, run and time.
 func (d *DB) Gaps(ctx context.Context, jobUID string) ([]record.Gap, error) {
 	ctx, cancel := d.bound(ctx)
@@ -46,13 +55,18 @@ func (d *DB) Gaps(ctx context.Context, jobUID string) ([]record.Gap, error) {
 }
 
 func getGaps(ctx context.Context, q querier, jobUID string) ([]record.Gap, error) {
-	rows, err := q.QueryContext(ctx, `
+	return queryGaps(ctx, q, "job "+jobUID, `
 SELECT g.pod_uid, g.container, g.run, g.after_ns, g.before_ns, g.reason, g.detail
 FROM log_gaps g JOIN pods p ON p.uid = g.pod_uid
 WHERE p.job_uid = $1
 ORDER BY p.created_at, g.pod_uid, g.container, g.run, g.after_ns, g.recorded_at, g.reason, coalesce(g.before_ns, -1)`, jobUID)
+}
+
+// queryGaps runs a query of gaps and scans its rows; of names them in errors.
+func queryGaps(ctx context.Context, q querier, of, query string, args ...any) ([]record.Gap, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("get gaps of job %s: %w", jobUID, translate(err))
+		return nil, fmt.Errorf("get gaps of %s: %w", of, translate(err))
 	}
 	defer rows.Close()
 	var out []record.Gap
@@ -64,7 +78,7 @@ ORDER BY p.created_at, g.pod_uid, g.container, g.run, g.after_ns, g.recorded_at,
 			reason string
 		)
 		if err := rows.Scan(&g.PodUID, &g.Container, &g.Run, &after, &before, &reason, &g.Detail); err != nil {
-			return nil, fmt.Errorf("get gaps of job %s: %w", jobUID, translate(err))
+			return nil, fmt.Errorf("get gaps of %s: %w", of, translate(err))
 		}
 		g.After, g.Reason = fromUnixNano(after), record.GapReason(reason)
 		if before != nil {
@@ -73,7 +87,7 @@ ORDER BY p.created_at, g.pod_uid, g.container, g.run, g.after_ns, g.recorded_at,
 		out = append(out, g)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("get gaps of job %s: %w", jobUID, translate(err))
+		return nil, fmt.Errorf("get gaps of %s: %w", of, translate(err))
 	}
 	return out, nil
 }

@@ -80,6 +80,30 @@ func archiveFieldsSQL(table string, pairs ...string) string {
 func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
+	return upsertJob(ctx, d.db, j)
+}
+
+// RecordJob records a job's row (as UpsertJob, unless row is nil) and its transitions (as
+// RecordTransitions) in one transaction, and returns how many transitions were new. On any error
+// nothing is written: a caller that must tell which part the database refused (ErrInvalid) writes
+// them apart.
+func (d *DB) RecordJob(ctx context.Context, row *record.Job, jobUID string, ts []record.Transition) (inserted int, err error) {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	err = d.inTx(ctx, func(tx *sql.Tx) error {
+		if row != nil {
+			if err := upsertJob(ctx, tx, *row); err != nil {
+				return err
+			}
+		}
+		inserted, err = recordTransitions(ctx, tx, jobUID, ts)
+		return err
+	})
+	return inserted, err
+}
+
+// upsertJob is UpsertJob on the pool or in a transaction.
+func upsertJob(ctx context.Context, q querier, j record.Job) error {
 	if err := validateJob(j); err != nil {
 		return fmt.Errorf("upsert job %s: %w", j.UID, err)
 	}
@@ -94,7 +118,7 @@ func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
 	annotationsJSONB, annotationsRaw := jsonbSafe(annotations)
 	spec, specRaw := jsonbSafe(rawJSON(j.Spec))
 	status, statusRaw := jsonbSafe(rawJSON(j.Status))
-	_, err = d.db.ExecContext(ctx, upsertJobSQL,
+	_, err = q.ExecContext(ctx, upsertJobSQL,
 		j.UID, j.Cluster, j.Namespace, j.Name, j.Queue,
 		nullString(j.Submitter), pq.StringArray(j.SubmitterGroups), nullTime(j.AdmittedAt),
 		j.CreatedAt.UTC(), nullTime(j.FinishedAt), j.Phase, j.RetryCount,

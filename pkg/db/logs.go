@@ -32,11 +32,16 @@ var (
 func (d *DB) PutLogObject(ctx context.Context, l record.LogObject) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
+	return putLogObject(ctx, d.db, l)
+}
+
+// putLogObject is PutLogObject on the pool or in a transaction.
+func putLogObject(ctx context.Context, q querier, l record.LogObject) error {
 	if err := validateLogObject(l); err != nil {
 		return fmt.Errorf("put log object %s: %w", l, err)
 	}
 	var open bool
-	err := d.db.QueryRowContext(ctx, `
+	err := q.QueryRowContext(ctx, `
 WITH open AS (`+podJobOpen+`),
 ins AS (
 INSERT INTO log_objects (pod_uid, container, container_type, instance, object_key, bytes, stored_bytes, sha256, state, reason, stored_sha256)
@@ -144,8 +149,8 @@ ORDER BY `+logObjectOrder, podUID)
 	return ls, nil
 }
 
-func queryLogObjects(ctx context.Context, q querier, query string, arg string) ([]record.LogObject, error) {
-	rows, err := q.QueryContext(ctx, query, arg)
+func queryLogObjects(ctx context.Context, q querier, query string, args ...any) ([]record.LogObject, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, translate(err)
 	}

@@ -139,8 +139,13 @@ func validatePod(p record.Pod) error {
 func (d *DB) MarkPodArchived(ctx context.Context, podUID string, at time.Time, releaseReason string) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
+	return markPodArchived(ctx, d.db, podUID, at, releaseReason)
+}
+
+// markPodArchived is MarkPodArchived on the pool or in a transaction.
+func markPodArchived(ctx context.Context, q querier, podUID string, at time.Time, releaseReason string) error {
 	var exists bool
-	err := d.db.QueryRowContext(ctx, `
+	err := q.QueryRowContext(ctx, `
 WITH marked AS (
     UPDATE pods SET
         archive_state  = CASE WHEN $3 = '' THEN 'archived' ELSE 'released' END,

@@ -63,7 +63,12 @@ FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3 AND seq = $
 func (d *DB) Segments(ctx context.Context, podUID, container string, run int32) ([]record.Segment, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	rows, err := d.db.QueryContext(ctx, `
+	return getSegments(ctx, d.db, podUID, container, run)
+}
+
+// getSegments is Segments on the pool or in a transaction.
+func getSegments(ctx context.Context, q querier, podUID, container string, run int32) ([]record.Segment, error) {
+	rows, err := q.QueryContext(ctx, `
 SELECT seq, object_key, stored_bytes, bytes, total_bytes, last_time_ns, last_time_lines, hash_state, source, streams, source_position
 FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3 ORDER BY seq`, podUID, container, run)
 	if err != nil {

@@ -17,6 +17,11 @@ import (
 func (d *DB) RecordTransitions(ctx context.Context, jobUID string, ts []record.Transition) (inserted int, err error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
+	return recordTransitions(ctx, d.db, jobUID, ts)
+}
+
+// recordTransitions is RecordTransitions on the pool or in a transaction.
+func recordTransitions(ctx context.Context, q querier, jobUID string, ts []record.Transition) (inserted int, err error) {
 	if len(ts) == 0 {
 		return 0, nil
 	}
@@ -54,7 +59,7 @@ func (d *DB) RecordTransitions(ctx context.Context, jobUID string, ts []record.T
 	}
 	// One statement: atomic, one round trip; inserted in time order so ids and notifications
 	// follow the job's history.
-	res, err := d.db.ExecContext(ctx, `
+	res, err := q.ExecContext(ctx, `
 INSERT INTO job_transitions (job_uid, phase, transition_time, reason, message, resource_version, observed_at, source)
 SELECT $1, t.phase, t.transition_time::timestamptz, t.reason, t.message, t.resource_version,
        COALESCE(NULLIF(t.observed_at, '')::timestamptz, now()), t.source

@@ -18,10 +18,11 @@ import (
 // the chain (db.FinalizeJob: mark, lock the head, seal a manifest, append) against without it
 // (MarkJobArchived, the finalization before the chain), alternating in rounds in one run so that
 // other load on the machine weighs on both; and how long each finalization held the chain head.
-// JOBVAULT_BENCH_FINALIZE_JOBS sets the jobs per round (default 400).
+// JOBVAULT_BENCH_FINALIZE_JOBS sets the jobs per round (default 400), _WORKERS the workers (4; 1
+// shows what the chain's lock costs when nothing waits for it).
 func BenchmarkAuditFinalize(b *testing.B) {
 	records, _ := stack.OpenRecords(b)
-	perRound, workers, rounds := int(envInt(b, "JOBVAULT_BENCH_FINALIZE_JOBS", 400)), 4, 3
+	perRound, workers, rounds := int(envInt(b, "JOBVAULT_BENCH_FINALIZE_JOBS", 400)), int(envInt(b, "JOBVAULT_BENCH_FINALIZE_WORKERS", 4)), 3
 	ctx := b.Context()
 	n := 0
 	prepare := func() []string {

@@ -187,17 +187,25 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		pods := waitEnded(b, s, jobs, n, 20*time.Minute)
 		b.Logf("%d pods in %d VcJobs ended (Volcano and KWOK) in %s, held by their finalizers", n, len(jobs), time.Since(t0).Round(time.Second))
 
+		// The processes whose CPU jobvault causes, and the API server's, by process id: the
+		// machine is shared, and another test's postgres is not this run's.
+		apiPID, minioPID, pgPID := s.Env.APIServerPID(b), testbed.MinIOInstance(b).Proc.PID(), testbed.PostgresCluster(b).Proc.PID()
+		floor0 := sampleTrees(b, apiPID)
 		floor := patchFloor(b, s, pods, podWorkers)
+		floorAPIMs := sampleTrees(b, apiPID).msPer(floor0, apiPID, n)
 		seen := watchReleases(b, s)
 		tx0 := dbTransactions(b, s.DSN)
 
 		start := time.Now()
 		s.Start(b)
 		ready := time.Since(start)
-		arch0, all0, req0 := sampleProc(b, s.Proc.PID()), sampleAllProcs(b), apiServerRequests(b, s.Env)
+		archPID := s.Proc.PID()
+		arch0, all0, req0 := sampleProc(b, archPID), sampleAllProcs(b), apiServerRequests(b, s.Env)
+		own0 := sampleTrees(b, archPID, minioPID, pgPID, apiPID)
 		profiled := make(chan error, 1)
 		if path := os.Getenv("JOBVAULT_BENCH_CPU_PROFILE"); path != "" {
-			go func() { profiled <- cpuProfile(pprofAddr, path, 10*time.Second) }()
+			secs := envInt(b, "JOBVAULT_BENCH_CPU_PROFILE_SECONDS", 30)
+			go func() { profiled <- cpuProfile(pprofAddr, path, time.Duration(secs)*time.Second) }()
 		} else {
 			profiled <- nil
 		}
@@ -218,7 +226,8 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 			b.Errorf("CPU profile: %v", err)
 		}
 		counts := readArchiverCounters(b, s.Archiver)
-		arch, all, req := sampleProc(b, s.Proc.PID()), sampleAllProcs(b), apiServerRequests(b, s.Env)
+		arch, all, req := sampleProc(b, archPID), sampleAllProcs(b), apiServerRequests(b, s.Env)
+		own := sampleTrees(b, archPID, minioPID, pgPID, apiPID)
 		s.Proc.Stop() // its database sessions end and report their counts
 		time.Sleep(2 * time.Second)
 		tx := dbTransactions(b, s.DSN) - tx0
@@ -245,7 +254,8 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 			lastJob.Sub(start).Round(time.Millisecond), drainRate, releaseRateTarget, floor, podWorkers, drainRate/floor,
 			tx/float64(n), counts.reconciles["vcjob"]/float64(n), counts.reconciles["pod"]/float64(n), perPod(counts.requests, n), cpuPerPod, mib(arch.hwm), loadAvg())
 		b.Logf("archiver totals: %s; %.0f database transactions", counts, tx)
-		b.Logf("jobs: %s", seen.jobSpans(start))
+		spans := seen.jobSpans(start)
+		b.Logf("jobs: %s", spans)
 		// The whole testbed shares this machine's cores: what it all spent per pod says what rate
 		// the machine can hold at best, whatever the archiver does.
 		var byCommand []string
@@ -268,7 +278,19 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		}
 		slices.Sort(served)
 		b.Logf("API server requests per pod, from every client: %s", strings.Join(served, ", "))
+		if by, ok := podStatusWriters(b, s.Env, s.NS, start); ok {
+			b.Logf("writes of pods' status per pod from the archiver's start, by client (the API server's audit log): %s", perPodCounts(by, n))
+		} else {
+			b.Logf("who writes pods' status: set %s=1 as the cluster starts, and the audit log says", testbed.AuditPodStatusEnv)
+		}
 		b.Logf("released per half second from the archiver's start (pods/jobs): %s", seen.timeline(start, 500*time.Millisecond))
+		cost := podCost{pods: n, perJob: perJob, archiverMs: own.msPer(own0, archPID, n), minioMs: own.msPer(own0, minioPID, n),
+			postgresMs: own.msPer(own0, pgPID, n), apiServerMs: own.msPer(own0, apiPID, n), floorAPIServerMs: floorAPIMs,
+			transactions: tx / float64(n), drainRate: drainRate, floorRate: floor, jobLag: spans.lagP50,
+			logConnects: (req["CONNECT pods/log"] - req0["CONNECT pods/log"]) / float64(n), patches: counts.requests["PATCH"] / float64(n)}
+		b.ReportMetric(cost.archiverMs+cost.minioMs+cost.postgresMs, "jobvault-cpu-ms/pod")
+		b.ReportMetric(spans.lagP50.Seconds(), "job-after-last-pod-p50-s")
+		cost.logVerdicts(b)
 	}
 }
 
@@ -355,7 +377,7 @@ func (r *releases) timeline(start time.Time, step time.Duration) string {
 // took from its first pod's release to its last pod's (p50, max) and from its last pod's release to
 // its own (p50, max): whether jobs complete one after another or all at the end, and what
 // finalizing one costs.
-func (r *releases) jobSpans(start time.Time) string {
+func (r *releases) jobSpans(start time.Time) jobSpanStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	first, last := map[types.UID]time.Time{}, map[types.UID]time.Time{}
@@ -379,11 +401,19 @@ func (r *releases) jobSpans(start time.Time) string {
 	slices.Sort(lags)
 	slices.Sort(released)
 	if len(spans) == 0 {
+		return jobSpanStats{}
+	}
+	p50 := func(d []time.Duration) time.Duration { return d[len(d)/2] }
+	return jobSpanStats{halfReleased: p50(released), spanP50: p50(spans), spanMax: spans[len(spans)-1], lagP50: p50(lags), lagMax: lags[len(lags)-1]}
+}
+
+func (s jobSpanStats) String() string {
+	if s.spanMax == 0 && s.halfReleased == 0 {
 		return "no job released"
 	}
-	p50 := func(d []time.Duration) time.Duration { return d[len(d)/2].Round(time.Millisecond) }
+	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	return fmt.Sprintf("half of them released %s after the archiver's start; a job's pods released over p50 %s, max %s; the job released after its last pod p50 %s, max %s",
-		p50(released), p50(spans), spans[len(spans)-1].Round(time.Millisecond), p50(lags), lags[len(lags)-1].Round(time.Millisecond))
+		r(s.halfReleased), r(s.spanP50), r(s.spanMax), r(s.lagP50), r(s.lagMax))
 }
 
 // released is when the first and last pod and the last job were seen released, and how many.

@@ -70,15 +70,35 @@ func configureFrontProxy(api *envtest.APIServer, dir string) error {
 
 // auditPolicy records every request to jobvault's archive API (who read which archived job and
 // log) and nothing else, so that the log stays small.
-const auditPolicy = `apiVersion: audit.k8s.io/v1
+var auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
   resources:
   - group: archive.jobvault.io
-- level: None
+` + podStatusAuditRule + `- level: None
 `
+
+// podStatusAuditRule is auditPolicy's rule for writes of pods' status, kept only when
+// AuditPodStatusEnv is set: a benchmark that counts requests by client (who patches pods/status
+// while the archiver drains) finds their user and user agent in the log. Off by default, as
+// every pod's status is written a few times.
+var podStatusAuditRule = func() string {
+	if os.Getenv(AuditPodStatusEnv) == "" {
+		return ""
+	}
+	return `- level: Metadata
+  verbs: ["patch", "update"]
+  resources:
+  - group: ""
+    resources: ["pods/status"]
+`
+}()
+
+// AuditPodStatusEnv, set (to anything) when the cluster starts, has the audit log record every
+// write of a pod's status too.
+const AuditPodStatusEnv = "JOBVAULT_TESTBED_AUDIT_POD_STATUS"
 
 // configureAudit writes auditPolicy into dir and has kube-apiserver log the requests it selects,
 // as JSON lines, to AuditLogPath.

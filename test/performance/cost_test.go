@@ -1,0 +1,162 @@
+package performance
+
+// What jobvault costs per pod (issue 28): the CPU of the processes it makes work, found by process
+// id rather than by name (the machine is shared: another test's postgres is not this run's), who
+// writes pods' status meanwhile (the API server's audit log), and the verdicts of the issue's
+// targets, each beside the same run's baseline.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+// The targets of issue 28 (targets.yaml).
+var (
+	podCPUTarget          = targetNumber("podCPU")
+	podTransactionsTarget = targetNumber("podTransactions")
+	drainFloorTarget      = targetNumber("drainFloorRatio")
+	jobAfterLastPodTarget = targetDuration("jobReleaseAfterLastPod")
+	podLogConnectsTarget  = targetNumber("podLogConnects")
+	podPatchesTarget      = targetNumber("podPatches")
+	issue28Verdict        = map[bool]string{true: "PASS", false: "MISS"}
+)
+
+// treeCPU is the CPU time (user+system, seconds) so far of each root process and all its
+// descendants (Postgres serves each connection from a child of its postmaster).
+type treeCPU map[int]float64
+
+// sampleTrees reads the CPU time of the trees rooted at roots.
+func sampleTrees(b testing.TB, roots ...int) treeCPU {
+	b.Helper()
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	parent, cpu := map[int]int{}, map[int]float64{}
+	for _, p := range procs {
+		if st, err := p.Stat(); err == nil { // a process may end meanwhile
+			parent[p.PID], cpu[p.PID] = st.PPID, st.CPUTime()
+		}
+	}
+	out := treeCPU{}
+	for pid, c := range cpu {
+		for a := pid; a > 1; a = parent[a] {
+			if slices.Contains(roots, a) {
+				out[a] += c
+				break
+			}
+		}
+	}
+	return out
+}
+
+// msPer is the CPU the tree rooted at pid spent from t0 to t1 per pod, in milliseconds.
+func (t1 treeCPU) msPer(t0 treeCPU, pid, pods int) float64 {
+	return (t1[pid] - t0[pid]) / float64(pods) * 1000
+}
+
+// jobSpanStats are jobSpans' figures: from the archiver's start until half the jobs were released,
+// and per job the time over which its pods were released and from its last pod's release to its
+// own (p50, max).
+type jobSpanStats struct {
+	halfReleased                     time.Duration
+	spanP50, spanMax, lagP50, lagMax time.Duration
+}
+
+// podStatusWriters counts, from the API server's audit log (written when AuditPodStatusEnv was set
+// as the cluster started), the writes of the status of pods of namespace ns received from since on,
+// by user and user agent. ok is false when the log records no such write at all (the variable was
+// not set).
+func podStatusWriters(b testing.TB, env *testbed.Env, ns string, since time.Time) (by map[string]int, ok bool) {
+	b.Helper()
+	f, err := os.Open(env.AuditLogPath())
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	by = map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev struct {
+			Stage     string `json:"stage"`
+			Verb      string `json:"verb"`
+			UserAgent string `json:"userAgent"`
+			User      struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef struct {
+				Resource, Subresource, Namespace string
+			} `json:"objectRef"`
+			Received time.Time `json:"requestReceivedTimestamp"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.ObjectRef.Resource != "pods" || ev.ObjectRef.Subresource != "status" ||
+			ev.Stage != "ResponseComplete" {
+			continue
+		}
+		ok = true
+		if ev.ObjectRef.Namespace == ns && !ev.Received.Before(since) {
+			by[fmt.Sprintf("%s %s by %s (%s)", strings.ToUpper(ev.Verb), "pods/status", ev.User.Username, ev.UserAgent)]++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		b.Errorf("read the audit log: %v", err)
+	}
+	return by, ok
+}
+
+// perPodCounts formats counts divided by pods, largest first.
+func perPodCounts(by map[string]int, pods int) string {
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return by[b] - by[a] })
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.2f", k, float64(by[k])/float64(pods))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// podCost is what BenchmarkReleaseThroughput measured of one drain, for issue 28's verdicts.
+type podCost struct {
+	pods, perJob                    int
+	archiverMs, minioMs, postgresMs float64 // CPU per pod
+	apiServerMs, floorAPIServerMs   float64 // the API server's CPU per pod, in the drain and in the floor's patches
+	transactions                    float64 // per pod
+	drainRate, floorRate            float64 // pods/s from the first release; the floor's patches/s
+	jobLag                          time.Duration
+	logConnects, patches            float64 // per pod
+}
+
+// logVerdicts prints issue 28's targets 1, 2, 3 and 5, each with its figure, its target and the
+// same run's baseline, PASS or MISS. (Target 4 is BenchmarkCreateVcJob's verdict at 100/s.)
+func (c podCost) logVerdicts(b testing.TB) {
+	b.Helper()
+	caused := c.archiverMs + c.minioMs + c.postgresMs
+	b.Logf("issue 28 target 1: jobvault causes %.2f ms of CPU per pod (archiver %.2f, MinIO %.2f, Postgres %.2f) (target ≤ %.1f ms) %s; "+
+		"baseline: the API server spent %.2f ms per pod while it drained, %.2f ms per patch of the floor",
+		caused, c.archiverMs, c.minioMs, c.postgresMs, podCPUTarget, issue28Verdict[caused <= podCPUTarget], c.apiServerMs, c.floorAPIServerMs)
+	b.Logf("issue 28 target 2: %.2f database transactions per pod (target ≤ %.0f) %s",
+		c.transactions, podTransactionsTarget, issue28Verdict[c.transactions <= podTransactionsTarget])
+	ratio := c.drainRate / c.floorRate
+	b.Logf("issue 28 target 3: drain %.1f pods/s over the patch floor's %.1f patches/s = %.2f (target ≥ %.2f) %s; "+
+		"a job released p50 %s after its last pod (target ≤ %s) %s",
+		c.drainRate, c.floorRate, ratio, drainFloorTarget, issue28Verdict[ratio >= drainFloorTarget],
+		c.jobLag.Round(time.Millisecond), jobAfterLastPodTarget, issue28Verdict[c.jobLag <= jobAfterLastPodTarget])
+	b.Logf("issue 28 target 5: per pod %.2f CONNECT pods/log (target ≤ %.2f) %s and %.2f PATCH by the archiver (target ≤ %.2f) %s; "+
+		"baseline: the floor is 1 of each per pod and 1 PATCH per job of %d pods",
+		c.logConnects, podLogConnectsTarget, issue28Verdict[c.logConnects <= podLogConnectsTarget],
+		c.patches, podPatchesTarget, issue28Verdict[c.patches <= podPatchesTarget], c.perJob)
+}
