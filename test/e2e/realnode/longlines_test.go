@@ -21,7 +21,10 @@ func TestRealNodeLongLinesBoundedMemory(t *testing.T) {
 	s, rn := rig(t)
 	const total = 1<<20 + 100<<20
 	job := testbed.Job(s.NS, "longlines").Task("w", 1, []string{"main"},
-		rn.Pods(map[string]testbed.Workload{"main": {Bytes: total, For: 20 * time.Second, Lines: []int{1 << 20, 100 << 20}, NoFinalNewline: true}})).Obj()
+		rn.Pods(map[string]testbed.Workload{"main": {Bytes: total, For: 20 * time.Second, Lines: []int{1 << 20, 100 << 20}, NoFinalNewline: true,
+			// Quiet at first, so that the stream is open before the first byte: the start rule,
+			// which a first line at 10 MB/s read late may rightly doubt, is not what this proves.
+			Delay: 2 * time.Second}})).Obj()
 	stack.CreateAs(t, s.Env, "erin", job)
 	j := s.WaitArchived(t, job, 5*time.Minute)
 	peak := peakRSS(t, s.Proc.PID())
