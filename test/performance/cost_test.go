@@ -155,7 +155,7 @@ func (c podCost) logVerdicts(b testing.TB) {
 		"a job released p50 %s after its last pod (target ≤ %s) %s",
 		c.drainRate, c.floorRate, ratio, drainFloorTarget, issue28Verdict[ratio >= drainFloorTarget],
 		c.jobLag.Round(time.Millisecond), jobAfterLastPodTarget, issue28Verdict[c.jobLag <= jobAfterLastPodTarget])
-	b.Logf("issue 28 target 5: per pod %.2f CONNECT pods/log (target ≤ %.2f) %s and %.2f PATCH by the archiver (target ≤ %.2f) %s; "+
+	b.Logf("issue 28 target 5: per pod %.2f CONNECT pods/log (target ≤ %.2f) %s and %.3f PATCH by the archiver (target ≤ %.2f) %s; "+
 		"baseline: the floor is 1 of each per pod and 1 PATCH per job of %d pods",
 		c.logConnects, podLogConnectsTarget, issue28Verdict[c.logConnects <= podLogConnectsTarget],
 		c.patches, podPatchesTarget, issue28Verdict[c.patches <= podPatchesTarget], c.perJob)
