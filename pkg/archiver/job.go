@@ -152,7 +152,7 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 	}
 	ts := transitions(job, r.Clock.Now())
 	// A part refused is not remembered: it is written (and refused) again at the next change.
-	rowPrint, tsPrint := jobFingerprint(row), transitionsFingerprint(ts)
+	rowPrint, tsPrint := jobFingerprint(row), transitionsFingerprint(string(job.UID), ts)
 	wasRow, wasTs, _ := strings.Cut(r.contents.get(key), "|")
 	writeRow, writeTs := rowPrint != wasRow, tsPrint != wasTs
 	if writeRow && writeTs {
@@ -215,10 +215,12 @@ func jobFingerprint(row record.Job) string {
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
-// transitionsFingerprint is a hash of the transitions' keys: RecordTransitions inserts each
-// (phase, time) once and leaves one recorded as it is.
-func transitionsFingerprint(ts []record.Transition) string {
+// transitionsFingerprint is a hash of the job's UID and its transitions' keys: RecordTransitions
+// inserts each (phase, time) once and leaves one recorded as it is. The UID keeps a job recreated
+// under the same name, with the same phases at the same times, from passing for the old one.
+func transitionsFingerprint(uid string, ts []record.Transition) string {
 	h := fnv.New128a()
+	fmt.Fprintf(h, "%s|", uid)
 	for _, t := range ts {
 		fmt.Fprintf(h, "%s|%s|", t.Phase, t.Time.UTC().Format(time.RFC3339Nano))
 	}

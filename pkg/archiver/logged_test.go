@@ -121,3 +121,17 @@ func TestSealRecords(t *testing.T) {
 		t.Errorf("after the read was dropped: %d reads (%v), want 2", g.sealReads, err)
 	}
 }
+
+// TestTransitionsFingerprintNamesTheJob: a job recreated under the same name before the reconciler
+// saw the old one gone, with the same phases at the same times, is another job: its transitions
+// are written, not skipped as the old job's.
+func TestTransitionsFingerprintNamesTheJob(t *testing.T) {
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	ts := []record.Transition{{Phase: "Pending", Time: at}}
+	if transitionsFingerprint("uid-old", ts) == transitionsFingerprint("uid-new", ts) {
+		t.Error("two jobs' equal transitions have one fingerprint: the second job's would not be written")
+	}
+	if transitionsFingerprint("uid-old", ts) != transitionsFingerprint("uid-old", ts) {
+		t.Error("one job's transitions have two fingerprints")
+	}
+}
