@@ -19,8 +19,10 @@ import (
 // (test/performance/targets.yaml, podTransactions, printed by BenchmarkReleaseThroughput at 1,000
 // pods in jobs of 10: 2.8 now, 10 before). A pod's own share is 2 now; one job of 10 pods alone
 // weighs more here (its row is rewritten each time Volcano rewrites its status while its pods are
-// released): 3.9 a pod, 11.6 before.
-const maxTransactionsPerPod = 5.0
+// released, and how often it does varies from run to run): 3.9 to 5.4 a pod seen, 11.6 before.
+// The bound leaves that spread room, and still fails the code before (and the 7.6 issue 28 began
+// from).
+const maxTransactionsPerPod = 7.0
 
 // TestTransactionsPerPod (issue 28, target 2): a VcJob of 10 pods, each writing a short log, ends
 // while the archiver is down (the burst BenchmarkReleaseThroughput drains); the archiver then
