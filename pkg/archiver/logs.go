@@ -511,7 +511,13 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 			if n := len(segs); n > 0 {
 				g.After = segs[n-1].LastTime
 			}
-			if err := r.Records.PutGap(ctx, g); err != nil {
+			// Through recs, which remembers it: an attempt that fails after this write leaves the
+			// gap recorded, and the next one, which may find no gap of its own, still knows it.
+			put := r.Records.PutGap
+			if recs != nil {
+				put = recs.PutGap
+			}
+			if err := put(ctx, g); err != nil {
 				return err
 			}
 			own = &g
