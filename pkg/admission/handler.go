@@ -99,18 +99,20 @@ func decode(raw []byte, want schema.GroupVersionKind) (map[string]any, error) {
 		return nil, fmt.Errorf("request.object is null, want a %s", describeGVK(want))
 	}
 	obj := make(map[string]any, len(decoded))
-	err := objectMembers(raw, func(name string, value []byte) error {
-		if !slices.Contains(decoded, name) {
+	err := objectMembers(raw, func(name, value []byte) error {
+		i := slices.Index(decoded, string(name))
+		if i < 0 {
 			return nil
 		}
-		if _, twice := obj[name]; twice {
-			return fmt.Errorf("request.object has %q twice", name)
+		key := decoded[i]
+		if _, twice := obj[key]; twice {
+			return fmt.Errorf("request.object has %q twice", key)
 		}
 		var v any
 		if err := json.Unmarshal(value, &v); err != nil {
-			return fmt.Errorf("decode request.object.%s: %w", name, err)
+			return fmt.Errorf("decode request.object.%s: %w", key, err)
 		}
-		obj[name] = v
+		obj[key] = v
 		return nil
 	})
 	if err != nil {

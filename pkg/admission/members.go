@@ -18,11 +18,11 @@ import (
 // that it accepts exactly what json.Valid does.
 const maxNesting = 10000
 
-// objectMembers calls visit with the name (unescaped as encoding/json does) and the bytes (without
-// surrounding whitespace) of each member of the JSON object data, in order, duplicates included,
+// objectMembers calls visit with the name (unescaped as encoding/json does; valid only during the
+// call) and the bytes (without surrounding whitespace) of each member of the JSON object data, in order, duplicates included,
 // and returns the first error of visit. Unless all of data is one valid JSON object it returns an
 // error, after calling visit for the members before the fault.
-func objectMembers(data []byte, visit func(name string, value []byte) error) error {
+func objectMembers(data []byte, visit func(name, value []byte) error) error {
 	s := scanner{data: data}
 	s.space()
 	if s.i < len(data) && data[s.i] != '{' {
@@ -72,6 +72,8 @@ func objectMembers(data []byte, visit func(name string, value []byte) error) err
 type scanner struct {
 	data []byte
 	i    int // the next byte
+	// stack holds the open arrays and objects of value, without allocating for up to its size.
+	stack [64]byte
 }
 
 // jsonKind names the JSON type of a valid value other than an object by its first byte, for errors.
@@ -90,6 +92,9 @@ func jsonKind(first byte) string {
 }
 
 func (s *scanner) space() {
+	if s.i < len(s.data) && s.data[s.i] > ' ' {
+		return // the usual case, in the API server's compact JSON
+	}
 	for s.i < len(s.data) {
 		switch s.data[s.i] {
 		case ' ', '\t', '\n', '\r':
@@ -128,18 +133,19 @@ func (s *scanner) end() error {
 // name scans a member's name and the colon after it, and returns the name unescaped. Names
 // without escapes or bytes beyond ASCII, all of the API's, are taken as they are; encoding/json
 // decodes the others (it replaces invalid UTF-8).
-func (s *scanner) name() (string, error) {
+func (s *scanner) name() ([]byte, error) {
 	raw, plain, err := s.key()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	name := string(raw[1 : len(raw)-1])
-	if !plain {
-		if err := json.Unmarshal(raw, &name); err != nil {
-			return "", fmt.Errorf("decode member name %s: %w", raw, err)
-		}
+	if plain {
+		return raw[1 : len(raw)-1], nil
 	}
-	return name, nil
+	var name string
+	if err := json.Unmarshal(raw, &name); err != nil {
+		return nil, fmt.Errorf("decode member name %s: %w", raw, err)
+	}
+	return []byte(name), nil
 }
 
 // key scans a member's name and the colon after it, and returns the name's bytes, quotes
@@ -162,7 +168,17 @@ func (s *scanner) str() (plain bool, err error) {
 	}
 	plain = true
 	for s.i < len(s.data) {
-		switch c := s.data[s.i]; {
+		// The bytes that end or escape a string, or may not appear in one, are rare: skip the others
+		// in a tight loop.
+		data, i := s.data, s.i
+		for i < len(data) && plainByte[data[i]] {
+			i++
+		}
+		s.i = i
+		if i >= len(data) {
+			break
+		}
+		switch c := data[i]; {
 		case c == '"':
 			s.i++
 			return plain, nil
@@ -206,6 +222,15 @@ func (s *scanner) escape() error {
 	return s.syntaxError("an escape")
 }
 
+// plainByte marks the bytes a string may hold as they are: not '"', '\\', a control character or
+// a byte beyond ASCII (which makes a name not plain).
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
@@ -213,7 +238,7 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 // value scans one value, nested arrays and objects included, inside depth arrays and objects. It
 // works iteratively: hostile nesting costs a byte of memory each, not a call frame.
 func (s *scanner) value(depth int) error {
-	var open []byte // '{' or '[' for each array or object the scan is in
+	open := s.stack[:0] // '{' or '[' for each array or object the scan is in
 	for {
 		s.space()
 		if s.i >= len(s.data) {
