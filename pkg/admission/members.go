@@ -10,18 +10,20 @@ import (
 // mutators read. encoding/json, even into map[string]json.RawMessage, scans the whole object
 // twice (once to validate, once to decode) and copies every member's bytes; for a VcJob most of
 // those are its pod templates, which no mutator reads. The scanner still validates every byte as
-// json.Valid does (FuzzObjectMembers holds it to that), in one pass and several times faster, so
-// that what the mutators see does not depend on anything after metadata being well-formed: the
-// API server's object always is, but a caller of Handle may send anything.
+// json.Valid does (FuzzObjectMembers holds it to that), in one pass, twice as fast as json.Valid
+// and seven times as fast as the decoding it replaced (BenchmarkObjectMembers), so that no
+// verdict depends on bytes nobody looked at: the API server's object is always valid JSON (and
+// controller-runtime has checked the review it came in), but a caller of Handle may send
+// anything, and a duplicate "metadata" after the spec must be seen to be refused.
 
 // maxNesting is encoding/json's limit on nested arrays and objects, which the scanner keeps so
 // that it accepts exactly what json.Valid does.
 const maxNesting = 10000
 
 // objectMembers calls visit with the name (unescaped as encoding/json does; valid only during the
-// call) and the bytes (without surrounding whitespace) of each member of the JSON object data, in order, duplicates included,
-// and returns the first error of visit. Unless all of data is one valid JSON object it returns an
-// error, after calling visit for the members before the fault.
+// call) and the bytes (without surrounding whitespace) of each member of the JSON object data, in
+// order, duplicates included, and returns the first error of visit. Unless all of data is one
+// valid JSON object it returns an error, after calling visit for the members before the fault.
 func objectMembers(data []byte, visit func(name, value []byte) error) error {
 	s := scanner{data: data}
 	s.space()

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
