@@ -9,7 +9,6 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -120,24 +119,6 @@ func stampFact(p *patch, annotations node, key, value string) {
 	if _, claimed := annotations.m[key]; value != "" || claimed {
 		p.setString(annotations, key, value)
 	}
-}
-
-// ownerReferences decodes metadata.ownerReferences as the API server did before admission (so a
-// type error here cannot happen in a real request, and is refused as a malformed object).
-func ownerReferences(meta node) ([]metav1.OwnerReference, error) {
-	v, ok := meta.m["ownerReferences"]
-	if !ok || v == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("encode metadata.ownerReferences: %w", err)
-	}
-	var refs []metav1.OwnerReference
-	if err := json.Unmarshal(b, &refs); err != nil {
-		return nil, fmt.Errorf("metadata.ownerReferences: %w", err)
-	}
-	return refs, nil
 }
 
 // admittedAt keeps an admitted-at stamp that our earlier pass of the same request could have

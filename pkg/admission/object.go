@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"gomodules.xyz/jsonpatch/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Helpers over untyped JSON (map[string]any as decoded by encoding/json). Each checks the type of
@@ -142,6 +144,67 @@ func (p *patch) addFinalizer(meta node, f string) error {
 	meta.m["finalizers"] = append(list, f)
 	if !meta.added {
 		p.ops = append(p.ops, jsonpatch.NewOperation("add", meta.pointer("finalizers")+"/-", f))
+	}
+	return nil
+}
+
+// ownerReferences reads metadata.ownerReferences as the API server decodes it into its types
+// (case-sensitive names; unknown names and nulls ignored; a value of the wrong type refused), so
+// that a type error here cannot happen in a real request. It reads the decoded values where they
+// are: a round trip through JSON took a fifth of a pod's review.
+func ownerReferences(meta node) ([]metav1.OwnerReference, error) {
+	v := meta.m["ownerReferences"]
+	if v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("decode metadata.ownerReferences: it is %s, want an array", jsonType(v))
+	}
+	refs := make([]metav1.OwnerReference, len(list))
+	for i, e := range list {
+		if e == nil {
+			continue // as encoding/json decodes null into a struct: the zero value
+		}
+		m, ok := e.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("decode metadata.ownerReferences[%d]: it is %s, want an object", i, jsonType(e))
+		}
+		if err := ownerReference(m, &refs[i]); err != nil {
+			return nil, fmt.Errorf("decode metadata.ownerReferences[%d]: %w", i, err)
+		}
+	}
+	return refs, nil
+}
+
+// ownerReference fills ref from one decoded owner reference, its fields in a fixed order so that
+// the first wrong one named is always the same.
+func ownerReference(m map[string]any, ref *metav1.OwnerReference) error {
+	var uid string
+	for _, f := range [...]struct {
+		name string
+		to   *string
+	}{{"apiVersion", &ref.APIVersion}, {"kind", &ref.Kind}, {"name", &ref.Name}, {"uid", &uid}} {
+		switch v := m[f.name].(type) {
+		case nil:
+		case string:
+			*f.to = v
+		default:
+			return fmt.Errorf("%s is %s, want a string", f.name, jsonType(v))
+		}
+	}
+	ref.UID = types.UID(uid)
+	for _, f := range [...]struct {
+		name string
+		to   **bool
+	}{{"controller", &ref.Controller}, {"blockOwnerDeletion", &ref.BlockOwnerDeletion}} {
+		switch v := m[f.name].(type) {
+		case nil:
+		case bool:
+			*f.to = &v
+		default:
+			return fmt.Errorf("%s is %s, want a boolean", f.name, jsonType(v))
+		}
 	}
 	return nil
 }

@@ -2,8 +2,6 @@ package admission
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,15 +59,8 @@ func ownerMeta(meta node) (*metav1.ObjectMeta, error) {
 	for k, v := range labels.m {
 		om.Labels[k] = v.(string) // checked by lookupStringMap
 	}
-	if refs := meta.m["ownerReferences"]; refs != nil {
-		// One or two small entries: a round trip through JSON is the simplest strict decoding.
-		b, err := json.Marshal(refs)
-		if err == nil {
-			err = json.Unmarshal(b, &om.OwnerReferences)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decode metadata.ownerReferences: %w", err)
-		}
+	if om.OwnerReferences, err = ownerReferences(meta); err != nil {
+		return nil, err
 	}
 	return om, nil
 }
