@@ -1,6 +1,9 @@
 package apiserver
 
 import (
+	"bytes"
+	"compress/gzip"
+	"slices"
 	"testing"
 
 	"github.com/jobvault/jobvault/pkg/apiserver/v1alpha1"
@@ -50,6 +53,35 @@ func TestWholeLog(t *testing.T) {
 	} {
 		if got := wholeLog(&c.o, l); got != c.want {
 			t.Errorf("wholeLog(%+v) = %v, want %v", c.o, got, c.want)
+		}
+	}
+}
+
+func TestIsOneMember(t *testing.T) {
+	member := func(s string) []byte {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		_, _ = zw.Write([]byte(s))
+		_ = zw.Close()
+		return b.Bytes()
+	}
+	one, empty := member("one line\n"), member("")
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want bool
+	}{
+		{"one member", one, true},
+		{"an empty member", empty, true},
+		{"two members", append(slices.Clone(one), one...), false},
+		{"a member and an empty one", append(slices.Clone(one), empty...), false},
+		{"a member and trailing bytes", append(slices.Clone(one), 0), false},
+		{"a cut member", one[:len(one)-1], false},
+		{"not gzip", []byte("plain text\n"), false},
+		{"nothing", nil, false},
+	} {
+		if got := isOneMember(c.b); got != c.want {
+			t.Errorf("isOneMember(%s) = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

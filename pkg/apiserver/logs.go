@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +29,8 @@ import (
 
 // logREST serves archivedjobs/log: one container run's archived log, streamed from the store in
 // bounded memory whatever its size: the stored gzip object as it lies when the client accepts
-// gzip and wants the whole log, decompressed on the way otherwise.
+// gzip, wants the whole log and the object is one gzip member (oneMember), decompressed on the
+// way otherwise.
 type logREST struct {
 	jobs  *jobsREST
 	store objstore.Store
@@ -194,7 +196,8 @@ type logStream struct {
 	log   inspect.Log
 	tail  *int64
 	limit *int64
-	// gzip: send the stored gzip object as it lies, with Content-Encoding gzip in header.
+	// gzip: the client accepts gzip and wants the whole log: the stored object goes as it lies,
+	// with Content-Encoding gzip in header, if it is one gzip member (oneMember).
 	gzip   bool
 	header http.Header
 }
@@ -207,18 +210,21 @@ func (s *logStream) DeepCopyObject() runtime.Object {
 	panic("apiserver.logStream does not implement DeepCopyObject")
 }
 
-// InputStream returns the stored gzip object, opened before the response starts (a store that
-// fails is an error status), or starts copying the decompressed log into a pipe and returns its
-// reading end. A read error of the store after the response has started ends the stream early
-// (the client sees a cut-off response, or a gzip stream that fails its check); it is logged.
+// InputStream returns the stored gzip object when it may go as it lies (s.gzip, one member: read
+// before the response starts, so that a store that fails is an error status), or starts copying
+// the decompressed log into a pipe and returns its reading end. A read error of the store after
+// the response has started ends the stream early (the client sees a cut-off response); it is
+// logged.
 func (s *logStream) InputStream(ctx context.Context, _, _ string) (io.ReadCloser, bool, string, error) {
 	if s.gzip {
-		rc, err := s.store.Get(ctx, s.log.Key)
+		object, ok, err := s.oneMember(ctx)
 		if err != nil {
-			return nil, false, "", internal(fmt.Errorf("open the log %s: %w", s.log.Key, err))
+			return nil, false, "", internal(err)
 		}
-		s.header.Set("Content-Encoding", "gzip")
-		return rc, false, "text/plain", nil
+		if ok {
+			s.header.Set("Content-Encoding", "gzip")
+			return io.NopCloser(bytes.NewReader(object)), false, "text/plain", nil
+		}
 	}
 	pr, pw := io.Pipe()
 	go func() {
@@ -229,6 +235,46 @@ func (s *logStream) InputStream(ctx context.Context, _, _ string) (io.ReadCloser
 		pw.CloseWithError(err)
 	}()
 	return pr, false, "text/plain", nil
+}
+
+// oneMemberMax bounds the stored size of a log that oneMember reads to check it.
+const oneMemberMax = 64 << 10
+
+// oneMember returns the log's stored object when it is one gzip member, the only shape every
+// client that accepts gzip reads whole. RFC 1952 allows several members back to back, and the
+// archive's logs are made of many (the capture compresses each 32 KiB of output as a member, and
+// a log over a segment is composed from segments), but curl fails on a second member ("Multi-
+// member gzip response not supported", curl/curl#22156) and browsers and OkHttp stop after the
+// first, showing a log cut short. A member's end is found only by inflating it, so the check reads
+// objects of at most oneMemberMax bytes, whole; ok is false for every other (sent decompressed).
+func (s *logStream) oneMember(ctx context.Context) (object []byte, ok bool, err error) {
+	if s.log.StoredBytes > oneMemberMax {
+		return nil, false, nil
+	}
+	rc, err := s.store.Get(ctx, s.log.Key)
+	if err != nil {
+		return nil, false, fmt.Errorf("open the log %s: %w", s.log.Key, err)
+	}
+	defer rc.Close()
+	if object, err = io.ReadAll(io.LimitReader(rc, oneMemberMax+1)); err != nil {
+		return nil, false, fmt.Errorf("read the log %s: %w", s.log.Key, err)
+	}
+	return object, len(object) <= oneMemberMax && isOneMember(object), nil
+}
+
+// isOneMember reports whether b is exactly one valid gzip member. A bytes.Reader is an
+// io.ByteReader, so the gzip reader stops at the member's end without reading ahead.
+func isOneMember(b []byte) bool {
+	r := bytes.NewReader(b)
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return false
+	}
+	zr.Multistream(false)
+	if _, err := io.Copy(io.Discard, zr); err != nil {
+		return false
+	}
+	return r.Len() == 0
 }
 
 // copy writes the log to w: all of it, or its last s.tail lines, at most s.limit bytes.

@@ -200,12 +200,22 @@ func (d *DB) MarkJobArchived(ctx context.Context, jobUID, location string, at ti
 	return nil
 }
 
-const jobColumns = `uid, cluster, namespace, name, queue, submitter, submitter_groups, admitted_at,
-    created_at, finished_at, phase, retry_count, labels, annotations, spec, status,
-    archive_state, archive_location, archived_at, release_reason, recorded_at, updated_at,
-    annotations_raw, spec_raw, status_raw`
+// jobSummaryColumns are the columns of a job's summary, what ListJobs reads: all of jobColumns
+// but the annotations, spec and status (and their raw forms), about 1 KB of a row's 1.3 that a
+// list (the archive API's, a lookup by name) never shows. Postgres need not render their jsonb as
+// text, nor the driver carry and copy it.
+const jobSummaryColumns = `uid, cluster, namespace, name, queue, submitter, submitter_groups, admitted_at,
+    created_at, finished_at, phase, retry_count, labels,
+    archive_state, archive_location, archived_at, release_reason, recorded_at, updated_at`
 
-func scanJob(row interface{ Scan(...any) error }) (record.Job, error) {
+// jobColumns are a job's whole row: the summary, then the JSON documents.
+const jobColumns = jobSummaryColumns + `, annotations, spec, status, annotations_raw, spec_raw, status_raw`
+
+// scanJob scans a row of jobColumns.
+func scanJob(row interface{ Scan(...any) error }) (record.Job, error) { return scanJobRow(row, true) }
+
+// scanJobRow scans a row of jobColumns (whole) or of jobSummaryColumns.
+func scanJobRow(row interface{ Scan(...any) error }, whole bool) (record.Job, error) {
 	var (
 		j                                  record.Job
 		submitter, location, reason        sql.NullString
@@ -215,14 +225,15 @@ func scanJob(row interface{ Scan(...any) error }) (record.Job, error) {
 		archiveState                       string
 		rawAnnotations, rawSpec, rawStatus sql.NullString
 	)
-	err := row.Scan(&j.UID, &j.Cluster, &j.Namespace, &j.Name, &j.Queue, &submitter, &groups, &admitted,
-		&j.CreatedAt, &finished, &j.Phase, &j.RetryCount, &labels, &annotations, &spec, &status,
-		&archiveState, &location, &archived, &reason, &j.RecordedAt, &j.UpdatedAt, &rawAnnotations, &rawSpec, &rawStatus)
-	if err != nil {
+	dest := []any{&j.UID, &j.Cluster, &j.Namespace, &j.Name, &j.Queue, &submitter, &groups, &admitted,
+		&j.CreatedAt, &finished, &j.Phase, &j.RetryCount, &labels,
+		&archiveState, &location, &archived, &reason, &j.RecordedAt, &j.UpdatedAt}
+	if whole {
+		dest = append(dest, &annotations, &spec, &status, &rawAnnotations, &rawSpec, &rawStatus)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return record.Job{}, err
 	}
-	// The exact JSON, where jsonb could not hold it (migration 0012).
-	annotations, spec, status = rawOr(rawAnnotations, annotations), rawOr(rawSpec, spec), rawOr(rawStatus, status)
 	j.Submitter, j.ArchiveLocation, j.ReleaseReason = submitter.String, location.String, reason.String
 	if groups != nil {
 		j.SubmitterGroups = []string(groups)
@@ -230,9 +241,15 @@ func scanJob(row interface{ Scan(...any) error }) (record.Job, error) {
 	j.AdmittedAt, j.FinishedAt, j.ArchivedAt = timePtr(admitted), timePtr(finished), timePtr(archived)
 	j.CreatedAt, j.RecordedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.RecordedAt.UTC(), j.UpdatedAt.UTC()
 	j.ArchiveState = record.ArchiveState(archiveState)
+	var err error
 	if j.Labels, err = decodeMap(labels); err != nil {
 		return record.Job{}, fmt.Errorf("decode labels: %w", err)
 	}
+	if !whole {
+		return j, nil
+	}
+	// The exact JSON, where jsonb could not hold it (migration 0012).
+	annotations, spec, status = rawOr(rawAnnotations, annotations), rawOr(rawSpec, spec), rawOr(rawStatus, status)
 	if j.Annotations, err = decodeMap(annotations); err != nil {
 		return record.Job{}, fmt.Errorf("decode annotations: %w", err)
 	}
@@ -292,6 +309,9 @@ func (c Cursor) IsZero() bool {
 // starting after the cursor, and the cursor of the next page (zero when this was the last page).
 // Keyset pagination: every page is one index range scan, however deep, and new jobs never shift
 // the pages. limit is DefaultPageSize if ≤ 0 and at most MaxPageSize.
+//
+// The jobs are summaries: every field but Annotations, Spec and Status, which stay nil (Job
+// returns the whole record).
 func (d *DB) ListJobs(ctx context.Context, f JobFilter, after Cursor, limit int) ([]record.Job, Cursor, error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
@@ -337,7 +357,7 @@ func (d *DB) ListJobs(ctx context.Context, f JobFilter, after Cursor, limit int)
 		args = append(args, after.CreatedAt.UTC(), after.UID)
 		where = append(where, fmt.Sprintf("(created_at, uid) > ($%d, $%d)", len(args)-1, len(args)))
 	}
-	query := `SELECT ` + jobColumns + ` FROM jobs`
+	query := `SELECT ` + jobSummaryColumns + ` FROM jobs`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
@@ -352,7 +372,7 @@ func (d *DB) ListJobs(ctx context.Context, f JobFilter, after Cursor, limit int)
 	defer rows.Close()
 	var jobs []record.Job
 	for rows.Next() {
-		j, err := scanJob(rows)
+		j, err := scanJobRow(rows, false)
 		if err != nil {
 			return nil, Cursor{}, fmt.Errorf("list jobs: %w", translate(err))
 		}

@@ -1,6 +1,7 @@
 package db
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -819,8 +820,14 @@ func TestDBListJobsKeyset(t *testing.T) {
 			f.submitter("bob")
 		}
 		j := f.build()
+		j.Annotations = map[string]string{"note": fmt.Sprintf("job %d", i)}
 		mustUpsertJob(t, records, j)
 		j.ArchiveState = record.ArchivePending
+		if whole := mustJob(t, records, j.UID); !bytes.Equal(whole.Spec, j.Spec) || !bytes.Equal(whole.Status, j.Status) || whole.Annotations["note"] == "" {
+			t.Fatalf("Job(%s) = spec %s, status %s, annotations %v; want the whole record", j.UID, whole.Spec, whole.Status, whole.Annotations)
+		}
+		// A list reads the summary: neither spec nor status nor annotations (Job has them).
+		j.Spec, j.Status, j.Annotations = nil, nil, nil
 		all = append(all, j)
 	}
 	slices.SortFunc(all, func(a, b record.Job) int {
