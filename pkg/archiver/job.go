@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -405,16 +408,12 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	}
 	reason, cause, location := sealed.Reason, sealed.Cause, sealed.Location
 
-	patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAtAnnotation, now.Format(time.RFC3339))
-	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchiveLocationAnnotation, location)
-	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAsAnnotation, string(record.ArchiveArchived))
+	set := map[string]string{tracking.ArchivedAtAnnotation: now.Format(time.RFC3339), tracking.ArchiveLocationAnnotation: location,
+		tracking.ArchivedAsAnnotation: string(record.ArchiveArchived)}
 	if reason != "" {
-		metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAsAnnotation, string(record.ArchiveReleased))
-		metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedReasonAnnotation, reason)
+		set[tracking.ArchivedAsAnnotation], set[tracking.ArchivedReasonAnnotation] = string(record.ArchiveReleased), reason
 	}
-	controllerutil.RemoveFinalizer(job, tracking.JobFinalizer)
-	if err := r.Client.Patch(ctx, job, patch); err != nil {
+	if err := r.releaseJob(ctx, job, set); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // its finalizer was removed by someone else and the job is gone
 		}
@@ -434,3 +433,47 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	ctrl.LoggerFrom(ctx).Info("Archived job", "Job", klog.KObj(job), "location", location)
 	return nil
 }
+
+// releaseJob sets the annotations on the job and removes the job finalizer, in one patch sent
+// from the cached job. A JSON patch that tests the finalizer at its index, not a merge patch with
+// an optimistic lock: Volcano rewrites a finished job's status as its pods are released, and each
+// rewrite made the lock's resourceVersion stale (a conflict, a requeue after a backoff, the seal's
+// reads again and a second PATCH; issue 28). What the lock kept, the test keeps: a merge patch
+// replaces the whole finalizer list, this one removes ours at the index it tested, so a list
+// changed under that index fails the patch and drops no one's finalizer. Annotations are added
+// key by key; a job with none (never the webhook's: it sets the submitter's) keeps the lock, as
+// adding the whole map would replace one added meanwhile.
+func (r *JobReconciler) releaseJob(ctx context.Context, job *batchv1alpha1.Job, set map[string]string) error {
+	if len(job.Annotations) == 0 {
+		patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		for k, v := range set {
+			metav1.SetMetaDataAnnotation(&job.ObjectMeta, k, v)
+		}
+		controllerutil.RemoveFinalizer(job, tracking.JobFinalizer)
+		return r.Client.Patch(ctx, job, patch)
+	}
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value,omitempty"`
+	}
+	var ops []op
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + jsonPointerEscape(k), Value: set[k]})
+	}
+	if i := slices.Index(job.Finalizers, tracking.JobFinalizer); i >= 0 {
+		at := "/metadata/finalizers/" + strconv.Itoa(i)
+		ops = append(ops, op{Op: "test", Path: at, Value: tracking.JobFinalizer}, op{Op: "remove", Path: at})
+	}
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		return fmt.Errorf("encode the release patch: %w", err)
+	}
+	return r.Client.Patch(ctx, job, client.RawPatch(types.JSONPatchType, raw))
+}
+
+// jsonPointerEscape escapes a key as one segment of a JSON pointer (RFC 6901); pkg/admission's
+// twin is the webhook's own.
+func jsonPointerEscape(key string) string { return pointerEscaper.Replace(key) }
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
