@@ -84,7 +84,7 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if !tracked(job) && job.DeletionTimestamp == nil {
 		return ctrl.Result{}, r.track(ctx, job) // the update brings the job back here
 	}
-	if err := r.record(ctx, job); err != nil {
+	if err := r.record(ctx, job, false); err != nil {
 		return ctrl.Result{}, err
 	}
 	if !controllerutil.ContainsFinalizer(job, tracking.JobFinalizer) || !finalizable(job) {
@@ -93,6 +93,10 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	pending, err := r.pendingPods(ctx, job)
 	if err != nil || pending > 0 {
 		return ctrl.Result{}, err // pod changes requeue the job
+	}
+	// The row as the job is now, with what record deferred, before the seal reads it.
+	if err := r.record(ctx, job, true); err != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.finalize(ctx, job)
 }
@@ -140,24 +144,35 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 // change, so transitions that happened while the archiver was down are recovered from them.
 // The same object (UID and resourceVersion) is recorded once: nothing recorded can have changed.
 //
+// A finished job's row is not rewritten when only the two counters Volcano bumps at every rewrite
+// of its status changed (settledFingerprint): as its pods are released, Volcano rewrites it about
+// once every three pods, and each was a row write (issue 28). Any other change is written at once,
+// every phase change among them; settle (the job is about to be sealed) writes what was deferred,
+// so the sealed row is the job as it is sealed.
+//
 // What the database refuses for good (db.ErrInvalid: a value it cannot hold, which a tenant may
 // write into its job) must not hold the job for ever: the row is written without the free-form
 // content (refusedRow), the transitions without their texts, and the job is released with the
 // reason when it is finalized (refusedReason).
-func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) error {
+func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job, settle bool) error {
 	key, version := client.ObjectKeyFromObject(job), string(job.UID)+"/"+job.ResourceVersion
-	if r.recorded.same(key, version) {
+	if !settle && r.recorded.same(key, version) {
 		return nil
 	}
-	row, err := jobRow(r.recordable(job), r.Cluster)
+	recordable := r.recordable(job)
+	row, err := jobRow(recordable, r.Cluster)
 	if err != nil {
 		return err
 	}
 	ts := transitions(job, r.Clock.Now())
 	// A part refused is not remembered: it is written (and refused) again at the next change.
-	rowPrint, tsPrint := jobFingerprint(row), transitionsFingerprint(string(job.UID), ts)
-	wasRow, wasTs, _ := strings.Cut(r.contents.get(key), "|")
+	rowPrint, tsPrint, settledPrint := jobFingerprint(row), transitionsFingerprint(string(job.UID), ts), settledFingerprint(recordable, row)
+	was := append(strings.SplitN(r.contents.get(key), "|", 3), "", "")
+	wasRow, wasTs, wasSettled := was[0], was[1], was[2]
 	writeRow, writeTs := rowPrint != wasRow, tsPrint != wasTs
+	if writeRow && !settle && tracking.IsTerminal(job.Status.State.Phase) && settledPrint != "" && settledPrint == wasSettled {
+		writeRow, rowPrint = false, wasRow // deferred: the row written stays what is remembered
+	}
 	if writeRow && writeTs {
 		// Both in one transaction; a part refused is written apart below, to know which.
 		n, err := r.Records.RecordJob(ctx, &row, string(job.UID), ts)
@@ -174,7 +189,7 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 		err = r.Records.UpsertJob(ctx, row)
 		if errors.Is(err, db.ErrInvalid) {
 			refused = append(refused, fmt.Sprintf("the database refused the job's record (%v): recorded without its labels, annotations, spec, status, queue and submitter", err))
-			err, rowPrint = r.Records.UpsertJob(ctx, refusedRow(row)), ""
+			err, rowPrint, settledPrint = r.Records.UpsertJob(ctx, refusedRow(row)), "", ""
 		}
 		if err != nil {
 			return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
@@ -195,7 +210,7 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 		}
 		transitionsRecordedTotal.Add(float64(n))
 	}
-	r.contents.set(key, rowPrint+"|"+tsPrint)
+	r.contents.set(key, rowPrint+"|"+tsPrint+"|"+settledPrint)
 	if len(refused) > 0 {
 		r.refused.Store(key, refusal{uid: job.UID, reason: strings.Join(refused, "; ")})
 		r.Recorder.Event(job, corev1.EventTypeWarning, "RecordRefused", refused[0])
@@ -216,6 +231,20 @@ func jobFingerprint(row record.Job) string {
 	h := fnv.New128a()
 	h.Write(raw)
 	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// settledFingerprint is jobFingerprint of the job's row without the two counters Volcano bumps at
+// every rewrite of a job's status (killJob, at each event of a finished job's pods):
+// status.version and status.runningDuration; "" if it cannot be computed.
+func settledFingerprint(job *batchv1alpha1.Job, row record.Job) string {
+	status := job.Status
+	status.Version, status.RunningDuration = 0, nil
+	raw, err := json.Marshal(status)
+	if err != nil {
+		return ""
+	}
+	row.Status = raw
+	return jobFingerprint(row)
 }
 
 // transitionsFingerprint is a hash of the job's UID and its transitions' keys: RecordTransitions
