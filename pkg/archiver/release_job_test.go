@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -20,13 +21,7 @@ import (
 // second PATCH, issue 28 target 5), keeps every other finalizer, and fails, dropping none, when
 // the finalizer list changed under it.
 func TestReleaseJobFromStaleJob(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := jobScheme(t)
 	set := map[string]string{tracking.ArchivedAtAnnotation: "2026-11-25T12:00:00Z", tracking.ArchiveLocationAnnotation: "s3://b/ns/train/uid/"}
 	for name, tc := range map[string]struct {
 		finalizers []string                 // the job's when the archiver read it
@@ -88,4 +83,25 @@ func TestReleaseJobFromStaleJob(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jobScheme is a scheme of client-go's types and Volcano's batch types, for fake clients.
+func jobScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+// ownerIndex indexes a fake client's pods as the manager's podOwnerIndex does.
+func ownerIndex(o client.Object) []string {
+	if ref, ok := ownerJob(o.(*corev1.Pod)); ok {
+		return []string{ref.UID}
+	}
+	return nil
 }

@@ -9,9 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kuberecord "k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -48,13 +46,7 @@ func (w *rowWrites) RecordJob(ctx context.Context, row *record.Job, uid string, 
 // issue 28), but the row is written as the job is before its seal, and any other change of a
 // finished job's status is written at once.
 func TestFinishedJobsCountersDeferred(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := jobScheme(t)
 	now := metav1.NewTime(time.Unix(1_700_000_000, 0))
 	yes := true
 	job := &batchv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train", UID: "job-uid", CreationTimestamp: now,
@@ -67,12 +59,7 @@ func TestFinishedJobsCountersDeferred(t *testing.T) {
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: jobAPIVersion, Kind: "Job", Name: "train", UID: "job-uid", Controller: &yes}}}}
 	pod.Status.Phase = corev1.PodSucceeded
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(job, pod).WithStatusSubresource(job).
-		WithIndex(&corev1.Pod{}, podOwnerIndex, func(o client.Object) []string {
-			if ref, ok := ownerJob(o.(*corev1.Pod)); ok {
-				return []string{ref.UID}
-			}
-			return nil
-		}).Build()
+		WithIndex(&corev1.Pod{}, podOwnerIndex, ownerIndex).Build()
 	store, err := objstore.NewFS(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
