@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -81,7 +84,7 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if !tracked(job) && job.DeletionTimestamp == nil {
 		return ctrl.Result{}, r.track(ctx, job) // the update brings the job back here
 	}
-	if err := r.record(ctx, job); err != nil {
+	if err := r.record(ctx, job, false); err != nil {
 		return ctrl.Result{}, err
 	}
 	if !controllerutil.ContainsFinalizer(job, tracking.JobFinalizer) || !finalizable(job) {
@@ -90,6 +93,10 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	pending, err := r.pendingPods(ctx, job)
 	if err != nil || pending > 0 {
 		return ctrl.Result{}, err // pod changes requeue the job
+	}
+	// The row as the job is now, with what record deferred, before the seal reads it.
+	if err := r.record(ctx, job, true); err != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.finalize(ctx, job)
 }
@@ -137,24 +144,35 @@ func (r *JobReconciler) track(ctx context.Context, job *batchv1alpha1.Job) error
 // change, so transitions that happened while the archiver was down are recovered from them.
 // The same object (UID and resourceVersion) is recorded once: nothing recorded can have changed.
 //
+// A finished job's row is not rewritten when only the two counters Volcano bumps at every rewrite
+// of its status changed (settledFingerprint): as its pods are released, Volcano rewrites it about
+// once every three pods, and each was a row write (issue 28). Any other change is written at once,
+// every phase change among them; settle (the job is about to be sealed) writes what was deferred,
+// so the sealed row is the job as it is sealed.
+//
 // What the database refuses for good (db.ErrInvalid: a value it cannot hold, which a tenant may
 // write into its job) must not hold the job for ever: the row is written without the free-form
 // content (refusedRow), the transitions without their texts, and the job is released with the
 // reason when it is finalized (refusedReason).
-func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) error {
+func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job, settle bool) error {
 	key, version := client.ObjectKeyFromObject(job), string(job.UID)+"/"+job.ResourceVersion
-	if r.recorded.same(key, version) {
+	if !settle && r.recorded.same(key, version) {
 		return nil
 	}
-	row, err := jobRow(r.recordable(job), r.Cluster)
+	recordable := r.recordable(job)
+	row, err := jobRow(recordable, r.Cluster)
 	if err != nil {
 		return err
 	}
 	ts := transitions(job, r.Clock.Now())
 	// A part refused is not remembered: it is written (and refused) again at the next change.
-	rowPrint, tsPrint := jobFingerprint(row), transitionsFingerprint(string(job.UID), ts)
-	wasRow, wasTs, _ := strings.Cut(r.contents.get(key), "|")
+	rowPrint, tsPrint, settledPrint := jobFingerprint(row), transitionsFingerprint(string(job.UID), ts), settledFingerprint(recordable, row)
+	was := append(strings.SplitN(r.contents.get(key), "|", 3), "", "")
+	wasRow, wasTs, wasSettled := was[0], was[1], was[2]
 	writeRow, writeTs := rowPrint != wasRow, tsPrint != wasTs
+	if writeRow && !settle && tracking.IsTerminal(job.Status.State.Phase) && settledPrint != "" && settledPrint == wasSettled {
+		writeRow, rowPrint = false, wasRow // deferred: the row written stays what is remembered
+	}
 	if writeRow && writeTs {
 		// Both in one transaction; a part refused is written apart below, to know which.
 		n, err := r.Records.RecordJob(ctx, &row, string(job.UID), ts)
@@ -171,7 +189,7 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 		err = r.Records.UpsertJob(ctx, row)
 		if errors.Is(err, db.ErrInvalid) {
 			refused = append(refused, fmt.Sprintf("the database refused the job's record (%v): recorded without its labels, annotations, spec, status, queue and submitter", err))
-			err, rowPrint = r.Records.UpsertJob(ctx, refusedRow(row)), ""
+			err, rowPrint, settledPrint = r.Records.UpsertJob(ctx, refusedRow(row)), "", ""
 		}
 		if err != nil {
 			return fmt.Errorf("record job %s: %w", klog.KObj(job), err)
@@ -192,7 +210,7 @@ func (r *JobReconciler) record(ctx context.Context, job *batchv1alpha1.Job) erro
 		}
 		transitionsRecordedTotal.Add(float64(n))
 	}
-	r.contents.set(key, rowPrint+"|"+tsPrint)
+	r.contents.set(key, rowPrint+"|"+tsPrint+"|"+settledPrint)
 	if len(refused) > 0 {
 		r.refused.Store(key, refusal{uid: job.UID, reason: strings.Join(refused, "; ")})
 		r.Recorder.Event(job, corev1.EventTypeWarning, "RecordRefused", refused[0])
@@ -213,6 +231,20 @@ func jobFingerprint(row record.Job) string {
 	h := fnv.New128a()
 	h.Write(raw)
 	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// settledFingerprint is jobFingerprint of the job's row without the two counters Volcano bumps at
+// every rewrite of a job's status (killJob, at each event of a finished job's pods):
+// status.version and status.runningDuration; "" if it cannot be computed.
+func settledFingerprint(job *batchv1alpha1.Job, row record.Job) string {
+	status := job.Status
+	status.Version, status.RunningDuration = 0, nil
+	raw, err := json.Marshal(status)
+	if err != nil {
+		return ""
+	}
+	row.Status = raw
+	return jobFingerprint(row)
 }
 
 // transitionsFingerprint is a hash of the job's UID and its transitions' keys: RecordTransitions
@@ -405,16 +437,12 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	}
 	reason, cause, location := sealed.Reason, sealed.Cause, sealed.Location
 
-	patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAtAnnotation, now.Format(time.RFC3339))
-	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchiveLocationAnnotation, location)
-	metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAsAnnotation, string(record.ArchiveArchived))
+	set := map[string]string{tracking.ArchivedAtAnnotation: now.Format(time.RFC3339), tracking.ArchiveLocationAnnotation: location,
+		tracking.ArchivedAsAnnotation: string(record.ArchiveArchived)}
 	if reason != "" {
-		metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedAsAnnotation, string(record.ArchiveReleased))
-		metav1.SetMetaDataAnnotation(&job.ObjectMeta, tracking.ArchivedReasonAnnotation, reason)
+		set[tracking.ArchivedAsAnnotation], set[tracking.ArchivedReasonAnnotation] = string(record.ArchiveReleased), reason
 	}
-	controllerutil.RemoveFinalizer(job, tracking.JobFinalizer)
-	if err := r.Client.Patch(ctx, job, patch); err != nil {
+	if err := r.releaseJob(ctx, job, set); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // its finalizer was removed by someone else and the job is gone
 		}
@@ -434,3 +462,47 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	ctrl.LoggerFrom(ctx).Info("Archived job", "Job", klog.KObj(job), "location", location)
 	return nil
 }
+
+// releaseJob sets the annotations on the job and removes the job finalizer, in one patch sent
+// from the cached job. A JSON patch that tests the finalizer at its index, not a merge patch with
+// an optimistic lock: Volcano rewrites a finished job's status as its pods are released, and each
+// rewrite made the lock's resourceVersion stale (a conflict, a requeue after a backoff, the seal's
+// reads again and a second PATCH; issue 28). What the lock kept, the test keeps: a merge patch
+// replaces the whole finalizer list, this one removes ours at the index it tested, so a list
+// changed under that index fails the patch and drops no one's finalizer. Annotations are added
+// key by key; a job with none (never the webhook's: it sets the submitter's) keeps the lock, as
+// adding the whole map would replace one added meanwhile.
+func (r *JobReconciler) releaseJob(ctx context.Context, job *batchv1alpha1.Job, set map[string]string) error {
+	if len(job.Annotations) == 0 {
+		patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		for k, v := range set {
+			metav1.SetMetaDataAnnotation(&job.ObjectMeta, k, v)
+		}
+		controllerutil.RemoveFinalizer(job, tracking.JobFinalizer)
+		return r.Client.Patch(ctx, job, patch)
+	}
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value,omitempty"`
+	}
+	var ops []op
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + jsonPointerEscape(k), Value: set[k]})
+	}
+	if i := slices.Index(job.Finalizers, tracking.JobFinalizer); i >= 0 {
+		at := "/metadata/finalizers/" + strconv.Itoa(i)
+		ops = append(ops, op{Op: "test", Path: at, Value: tracking.JobFinalizer}, op{Op: "remove", Path: at})
+	}
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		return fmt.Errorf("encode the release patch: %w", err)
+	}
+	return r.Client.Patch(ctx, job, client.RawPatch(types.JSONPatchType, raw))
+}
+
+// jsonPointerEscape escapes a key as one segment of a JSON pointer (RFC 6901); pkg/admission's
+// twin is the webhook's own.
+func jsonPointerEscape(key string) string { return pointerEscaper.Replace(key) }
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")

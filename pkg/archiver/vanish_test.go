@@ -75,13 +75,7 @@ func (m *memRecords) PodsByUID(context.Context, []string) ([]record.Pod, error) 
 // TestVanishedMidReconcile: an object deleted between the reconciler's read and its patch ends the
 // reconcile with no error and no requeue, at every place that patches.
 func TestVanishedMidReconcile(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := jobScheme(t)
 	now := metav1.NewTime(time.Unix(1_700_000_000, 0))
 	yes := true
 	job := func(finalizer bool, phase batchv1alpha1.JobPhase) *batchv1alpha1.Job {
@@ -126,12 +120,7 @@ func TestVanishedMidReconcile(t *testing.T) {
 				objs = append(objs, job(true, batchv1alpha1.Running)) // the pod's job, which the reconciler confirms
 			}
 			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-				WithIndex(&corev1.Pod{}, podOwnerIndex, func(o client.Object) []string {
-					if ref, ok := ownerJob(o.(*corev1.Pod)); ok {
-						return []string{ref.UID}
-					}
-					return nil
-				}).
+				WithIndex(&corev1.Pod{}, podOwnerIndex, ownerIndex).
 				WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 					patches++
 					// Deleted by someone else between the read and this patch.

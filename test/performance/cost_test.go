@@ -7,6 +7,7 @@ package performance
 
 import (
 	"bufio"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -159,4 +160,79 @@ func (c podCost) logVerdicts(b testing.TB) {
 		"baseline: the floor is 1 of each per pod and 1 PATCH per job of %d pods",
 		c.logConnects, podLogConnectsTarget, issue28Verdict[c.logConnects <= podLogConnectsTarget],
 		c.patches, podPatchesTarget, issue28Verdict[c.patches <= podPatchesTarget], c.perJob)
+}
+
+// pgStatementsEnv, set to 1, has BenchmarkReleaseThroughput profile Postgres: the server restarts
+// with pg_stat_statements loaded before the archiver starts, and the run logs the statements that
+// took the most of its time, with their calls and time per pod.
+const pgStatementsEnv = "JOBVAULT_BENCH_PG_STATEMENTS"
+
+// loadPGStatements restarts the testbed's Postgres with pg_stat_statements loaded and resets its
+// counts in the database of dsn. It reports false, and logs why, when it cannot.
+func loadPGStatements(b testing.TB, pg *testbed.PostgresServer, dsn string) bool {
+	b.Helper()
+	if os.Getenv(pgStatementsEnv) != "1" {
+		return false
+	}
+	exec := func(dsn string, stmts ...string) error {
+		db, err := sql.Open("postgres", dsn)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		for _, s := range stmts {
+			if _, err := db.ExecContext(b.Context(), s); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+		}
+		return nil
+	}
+	if err := exec(pg.AdminDSN(), `ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'`); err != nil {
+		b.Logf("Postgres not profiled: %v", err)
+		return false
+	}
+	pg.Stop()
+	pg.Start(b)
+	if err := exec(dsn, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`, `SELECT pg_stat_statements_reset()`); err != nil {
+		b.Logf("Postgres not profiled: %v", err)
+		return false
+	}
+	return true
+}
+
+// logPGStatements logs the top statements of the database of dsn by their total execution time,
+// per pod of the run.
+func logPGStatements(b testing.TB, dsn string, pods int) {
+	b.Helper()
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		b.Errorf("read pg_stat_statements: %v", err)
+		return
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(b.Context(), `SELECT calls, total_exec_time, rows, regexp_replace(left(query, 160), '\s+', ' ', 'g')
+FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY total_exec_time DESC LIMIT 25`)
+	if err != nil {
+		b.Errorf("read pg_stat_statements: %v", err)
+		return
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var (
+			calls, n int64
+			ms       float64
+			query    string
+		)
+		if err := rows.Scan(&calls, &ms, &n, &query); err != nil {
+			b.Errorf("read pg_stat_statements: %v", err)
+			return
+		}
+		lines = append(lines, fmt.Sprintf("%.2f calls %.3f ms a pod: %s", float64(calls)/float64(pods), ms/float64(pods), query))
+	}
+	if err := rows.Err(); err != nil {
+		b.Errorf("read pg_stat_statements: %v", err)
+	}
+	b.Logf("Postgres statements by execution time (pg_stat_statements), per pod:\n  %s", strings.Join(lines, "\n  "))
 }

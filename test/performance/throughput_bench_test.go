@@ -189,6 +189,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 
 		// The processes whose CPU jobvault causes, and the API server's, by process id: the
 		// machine is shared, and another test's postgres is not this run's.
+		pgProfiled := loadPGStatements(b, testbed.PostgresCluster(b), s.DSN)
 		apiPID, minioPID, pgPID := s.Env.APIServerPID(b), testbed.MinIOInstance(b).Proc.PID(), testbed.PostgresCluster(b).Proc.PID()
 		floor0 := sampleTrees(b, apiPID)
 		floor := patchFloor(b, s, pods, podWorkers)
@@ -291,6 +292,9 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		b.ReportMetric(cost.archiverMs+cost.minioMs+cost.postgresMs, "jobvault-cpu-ms/pod")
 		b.ReportMetric(spans.lagP50.Seconds(), "job-after-last-pod-p50-s")
 		cost.logVerdicts(b)
+		if pgProfiled {
+			logPGStatements(b, s.DSN, n)
+		}
 	}
 }
 

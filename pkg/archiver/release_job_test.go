@@ -1,0 +1,107 @@
+package archiver
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+
+	"github.com/jobvault/jobvault/pkg/tracking"
+)
+
+// TestReleaseJobFromStaleJob: the job's release patch, sent from the cached job, succeeds when
+// only the job's status changed since (Volcano rewrites a finished job's status as its pods are
+// released: with an optimistic lock each rewrite was a conflict, a requeue with backoff and a
+// second PATCH, issue 28 target 5), keeps every other finalizer, and fails, dropping none, when
+// the finalizer list changed under it.
+func TestReleaseJobFromStaleJob(t *testing.T) {
+	scheme := jobScheme(t)
+	set := map[string]string{tracking.ArchivedAtAnnotation: "2026-11-25T12:00:00Z", tracking.ArchiveLocationAnnotation: "s3://b/ns/train/uid/"}
+	for name, tc := range map[string]struct {
+		finalizers []string                 // the job's when the archiver read it
+		change     func(*batchv1alpha1.Job) // what changed it since
+		wantErr    bool
+		want       []string // its finalizers after
+	}{
+		"status rewritten": {
+			finalizers: []string{"example.com/before", tracking.JobFinalizer, "example.com/after"},
+			change:     func(j *batchv1alpha1.Job) { j.Status.Succeeded++ },
+			want:       []string{"example.com/before", "example.com/after"},
+		},
+		"a finalizer added after ours": {
+			finalizers: []string{tracking.JobFinalizer},
+			change:     func(j *batchv1alpha1.Job) { j.Finalizers = append(j.Finalizers, "example.com/late") },
+			want:       []string{"example.com/late"},
+		},
+		"a finalizer before ours removed": {
+			finalizers: []string{"example.com/before", tracking.JobFinalizer, "example.com/after"},
+			change:     func(j *batchv1alpha1.Job) { j.Finalizers = j.Finalizers[1:] },
+			wantErr:    true,
+			want:       []string{tracking.JobFinalizer, "example.com/after"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			stale := &batchv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train", UID: "job-uid", Finalizers: tc.finalizers,
+				Annotations: map[string]string{tracking.SubmitterAnnotation: "alice"}}}
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stale).WithStatusSubresource(stale).Build()
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(stale), stale); err != nil {
+				t.Fatal(err)
+			}
+			fresh := stale.DeepCopy()
+			tc.change(fresh)
+			if err := c.Update(t.Context(), fresh); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Status().Update(t.Context(), fresh); err != nil {
+				t.Fatal(err)
+			}
+			r := &JobReconciler{Deps: Deps{Client: c}}
+			err := r.releaseJob(t.Context(), stale, set)
+			if (err != nil) != tc.wantErr {
+				t.Errorf("releaseJob = %v, want an error: %t", err, tc.wantErr)
+			}
+			var got batchv1alpha1.Job
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(stale), &got); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.Finalizers, tc.want) {
+				t.Errorf("finalizers %v, want %v", got.Finalizers, tc.want)
+			}
+			if got.Annotations[tracking.SubmitterAnnotation] != "alice" {
+				t.Errorf("annotations %v: the submitter's is lost", got.Annotations)
+			}
+			for k, v := range set {
+				if tc.wantErr == (got.Annotations[k] == v) {
+					t.Errorf("annotation %s = %q, want %q set: %t", k, got.Annotations[k], v, !tc.wantErr)
+				}
+			}
+		})
+	}
+}
+
+// jobScheme is a scheme of client-go's types and Volcano's batch types, for fake clients.
+func jobScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := batchv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+// ownerIndex indexes a fake client's pods as the manager's podOwnerIndex does.
+func ownerIndex(o client.Object) []string {
+	if ref, ok := ownerJob(o.(*corev1.Pod)); ok {
+		return []string{ref.UID}
+	}
+	return nil
+}
