@@ -15,7 +15,7 @@ import (
 )
 
 // gzipAPI is a fake archive API holding one archived job, train, whose log it sends gzip'd, as the
-// real server passes a stored log through, to every client that accepts gzip. It counts the log
+// real server passes a stored log of one gzip member through to a client that accepts gzip. It counts the log
 // reads it answered each way.
 type gzipAPI struct {
 	log []byte
