@@ -164,8 +164,8 @@ func Cat(ctx context.Context, store objstore.Store, key string, w io.Writer) err
 }
 
 // FindJobs returns the summaries (db.ListJobs) of the recorded jobs named name in namespace (and
-// cluster, when not empty), oldest
-// first. Several jobs may share a name over time; their UIDs tell them apart.
+// cluster, when not empty), oldest first. Several jobs may share a name over time; their UIDs tell
+// them apart.
 func FindJobs(ctx context.Context, lister JobLister, cluster, namespace, name string) ([]record.Job, error) {
 	if namespace == "" || name == "" {
 		return nil, errors.New("find job: namespace and name are both required")
