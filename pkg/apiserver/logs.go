@@ -87,8 +87,9 @@ func (r *logREST) Get(ctx context.Context, name string, opts runtime.Object) (ru
 	enc := responseEncodingFrom(ctx)
 	// Caches must not answer one encoding with the other.
 	enc.header.Add("Vary", "Accept-Encoding")
+	whole := wholeLog(o, l)
 	return &logStream{store: r.store, log: l, tail: o.TailLines, limit: o.LimitBytes, header: enc.header,
-		gzip: enc.gzip && wholeLog(o, l)}, nil
+		whole: whole, gzip: enc.gzip && whole}, nil
 }
 
 // noTimestampsWarning tells a client that asked for timestamps that l is served without them.
@@ -198,7 +199,12 @@ type logStream struct {
 	limit *int64
 	// gzip: the client accepts gzip and wants the whole log: the stored object goes as it lies,
 	// with Content-Encoding gzip in header, if it is one gzip member (oneMember).
-	gzip   bool
+	gzip bool
+	// whole: the options ask for all of the log's bytes, so the answer's length is known (its
+	// recorded size) and is sent, so that a stream cut short (the store failing after the
+	// response started) is an error at the client, not a shorter log: the handler that streams
+	// it (responsewriters.StreamObject) ignores the copy's error and ends the response cleanly.
+	whole  bool
 	header http.Header
 }
 
@@ -213,8 +219,8 @@ func (s *logStream) DeepCopyObject() runtime.Object {
 // InputStream returns the stored gzip object when it may go as it lies (s.gzip, one member: read
 // before the response starts, so that a store that fails is an error status), or starts copying
 // the decompressed log into a pipe and returns its reading end. A read error of the store after
-// the response has started ends the stream early (the client sees a cut-off response); it is
-// logged.
+// the response has started ends the stream early; it is logged, and the client sees a response
+// shorter than its Content-Length (the whole log) or, for a part of it, a cut-off response.
 func (s *logStream) InputStream(ctx context.Context, _, _ string) (io.ReadCloser, bool, string, error) {
 	if s.gzip {
 		object, ok, err := s.oneMember(ctx)
@@ -225,6 +231,9 @@ func (s *logStream) InputStream(ctx context.Context, _, _ string) (io.ReadCloser
 			s.header.Set("Content-Encoding", "gzip")
 			return io.NopCloser(bytes.NewReader(object)), false, "text/plain", nil
 		}
+	}
+	if s.whole && s.log.Bytes > 0 {
+		s.header.Set("Content-Length", strconv.FormatInt(s.log.Bytes, 10))
 	}
 	pr, pw := io.Pipe()
 	go func() {
