@@ -82,9 +82,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, deps Deps, opts Opt
 		Complete(jobs); err != nil {
 		return err
 	}
-	podDeps := deps
-	podDeps.Store = newLimitedPuts(deps.Store, maxCapturePuts)
-	pods := &PodReconciler{Deps: podDeps, Options: opts, Captures: captures}
+	pods := &PodReconciler{Deps: deps, Options: opts, Captures: captures}
 	// Two repair loops: the untracked-pod sweep lists the API server for pods held outside the
 	// cache; the missed-event sweep compares the cache with the records.
 	sweep, err := periodic.New("untracked-pod-sweep", opts.UntrackedPodSweepPeriod, pods.sweep, deps.Clock, ctrl.Log.WithName("untracked-pod-sweep"))
