@@ -346,8 +346,10 @@ type capture struct {
 	first     time.Time
 	backlog   int64
 	peak      float64
-	// held is what the capture holds of cfg.Memory (fitMemory).
+	// held is what the capture holds of cfg.Memory, room what its segment's buffer may grow to
+	// (fitMemory).
 	held int64
+	room int
 }
 
 func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store, segKey func(int32) string, ref Ref) (*capture, error) {
@@ -1012,7 +1014,7 @@ func (c *capture) compress(empty bool) error {
 		zw.Reset(io.Discard) // the pool must not keep this capture's buffer
 		gzipWriters.Put(zw)
 	}()
-	zw.Reset(&c.buf)
+	zw.Reset(segmentWriter{c})
 	if _, err := zw.Write(c.raw.Bytes()); err != nil {
 		return err
 	}
@@ -1082,7 +1084,7 @@ func (c *capture) flush(ctx context.Context) error {
 // reader's error, as a lead alone is.
 func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) error {
 	cr := &CountingReader{R: r}
-	br := bufio.NewReaderSize(cr, pieceSize)
+	br := bufio.NewReaderSize(cr, readBuffer)
 	if resumed {
 		lead, err := skipLead(br)
 		if err != nil {
@@ -1124,8 +1126,8 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) 
 		fileBytes := len(tsb) + len("stdout F ")
 		for start := true; ; start = false {
 			off := cr.N - int64(br.Buffered())
-			data, err := br.ReadSlice('\n')
-			l := line{ts: t, data: bytes.Clone(data), start: start, off: off, fileBytes: fileBytes + len(data)}
+			data, err := readPiece(br)
+			l := line{ts: t, data: data, start: start, off: off, fileBytes: fileBytes + len(data)}
 			fileBytes = 0
 			switch err {
 			case nil:
@@ -1149,6 +1151,23 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) 
 			}
 		}
 	}
+}
+
+// readBuffer is the stream reader's buffer: what a followed stream holds while it waits, so kept
+// small (a thousand followed containers hold a thousand); pieces are put together from it.
+const readBuffer = 4 << 10
+
+// readPiece reads the next piece of a line, a copy: up to its newline, or pieceSize bytes
+// (bufio.ErrBufferFull, the line goes on), or the end of the stream. pieceSize is a multiple of
+// the reader's buffer, which returns it whole when full.
+func readPiece(br *bufio.Reader) ([]byte, error) {
+	data, err := br.ReadSlice('\n')
+	piece := bytes.Clone(data)
+	for err == bufio.ErrBufferFull && len(piece) < pieceSize {
+		data, err = br.ReadSlice('\n')
+		piece = append(piece, data...)
+	}
+	return piece, err
 }
 
 // tsMax is the longest timestamp pods/log writes (RFC 3339 with nanoseconds and a zone offset).
