@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -211,7 +212,8 @@ func measure(b *testing.B, s *stack.Rig, rt *testbed.Runtime, d time.Duration, a
 // of the API server and of KWOK (the node serving pods/log) with the archiver following against
 // the same window of the same containers before the archiver started. It ends by cancelling the
 // jobs: every log is stored, none with a gap, and a sample is compared byte for byte.
-// JOBVAULT_BENCH_FOLLOW_PODS and JOBVAULT_BENCH_FOLLOW_SECONDS change the count and the window.
+// JOBVAULT_BENCH_FOLLOW_PODS and JOBVAULT_BENCH_FOLLOW_SECONDS change the count and the window;
+// JOBVAULT_BENCH_FOLLOW_HEAP_PROFILE=FILE saves the archiver's heap profile after the window.
 func BenchmarkFollow1000(b *testing.B) {
 	want := int(envInt(b, "JOBVAULT_BENCH_FOLLOW_PODS", 1000))
 	d := time.Duration(envInt(b, "JOBVAULT_BENCH_FOLLOW_SECONDS", 60)) * time.Second
@@ -222,6 +224,10 @@ func BenchmarkFollow1000(b *testing.B) {
 		s.Proc.Stop()
 		n := followable(b, want)
 		s.Args = append(s.Args, "--max-streams="+strconv.Itoa(n))
+		heapProfile, pprofAddr := os.Getenv("JOBVAULT_BENCH_FOLLOW_HEAP_PROFILE"), "127.0.0.1:"+strconv.Itoa(testbed.FreePort(b))
+		if heapProfile != "" {
+			s.Args = append(s.Args, "--pprof-bind-address="+pprofAddr)
+		}
 		rt := s.Env.Runtime(b, testbed.RuntimeOptions{})
 		// Enough output for the setup, both windows and the archiver's start-up, however slow.
 		lines := followLinesPerSec * int((2*d + 10*time.Minute).Seconds())
@@ -247,6 +253,11 @@ func BenchmarkFollow1000(b *testing.B) {
 		opened := time.Since(t0)
 		time.Sleep(5 * time.Second) // past the catch-up on what was written before
 		with := measure(b, s, rt, d, s.Proc.PID(), sampled)
+		if heapProfile != "" {
+			if err := fetch("http://"+pprofAddr+"/debug/pprof/heap", heapProfile); err != nil {
+				b.Errorf("heap profile: %v", err)
+			}
+		}
 
 		deleteAndWait(b, s, jobs, 20*time.Minute)
 		checkArchived(b, s, rt, jobs, n, sampled)
