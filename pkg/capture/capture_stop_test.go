@@ -60,3 +60,57 @@ func TestCaptureTakesAFollowAcrossTheStopAsTheRead(t *testing.T) {
 	}
 	r.check(t)
 }
+
+// TestCaptureDrainsTheFollowOfAnEndedRun: the status shows the run ended while its follow stream
+// is still open, the node's reader yet to read the rest of the file and see the container
+// stopped (it looks every second), and the logs are collected: every further read is refused, but
+// the open stream reads on (the reader holds the file open). The capture reads that stream to its
+// clean end, with the run's last line, rather than leave it for a read the node refuses (before:
+// ended the stream at the status and recorded the rest as collected).
+func TestCaptureDrainsTheFollowOfAnEndedRun(t *testing.T) {
+	r := newRig(t)
+	node := &stoppingNode{fakeNode: r.node}
+	var (
+		mu                sync.Mutex
+		over              bool
+		statusReads       int
+		started, finished time.Time
+	)
+	end := func(context.Context) (End, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		statusReads++
+		return End{Over: over, Final: true, StartedAt: started, FinishedAt: finished}, nil
+	}
+	reads := func() int { mu.Lock(); defer mu.Unlock(); return statusReads }
+	mu.Lock()
+	started = time.Now().Add(-time.Second).Truncate(time.Second)
+	mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Capture(t.Context(), r.cfg, node, r.recs, r.store, r.segKey, r.ref, end, nil)
+		done <- err
+	}()
+	for i := range 20 {
+		r.writeAt(r.t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("line %d\n", i))
+	}
+	waitFor(t, "every line stored", func() bool {
+		segs, _ := r.recs.Segments(t.Context(), r.ref.PodUID, r.ref.Container, r.ref.Run)
+		return len(segs) > 0 && segs[len(segs)-1].TotalBytes == int64(r.want.Len())
+	})
+	node.mu.Lock()
+	node.stopped, node.removed = true, true
+	node.mu.Unlock()
+	mu.Lock()
+	over, finished = true, time.Now().Truncate(time.Second)
+	mu.Unlock()
+	n := reads()
+	waitFor(t, "the status read as ended", func() bool { return reads() > n+1 })
+	// The node's reader reads the rest of the file and ends the stream.
+	r.writeAt(r.t0.Add(time.Second), "the last line, written as the container stopped\n")
+	r.node.breakStreams()
+	if err := <-done; err != nil {
+		t.Fatalf("Capture: %v", err)
+	}
+	r.check(t)
+}
