@@ -264,9 +264,6 @@ func BenchmarkFollow1000(b *testing.B) {
 			}
 		}
 
-		deleteAndWait(b, s, jobs, 20*time.Minute)
-		checkArchived(b, s, rt, jobs, n, sampled)
-
 		streams := min(with.streams[0], with.streams[1])
 		b.ReportMetric(float64(n), "containers")
 		b.ReportMetric(float64(streams), "streams-open")
@@ -287,6 +284,10 @@ func BenchmarkFollow1000(b *testing.B) {
 			with.apiserver, without.apiserver, with.apiserver/without.apiserver, with.apiserver-without.apiserver, with.kwok, without.kwok)
 		b.Logf("  machine busy %.0f%% with, %.0f%% without; load average %s with, %s without",
 			with.busy, without.busy, with.load, without.load)
+
+		// The figures are printed first: the release of thousands of pods can outlast the run.
+		deleteAndWait(b, s, jobs, 20*time.Minute)
+		checkArchived(b, s, rt, jobs, n, sampled)
 	}
 }
 
