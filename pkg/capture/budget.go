@@ -118,8 +118,8 @@ const (
 )
 
 // segmentWriter is where compress writes a segment's gzip members: into the capture's buffer,
-// which it grows as they need, by doubling up to the room fitMemory got leave for (then exactly:
-// a compressed block is at most segmentHeadroom, which the room always has).
+// which it grows as they need, by doubling up to the room fitMemory got leave for, and past it by
+// no more than they need (a compressed block is at most segmentHeadroom, which the room has).
 type segmentWriter struct{ c *capture }
 
 func (w segmentWriter) Write(p []byte) (int, error) {
