@@ -110,7 +110,7 @@ JOBVAULT_BENCH_SIZE_PODS ?= 100000
 .PHONY: bench-size
 bench-size: testbed ## Benchmark one archiver holding 10,000 live VcJobs and 100,000 pods (cache, start-up backlog and restart, RSS, idle CPU); about 15 minutes
 	JOBVAULT_BENCH_SIZE_JOBS=$(JOBVAULT_BENCH_SIZE_JOBS) JOBVAULT_BENCH_SIZE_PODS=$(JOBVAULT_BENCH_SIZE_PODS) \
-	  $(GO) test -count=1 -run '^$$' -bench 'Size' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
+	  $(GO) test -count=1 -run '^$$' -bench '^BenchmarkSize$$' -benchtime 1x -timeout $(TEST_TIMEOUT) -v ./test/performance
 
 # JOBVAULT_BENCH_DB_JOBS, _TRANSITIONS and _LOGS size the load (1M, 10M, 20M: 16 GB of disk and
 # about 40 min on 2 shared cores); JOBVAULT_BENCH_DB_DSN reuses a database an earlier run or

@@ -65,23 +65,31 @@ const (
 )
 
 // fitMemory keeps the capture's buffers within its floor and what the budget (Config.Memory)
-// gives it, after each line: the segment's buffer keeps segmentHeadroom free, grown with the
-// budget's leave (by doubling, at most to a whole segment); without leave, the segment is flushed
-// early and its buffer let go. An empty segment's grown buffer is let go too (after a flush), so
-// that a capture between segments holds no more than its floor.
+// gives it, after each line: the segment's buffer has room (c.room, charged to the budget) for
+// segmentHeadroom more, grown with the budget's leave (by doubling, at most to a whole segment);
+// without leave, the segment is flushed early and its buffer let go. The buffer itself grows into
+// its room only as compressed blocks need it (segmentWriter): a slow container's segment of a few
+// KiB holds a few KiB. Emptied buffers grown past what a slow container needs are let go (after
+// a flush, after a block compressed), so that a capture between segments holds no more than that.
 func (c *capture) fitMemory(ctx context.Context) error {
 	b := c.cfg.Memory
 	if b == nil {
 		return nil
 	}
-	if c.buf.Len() == 0 && c.buf.Cap() > segmentHeadroom {
-		c.buf = bytes.Buffer{}
+	if c.buf.Len() == 0 {
+		if c.buf.Cap() > keepEmpty {
+			c.buf = bytes.Buffer{}
+		}
+		c.room = segmentHeadroom
 	}
-	b.set(&c.held, c.beyondFloor(c.buf.Cap()))
-	if c.buf.Available() >= segmentHeadroom {
+	if c.raw.Len() == 0 && c.raw.Cap() > keepEmpty {
+		c.raw = bytes.Buffer{}
+	}
+	b.set(&c.held, c.beyondFloor(c.room))
+	if c.room-c.buf.Len() >= segmentHeadroom {
 		return nil
 	}
-	size := min(max(2*c.buf.Cap(), c.buf.Len()+segmentHeadroom), int(c.cfg.SegmentBytes)+segmentHeadroom)
+	size := min(max(2*c.room, c.buf.Len()+segmentHeadroom), int(c.cfg.SegmentBytes)+segmentHeadroom)
 	size = max(size, c.buf.Len()+segmentHeadroom)
 	if !b.grow(&c.held, c.beyondFloor(size)-c.held) {
 		if c.unfollowed {
@@ -94,17 +102,43 @@ func (c *capture) fitMemory(ctx context.Context) error {
 		if err := c.flush(ctx); err != nil {
 			return err
 		}
-		size = segmentHeadroom
+		c.buf, size = bytes.Buffer{}, segmentHeadroom
 		b.set(&c.held, c.beyondFloor(size))
 	}
-	grown := make([]byte, c.buf.Len(), size)
-	copy(grown, c.buf.Bytes())
-	c.buf = *bytes.NewBuffer(grown)
+	c.room = size
 	return nil
 }
 
+const (
+	// minSegmentBuffer is the least a segment's buffer grows by.
+	minSegmentBuffer = 4 << 10
+	// keepEmpty is the most an emptied buffer keeps (what a slow container's segment needs):
+	// a bigger one is let go, grown again by the next segment that needs it.
+	keepEmpty = 16 << 10
+)
+
+// segmentWriter is where compress writes a segment's gzip members: into the capture's buffer,
+// which it grows as they need, by doubling up to the room fitMemory got leave for, and past it by
+// no more than they need (a compressed block is at most segmentHeadroom, which the room has).
+type segmentWriter struct{ c *capture }
+
+func (w segmentWriter) Write(p []byte) (int, error) {
+	buf := &w.c.buf
+	if buf.Available() < len(p) {
+		room := w.c.room
+		if w.c.cfg.Memory == nil {
+			room = int(w.c.cfg.SegmentBytes) + segmentHeadroom
+		}
+		size := max(buf.Len()+len(p), min(2*buf.Cap(), room), minSegmentBuffer)
+		grown := make([]byte, buf.Len(), size)
+		copy(grown, buf.Bytes())
+		*buf = *bytes.NewBuffer(grown)
+	}
+	return buf.Write(p)
+}
+
 // beyondFloor is what the capture's buffers take beyond CaptureFloor with a segment buffer of
-// capacity segBuf. Its lines waiting to be compressed count at the most that their buffer keeps
+// room segBuf. Its lines waiting to be compressed count at the most that their buffer keeps
 // (compress lets a bigger one go), so that their growth up to that needs no leave.
 func (c *capture) beyondFloor(segBuf int) int64 {
 	return max(0, int64(segBuf+max(c.raw.Cap(), 4*rawBlock))-CaptureFloor)

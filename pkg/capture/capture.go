@@ -346,8 +346,10 @@ type capture struct {
 	first     time.Time
 	backlog   int64
 	peak      float64
-	// held is what the capture holds of cfg.Memory (fitMemory).
+	// held is what the capture holds of cfg.Memory, room what its segment's buffer may grow to
+	// (fitMemory).
 	held int64
+	room int
 }
 
 func resume(ctx context.Context, cfg Config, recs Records, store objstore.Store, segKey func(int32) string, ref Ref) (*capture, error) {
@@ -498,6 +500,7 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 	go func() { readErr <- readLines(ctx, rc, lines, c.resuming) }()
 	tick := time.NewTicker(c.cfg.Poll)
 	defer tick.Stop()
+	var draining time.Time // when the status showed the run ended while the stream was open
 	for {
 		in := lines
 		if c.bind.pendingBytes >= heldMax {
@@ -533,10 +536,29 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 				return streamFailed("store", err)
 			}
 			if end.Over || end.Terminated {
-				return errOver // read to its end without follow
+				if draining.IsZero() && drains(end) {
+					draining = time.Now()
+				}
+				if draining.IsZero() || time.Since(draining) >= followDrain {
+					return errOver // read to its end without follow
+				}
 			}
 		}
 	}
+}
+
+// followDrain is how long a follow stream is read on once the status shows its run ended: the
+// node's reader looks whether the container still runs every second (the kubelet's
+// logForceCheckPeriod), reads the rest of the file, then ends the stream cleanly (readToEnd).
+// A kubelet removes a deleted pod's logs 0.4 to 0.8 s after the API shows its containers
+// terminated, and refuses any read after; the open stream holds the file and reads on.
+const followDrain = 3 * time.Second
+
+// drains reports whether the follow stream of a run the status shows ended is read on until the
+// node ends it (followDrain): the container's last run, seen stopped. A run read as ended while
+// its status shows it running (StillRunning) has a stream that will not end.
+func drains(end End) bool {
+	return !end.Previous && !end.StillRunning && end.Lost == "" && !end.FinishedAt.IsZero()
 }
 
 // flushAged writes the segment being filled once it is SegmentAge old.
@@ -572,12 +594,23 @@ func (c *capture) finish(ctx context.Context, src Source, end End, over func(con
 }
 
 // readToEnd reports whether a follow stream already read the ended run to its end: one the node
-// ended cleanly, opened after the run finished (FinishedAt has whole seconds: a second after it),
-// read a file that no longer grew to its end, as a read without follow would. It spares that read,
-// which a real kubelet cannot answer once it removed the container, seconds after a deleted pod's
-// containers stop. Only for the container's last run: after a restart a stream serves the next.
+// ended cleanly, opened after the run started (StartedAt has whole seconds: a second after it; the
+// finish when the start is not known). The node's reader ends a follow only once it sees the
+// container stopped, and reads the file to its end first (and a stream opened after the finish
+// read a file that no longer grew, as a read without follow would). It spares that read, which a
+// real kubelet cannot answer once it removed the container, 0.4 to 0.8 s after a deleted pod's
+// containers stop: a thousand pods deleted at once lost most of their final reads to it, with
+// their logs read whole (BenchmarkFollow1000). Only for the container's last run: after a restart
+// a stream serves the next.
 func (c *capture) readToEnd(end End) bool {
-	return !end.Previous && !end.FinishedAt.IsZero() && c.cleanOpen.After(end.FinishedAt.Add(time.Second))
+	if end.Previous || end.FinishedAt.IsZero() {
+		return false
+	}
+	since := end.StartedAt
+	if since.IsZero() {
+		since = end.FinishedAt
+	}
+	return c.cleanOpen.After(since.Add(time.Second))
 }
 
 // read reads the rest of an ended run's log without follow. When the read fails, what it read is
@@ -1012,7 +1045,7 @@ func (c *capture) compress(empty bool) error {
 		zw.Reset(io.Discard) // the pool must not keep this capture's buffer
 		gzipWriters.Put(zw)
 	}()
-	zw.Reset(&c.buf)
+	zw.Reset(segmentWriter{c})
 	if _, err := zw.Write(c.raw.Bytes()); err != nil {
 		return err
 	}
@@ -1082,7 +1115,7 @@ func (c *capture) flush(ctx context.Context) error {
 // reader's error, as a lead alone is.
 func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) error {
 	cr := &CountingReader{R: r}
-	br := bufio.NewReaderSize(cr, pieceSize)
+	br := bufio.NewReaderSize(cr, readBuffer)
 	if resumed {
 		lead, err := skipLead(br)
 		if err != nil {
@@ -1124,8 +1157,8 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) 
 		fileBytes := len(tsb) + len("stdout F ")
 		for start := true; ; start = false {
 			off := cr.N - int64(br.Buffered())
-			data, err := br.ReadSlice('\n')
-			l := line{ts: t, data: bytes.Clone(data), start: start, off: off, fileBytes: fileBytes + len(data)}
+			data, err := readPiece(br)
+			l := line{ts: t, data: data, start: start, off: off, fileBytes: fileBytes + len(data)}
 			fileBytes = 0
 			switch err {
 			case nil:
@@ -1149,6 +1182,23 @@ func readLines(ctx context.Context, r io.Reader, out chan<- line, resumed bool) 
 			}
 		}
 	}
+}
+
+// readBuffer is the stream reader's buffer: what a followed stream holds while it waits, so kept
+// small (a thousand followed containers hold a thousand); pieces are put together from it.
+const readBuffer = 4 << 10
+
+// readPiece reads the next piece of a line, a copy: up to its newline, or pieceSize bytes
+// (bufio.ErrBufferFull, the line goes on), or the end of the stream. pieceSize is a multiple of
+// the reader's buffer, which returns it whole when full.
+func readPiece(br *bufio.Reader) ([]byte, error) {
+	data, err := br.ReadSlice('\n')
+	piece := bytes.Clone(data)
+	for err == bufio.ErrBufferFull && len(piece) < pieceSize {
+		data, err = br.ReadSlice('\n')
+		piece = append(piece, data...)
+	}
+	return piece, err
 }
 
 // tsMax is the longest timestamp pods/log writes (RFC 3339 with nanoseconds and a zone offset).

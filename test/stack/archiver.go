@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -73,6 +74,9 @@ type Archiver struct {
 	Proc        *testbed.Process
 	// Kubeconfig is the identity the archiver runs as: ArchiverIdentity's.
 	Kubeconfig string
+	// ReadyTimeout is how long Start waits for /readyz, a minute if zero: an archiver whose cache
+	// holds 100,000 pods takes longer to sync on a loaded machine.
+	ReadyTimeout time.Duration
 }
 
 // Options choose the archiver's store and scope.
@@ -134,7 +138,7 @@ func (a *Archiver) Start(t testbed.T) {
 	cmd := exec.Command(testbed.GoBuild(t, "./archiver"), args...)
 	cmd.Env = append(os.Environ(), a.Environ...)
 	a.Proc = testbed.Start(t, "archiver", cmd)
-	a.Proc.WaitReady(t, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", time.Minute)
+	a.Proc.WaitReady(t, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", cmp.Or(a.ReadyTimeout, time.Minute))
 }
 
 // Store opens the archiver's store for reading back what it wrote.

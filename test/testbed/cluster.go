@@ -306,7 +306,7 @@ func fakeCapacity() corev1.ResourceList {
 	return corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("64"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
-		corev1.ResourcePods:   resource.MustParse("1000"),
+		corev1.ResourcePods:   resource.MustParse("3000"), // Follow1000 at 5,000 containers runs them on two nodes
 	}
 }
 

@@ -140,13 +140,26 @@ func Start(t T, name string, cmd *exec.Cmd) *Process {
 	return p
 }
 
-// WaitReady polls url until it answers 200, failing the test with the process log otherwise.
+// WaitReady polls url until it answers 200, failing the test with the process log otherwise. A
+// wait longer than readyProgress logs each readyProgress it goes on, so that a long one (a cache of
+// 100,000 pods syncing on a loaded machine) is seen waiting, not hung.
 func (p *Process) WaitReady(t T, url string, timeout time.Duration) {
 	t.Helper()
-	if err := p.waitFor(timeout, httpOK(url)); err != nil {
+	ok, start, next := httpOK(url), time.Now(), readyProgress
+	if err := p.waitFor(timeout, func() error {
+		err := ok()
+		if err != nil && time.Since(start) >= next {
+			t.Logf("%s not ready after %s (waiting up to %s): %v", p.Name, next, timeout, err)
+			next += readyProgress
+		}
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
+
+// readyProgress is how often WaitReady reports a wait that goes on.
+const readyProgress = 30 * time.Second
 
 // FreePort returns a free TCP port on 127.0.0.1.
 func FreePort(t T) int {
