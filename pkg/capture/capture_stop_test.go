@@ -8,59 +8,6 @@ import (
 	"time"
 )
 
-// stopStatus is a container's status as the archiver reads it in the stop tests: its last run,
-// started in the second before the capture began (a status has whole seconds), over once the
-// test says so.
-type stopStatus struct {
-	mu                sync.Mutex
-	over              bool
-	reads             int
-	started, finished time.Time
-}
-
-func (s *stopStatus) end(context.Context) (End, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reads++
-	return End{Over: s.over, Final: true, StartedAt: s.started, FinishedAt: s.finished}, nil
-}
-
-func (s *stopStatus) read() int { s.mu.Lock(); defer s.mu.Unlock(); return s.reads }
-
-// ended has the status show the run over, finished now.
-func (s *stopStatus) ended() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.over, s.finished = true, time.Now().Truncate(time.Second)
-}
-
-// followUntilStored starts a capture on a stopping node whose container wrote 20 lines, and waits
-// until the follow stream has stored them all. It returns the capture's result.
-func followUntilStored(t *testing.T, r *rig, node *stoppingNode, status *stopStatus) chan error {
-	t.Helper()
-	status.started = time.Now().Add(-time.Second).Truncate(time.Second)
-	done := make(chan error, 1)
-	go func() {
-		_, err := Capture(t.Context(), r.cfg, node, r.recs, r.store, r.segKey, r.ref, status.end, nil)
-		done <- err
-	}()
-	for i := range 20 {
-		r.writeAt(r.t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("line %d\n", i))
-	}
-	waitFor(t, "every line stored", func() bool {
-		segs, _ := r.recs.Segments(t.Context(), r.ref.PodUID, r.ref.Container, r.ref.Run)
-		return len(segs) > 0 && segs[len(segs)-1].TotalBytes == int64(r.want.Len())
-	})
-	return done
-}
-
-// collect has the node stop the container and remove its logs: every read is refused after.
-func (s *stoppingNode) collect() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopped, s.removed = true, true
-}
-
 // TestCaptureTakesAFollowAcrossTheStopAsTheRead: a follow stream open while the container ran,
 // which the node ended cleanly when the container stopped, read the run to its end (the node's
 // reader ends a follow only once it sees the container stopped, and reads the file to its end
@@ -69,16 +16,45 @@ func (s *stoppingNode) collect() {
 // at once (BenchmarkFollow1000): the capture needs no further read, and records no gap.
 func TestCaptureTakesAFollowAcrossTheStopAsTheRead(t *testing.T) {
 	r := newRig(t)
-	node, status := &stoppingNode{fakeNode: r.node}, &stopStatus{}
-	done := followUntilStored(t, r, node, status)
+	node := &stoppingNode{fakeNode: r.node}
+	var (
+		mu                sync.Mutex
+		over              bool
+		started, finished time.Time
+	)
+	end := func(context.Context) (End, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return End{Over: over, Final: true, StartedAt: started, FinishedAt: finished}, nil
+	}
+	// A status has whole seconds: it started in the second before the capture began.
+	mu.Lock()
+	started = time.Now().Add(-time.Second).Truncate(time.Second)
+	mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Capture(t.Context(), r.cfg, node, r.recs, r.store, r.segKey, r.ref, end, nil)
+		done <- err
+	}()
+	for i := range 20 {
+		r.writeAt(r.t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("line %d\n", i))
+	}
 	r.writeAt(r.t0.Add(time.Second), "the last line, written as the container stopped\n")
-	waitFor(t, "the last line stored", func() bool {
+	// Every line is stored from the follow stream before the container stops.
+	waitFor(t, "every line stored", func() bool {
 		segs, _ := r.recs.Segments(t.Context(), r.ref.PodUID, r.ref.Container, r.ref.Run)
-		return segs[len(segs)-1].TotalBytes == int64(r.want.Len())
+		return len(segs) > 0 && segs[len(segs)-1].TotalBytes == int64(r.want.Len())
 	})
-	node.collect()
+	mu.Lock()
+	finished = time.Now().Truncate(time.Second)
+	mu.Unlock()
+	node.mu.Lock()
+	node.stopped, node.removed = true, true // collected before the capture sees the run over
+	node.mu.Unlock()
 	r.node.breakStreams() // the node ends the follow cleanly at the end of the file
-	status.ended()
+	mu.Lock()
+	over = true
+	mu.Unlock()
 	if err := <-done; err != nil {
 		t.Fatalf("Capture: %v", err)
 	}
@@ -93,12 +69,43 @@ func TestCaptureTakesAFollowAcrossTheStopAsTheRead(t *testing.T) {
 // ended the stream at the status and recorded the rest as collected).
 func TestCaptureDrainsTheFollowOfAnEndedRun(t *testing.T) {
 	r := newRig(t)
-	node, status := &stoppingNode{fakeNode: r.node}, &stopStatus{}
-	done := followUntilStored(t, r, node, status)
-	node.collect()
-	status.ended()
-	n := status.read()
-	waitFor(t, "the status read as ended", func() bool { return status.read() > n+1 })
+	node := &stoppingNode{fakeNode: r.node}
+	var (
+		mu                sync.Mutex
+		over              bool
+		statusReads       int
+		started, finished time.Time
+	)
+	end := func(context.Context) (End, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		statusReads++
+		return End{Over: over, Final: true, StartedAt: started, FinishedAt: finished}, nil
+	}
+	reads := func() int { mu.Lock(); defer mu.Unlock(); return statusReads }
+	mu.Lock()
+	started = time.Now().Add(-time.Second).Truncate(time.Second)
+	mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Capture(t.Context(), r.cfg, node, r.recs, r.store, r.segKey, r.ref, end, nil)
+		done <- err
+	}()
+	for i := range 20 {
+		r.writeAt(r.t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("line %d\n", i))
+	}
+	waitFor(t, "every line stored", func() bool {
+		segs, _ := r.recs.Segments(t.Context(), r.ref.PodUID, r.ref.Container, r.ref.Run)
+		return len(segs) > 0 && segs[len(segs)-1].TotalBytes == int64(r.want.Len())
+	})
+	node.mu.Lock()
+	node.stopped, node.removed = true, true
+	node.mu.Unlock()
+	mu.Lock()
+	over, finished = true, time.Now().Truncate(time.Second)
+	mu.Unlock()
+	n := reads()
+	waitFor(t, "the status read as ended", func() bool { return reads() > n+1 })
 	// The node's reader reads the rest of the file and ends the stream.
 	r.writeAt(r.t0.Add(time.Second), "the last line, written as the container stopped\n")
 	r.node.breakStreams()
