@@ -500,7 +500,6 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 	go func() { readErr <- readLines(ctx, rc, lines, c.resuming) }()
 	tick := time.NewTicker(c.cfg.Poll)
 	defer tick.Stop()
-	var draining time.Time // when the status showed the run ended while the stream was open
 	for {
 		in := lines
 		if c.bind.pendingBytes >= heldMax {
@@ -536,29 +535,10 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 				return streamFailed("store", err)
 			}
 			if end.Over || end.Terminated {
-				if draining.IsZero() && drains(end) {
-					draining = time.Now()
-				}
-				if draining.IsZero() || time.Since(draining) >= followDrain {
-					return errOver // read to its end without follow
-				}
+				return errOver // read to its end without follow
 			}
 		}
 	}
-}
-
-// followDrain is how long a follow stream is read on once the status shows its run ended: the
-// node's reader looks whether the container still runs every second (the kubelet's
-// logForceCheckPeriod), reads the rest of the file, then ends the stream cleanly (readToEnd).
-// A kubelet removes a deleted pod's logs 0.4 to 0.8 s after the API shows its containers
-// terminated, and refuses any read after; the open stream holds the file and reads on.
-const followDrain = 3 * time.Second
-
-// drains reports whether the follow stream of a run the status shows ended is read on until the
-// node ends it (followDrain): the container's last run, seen stopped. A run read as ended while
-// its status shows it running (StillRunning) has a stream that will not end.
-func drains(end End) bool {
-	return !end.Previous && !end.StillRunning && end.Lost == "" && !end.FinishedAt.IsZero()
 }
 
 // flushAged writes the segment being filled once it is SegmentAge old.
