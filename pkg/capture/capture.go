@@ -574,23 +574,12 @@ func (c *capture) finish(ctx context.Context, src Source, end End, over func(con
 }
 
 // readToEnd reports whether a follow stream already read the ended run to its end: one the node
-// ended cleanly, opened after the run started (StartedAt has whole seconds: a second after it; the
-// finish when the start is not known). The node's reader ends a follow only once it sees the
-// container stopped, and reads the file to its end first (and a stream opened after the finish
-// read a file that no longer grew, as a read without follow would). It spares that read, which a
-// real kubelet cannot answer once it removed the container, 0.4 to 0.8 s after a deleted pod's
-// containers stop: a thousand pods deleted at once lost most of their final reads to it, with
-// their logs read whole (BenchmarkFollow1000). Only for the container's last run: after a restart
-// a stream serves the next.
+// ended cleanly, opened after the run finished (FinishedAt has whole seconds: a second after it),
+// read a file that no longer grew to its end, as a read without follow would. It spares that read,
+// which a real kubelet cannot answer once it removed the container, seconds after a deleted pod's
+// containers stop. Only for the container's last run: after a restart a stream serves the next.
 func (c *capture) readToEnd(end End) bool {
-	if end.Previous || end.FinishedAt.IsZero() {
-		return false
-	}
-	since := end.StartedAt
-	if since.IsZero() {
-		since = end.FinishedAt
-	}
-	return c.cleanOpen.After(since.Add(time.Second))
+	return !end.Previous && !end.FinishedAt.IsZero() && c.cleanOpen.After(end.FinishedAt.Add(time.Second))
 }
 
 // read reads the rest of an ended run's log without follow. When the read fails, what it read is
