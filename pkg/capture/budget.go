@@ -119,7 +119,7 @@ const (
 
 // segmentWriter is where compress writes a segment's gzip members: into the capture's buffer,
 // which it grows as they need, by doubling up to the room fitMemory got leave for, and past it by
-// no more than they need (a compressed block is at most segmentHeadroom, which the room has).
+// a headroom at a time (a compressed block is about segmentHeadroom at most, which the room has).
 type segmentWriter struct{ c *capture }
 
 func (w segmentWriter) Write(p []byte) (int, error) {
@@ -130,6 +130,13 @@ func (w segmentWriter) Write(p []byte) (int, error) {
 			room = int(w.c.cfg.SegmentBytes) + segmentHeadroom
 		}
 		size := max(buf.Len()+len(p), min(2*buf.Cap(), room), minSegmentBuffer)
+		if buf.Len()+len(p) > room {
+			// Past the room, by a headroom: a member bigger than the headroom (a rawBlock waiting
+			// and a long line's piece, of output that barely compresses) is written by flate a
+			// few hundred bytes at a time, and growing by just those copied the whole segment
+			// for each (TestSegmentBufferGrowsByHeadroom).
+			size = buf.Len() + max(len(p), segmentHeadroom)
+		}
 		grown := make([]byte, buf.Len(), size)
 		copy(grown, buf.Bytes())
 		*buf = *bytes.NewBuffer(grown)
