@@ -486,7 +486,9 @@ func (r *JobReconciler) releaseJob(ctx context.Context, job *batchv1alpha1.Job, 
 		Path  string `json:"path"`
 		Value any    `json:"value,omitempty"`
 	}
-	var ops []op
+	// The UID first: the job may have been deleted and created again under its name since it was
+	// read, with our finalizer at the same index (TestReleaseJobRecreatedUnderItsName).
+	ops := []op{{Op: "test", Path: "/metadata/uid", Value: string(job.UID)}}
 	for _, k := range slices.Sorted(maps.Keys(set)) {
 		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + jsonPointerEscape(k), Value: set[k]})
 	}

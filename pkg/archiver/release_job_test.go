@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -104,4 +105,28 @@ func ownerIndex(o client.Object) []string {
 		return []string{ref.UID}
 	}
 	return nil
+}
+
+// TestReleaseJobRecreatedUnderItsName: a release sent from a job that was deleted and created
+// again under its name meanwhile (the webhook gives the new one our finalizer, at the same index)
+// changes nothing of the new one. Without the UID's test the new job lost our finalizer and got
+// the old one's archive marks: taken for archived, it was never sealed.
+func TestReleaseJobRecreatedUnderItsName(t *testing.T) {
+	meta := func(uid string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: "ns", Name: "train", UID: types.UID(uid), Finalizers: []string{tracking.JobFinalizer},
+			Annotations: map[string]string{tracking.SubmitterAnnotation: "alice"}}
+	}
+	old, recreated := &batchv1alpha1.Job{ObjectMeta: meta("old-uid")}, &batchv1alpha1.Job{ObjectMeta: meta("new-uid")}
+	c := fake.NewClientBuilder().WithScheme(jobScheme(t)).WithObjects(recreated).Build()
+	r := &JobReconciler{Deps: Deps{Client: c}}
+	if err := r.releaseJob(t.Context(), old, map[string]string{tracking.ArchivedAtAnnotation: "2026-11-25T12:00:00Z"}); err == nil {
+		t.Error("releaseJob of the deleted job succeeded on the job recreated under its name")
+	}
+	var got batchv1alpha1.Job
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(recreated), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Finalizers, []string{tracking.JobFinalizer}) || got.Annotations[tracking.ArchivedAtAnnotation] != "" {
+		t.Errorf("the recreated job has finalizers %v and annotations %v, want ours kept and no archive mark", got.Finalizers, got.Annotations)
+	}
 }
