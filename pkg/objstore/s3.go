@@ -118,13 +118,6 @@ func NewS3(cfg S3Config) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create S3 store: %w", err)
 	}
-	// minio-go keeps 16 idle connections a host. The archiver writes a burst of ended pods' logs
-	// at once (600 Puts in flight in BenchmarkReleaseThroughput), and all but 16 of those
-	// connections were closed after one request and opened again for the next burst: 740
-	// connections, with TLS a handshake each, for 1,000 pods. The Puts are not queued instead: a
-	// queue shared by every tenant's captures lets one tenant's output, or a few hung requests,
-	// hold back everyone's.
-	transport.MaxIdleConnsPerHost = maxIdleConnsPerHost
 	if cfg.CAFile != "" {
 		pool, err := loadCertPool(cfg.CAFile)
 		if err != nil {
@@ -150,9 +143,6 @@ func NewS3(cfg S3Config) (*S3, error) {
 	}
 	return &S3{client: client, bucket: cfg.Bucket, partSize: cfg.PartSize, timeouts: cfg.Timeouts.withDefaults(), lockMode: lockMode}, nil
 }
-
-// maxIdleConnsPerHost is how many idle connections to the S3 endpoint are kept for reuse.
-const maxIdleConnsPerHost = 256
 
 // CheckLock reports an error unless the bucket has Object Lock enabled, without which every
 // locked write would fail. New calls it for a store with a lock mode.
