@@ -40,9 +40,9 @@ type Records interface {
 	UpsertPod(ctx context.Context, p record.Pod) error
 	UpsertPods(ctx context.Context, pods []record.Pod) error
 	PutLogObject(ctx context.Context, l record.LogObject) error
-	// StartRun and RecordRunLog are a run's capture's start and its log's record, each one
-	// transaction (db.StartRun, db.RecordRunLog).
-	StartRun(ctx context.Context, c db.RunClaim, healthyWithin time.Duration, instance string) (db.RunStart, error)
+	// StartRuns and RecordRunLog are runs' captures' start and a run's log's record, each one
+	// transaction (db.StartRuns, db.RecordRunLog).
+	StartRuns(ctx context.Context, runs []db.RunToStart, healthyWithin time.Duration) ([]db.RunStart, error)
 	RecordRunLog(ctx context.Context, l record.LogObject, sources []record.SourceRange, pod *db.PodArchive) error
 	// JobForSeal reads what a job's seal reads of its record in one transaction (sealRecords).
 	JobForSeal(ctx context.Context, uid string) (db.SealRead, error)

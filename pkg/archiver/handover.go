@@ -3,15 +3,20 @@ package archiver
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/db"
 	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
 // RunOwners is what the archiver needs of the database to share container runs with the node
@@ -26,37 +31,50 @@ type RunOwners interface {
 }
 
 // startRun starts the run's capture: it claims the run (its owner, see db.ClaimRun) and reads its
-// log row, gaps and segments, in one transaction (db.StartRun), retried until it succeeds. It
+// log row, gaps and segments, in one transaction (db.StartRuns), retried until it succeeds. It
 // reports done when the run's log is recorded already (or ctx ended): a pod's reconcile that did
 // not know the run recorded (loggedRuns), or asked for its capture after one that recorded it had
 // ended, starts it again, and captured again its final object would be written again, a second
 // version that Object Lock keeps on a versioned bucket (and, once its segments are forgotten, an
 // empty log written over an assembled one, or an unavailable row over a stored one).
-func (r *PodReconciler) startRun(ctx context.Context, log logr.Logger, job archive.JobRef, ref capture.Ref) (db.RunStart, bool) {
+//
+// The first attempt goes with the other starts of the job's runs (jobStarts, startSiblings); pre,
+// when set, is this run's start as another capture reads it (startSiblings). A failed one is
+// retried alone.
+func (r *PodReconciler) startRun(ctx context.Context, log logr.Logger, job archive.JobRef, ref capture.Ref, pre *startedRun) (db.RunStart, bool) {
 	claim := db.RunClaim{RunKey: db.RunKey{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run},
 		Namespace: ref.Namespace, Pod: ref.Pod, JobName: job.Name, JobUID: job.UID}
 	pod, _ := r.runPod(ctx, ref)
 	if pod != nil {
 		claim.Node = pod.Spec.NodeName
 	}
-	for retry := time.Second; ; {
-		// The name the run's log is recorded under now (runInstance, as recordRun names it).
+	// The name the run's log is recorded under now (runInstance, as recordRun names it).
+	instance := func() (string, error) {
 		end, _, err := r.runEnd(ctx, ref)
-		var start db.RunStart
+		return runInstance(ref, end.Previous || end.Lost == record.GapRestarted), err
+	}
+	switch name, err := instance(); {
+	case pre != nil:
+		select {
+		case <-ctx.Done():
+			return db.RunStart{}, true
+		case <-pre.done:
+		}
+	case err == nil:
+		pre = &startedRun{run: db.RunToStart{RunClaim: claim, Instance: name}, done: make(chan struct{})}
+		r.startWithJob(ctx, job.UID, pre, func() []*startedRun { return r.startSiblings(ctx, job, ref) })
+	}
+	if pre != nil && pre.ok {
+		return r.started(pod, pre.start)
+	}
+	for retry := time.Second; ; {
+		name, err := instance()
+		var starts []db.RunStart
 		if err == nil {
-			start, err = r.Records.StartRun(ctx, claim, db.AgentHealthyWithin, runInstance(ref, end.Previous || end.Lost == record.GapRestarted))
+			starts, err = r.Records.StartRuns(ctx, []db.RunToStart{{RunClaim: claim, Instance: name}}, db.AgentHealthyWithin)
 		}
 		if err == nil {
-			if start.First {
-				runsClaimedTotal.WithLabelValues(start.Owner).Inc() // once per run, not per capture restart
-			}
-			if start.Recorded != nil {
-				if pod != nil {
-					r.logged.add(client.ObjectKeyFromObject(pod), pod.UID, *start.Recorded, false)
-				}
-				return start, true
-			}
-			return start, false
+			return r.started(pod, starts[0])
 		}
 		archiveFailuresTotal.WithLabelValues("database").Inc()
 		log.Error(err, "Starting the run's capture failed, will retry")
@@ -64,6 +82,155 @@ func (r *PodReconciler) startRun(ctx context.Context, log logr.Logger, job archi
 			return db.RunStart{}, true
 		}
 	}
+}
+
+// started takes a run's start (startRun): done if its log is recorded already.
+func (r *PodReconciler) started(pod *corev1.Pod, start db.RunStart) (db.RunStart, bool) {
+	if start.First {
+		runsClaimedTotal.WithLabelValues(start.Owner).Inc() // once per run, not per capture restart
+	}
+	if start.Recorded != nil {
+		if pod != nil {
+			r.logged.add(client.ObjectKeyFromObject(pod), pod.UID, *start.Recorded, false)
+		}
+		return start, true
+	}
+	return start, false
+}
+
+// startedRun is one run's start in a transaction of several (startTogether): ok once read, done
+// closed either way, or closed with next set for the start to run that batch, itself first.
+type startedRun struct {
+	run   db.RunToStart
+	done  chan struct{}
+	start db.RunStart
+	ok    bool
+	next  []*startedRun
+}
+
+// jobStarts queues the starts of each job's runs, so that the runs of a job's pods that end
+// together are claimed and read in a few transactions, not one each (issue 28): a start that finds
+// one of its job's in flight waits, and the starts queued meanwhile go together in the next
+// transaction, which the first of them runs (group commit, per job: one tenant's starts never wait
+// for another's). Each waits for at most the transactions queued before it, each bounded by the
+// database's timeout. The zero value is ready to use.
+type jobStarts struct {
+	mu sync.Mutex
+	// queued holds a job's starts waiting for the next transaction; a job is in it while one of
+	// its transactions runs.
+	queued map[string][]*startedRun
+}
+
+// join reports true if no start of the job is in flight: the caller runs its own now (and calls
+// handOff after). Else s waits for the next transaction.
+func (j *jobStarts) join(jobUID string, s *startedRun) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	q, busy := j.queued[jobUID]
+	if !busy {
+		if j.queued == nil {
+			j.queued = map[string][]*startedRun{}
+		}
+		j.queued[jobUID] = nil
+		return true
+	}
+	j.queued[jobUID] = append(q, s)
+	return false
+}
+
+// handOff takes the next batch of the job's queued starts, up to startBatch, for the first of them
+// to run; nil when none waits (the job has none in flight any more).
+func (j *jobStarts) handOff(jobUID string) []*startedRun {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	q := j.queued[jobUID]
+	if len(q) == 0 {
+		delete(j.queued, jobUID)
+		return nil
+	}
+	next := q[:min(len(q), startBatch)]
+	j.queued[jobUID] = slices.Clone(q[len(next):])
+	return next
+}
+
+// startWithJob starts s with the job's other starts (jobStarts): now, with siblings' if none of
+// the job's is in flight, else in the next transaction. s.ok says whether it was read.
+func (r *PodReconciler) startWithJob(ctx context.Context, jobUID string, s *startedRun, siblings func() []*startedRun) {
+	if r.starts.join(jobUID, s) {
+		r.startTogether(ctx, jobUID, append([]*startedRun{s}, siblings()...), s)
+	} else if <-s.done; s.next != nil {
+		r.startTogether(ctx, jobUID, s.next, s)
+	}
+}
+
+// startTogether starts the batch's runs in one transaction (db.StartRuns), tells each but self
+// its start, and hands the job's queued starts to the next of them.
+func (r *PodReconciler) startTogether(ctx context.Context, jobUID string, batch []*startedRun, self *startedRun) {
+	runs := make([]db.RunToStart, len(batch))
+	for i, b := range batch {
+		runs[i] = b.run
+	}
+	starts, err := r.Records.StartRuns(ctx, runs, db.AgentHealthyWithin)
+	for i, b := range batch {
+		if err == nil {
+			b.start, b.ok = starts[i], true
+		}
+		if b != self {
+			close(b.done) // a failed start: each retries its own
+		}
+	}
+	if next := r.starts.handOff(jobUID); next != nil {
+		next[0].next = next
+		close(next[0].done)
+	}
+}
+
+// startBatch bounds the runs one start transaction claims and reads (startSiblings).
+const startBatch = 32
+
+// startSiblings starts the captures of the other runs of the job's ended pods that no capture
+// holds and that are not known recorded, up to startBatch-1 of them, each waiting for the start
+// the caller reads for it in its own transaction (startTogether): a job's pods often end
+// together, and a capture started by its pod's reconcile a moment later would read its own.
+//
+// The start of each is read after its capture is registered (Captures.Ensure), so no other
+// capture of that run can write its segments, gaps or row between the read and the capture that
+// takes it: the read is as fresh as the capture's own would be. Only pods this reconciler
+// recorded under the job as they are now (recordedState) are taken: their reconcile, or the
+// start-up's, checked that the job is theirs (notJobOf). Ended pods only: their runs' names do not
+// change any more. A run whose capture started meanwhile (Ensure found one) reads its own start;
+// the one read here for it is not used.
+func (r *PodReconciler) startSiblings(ctx context.Context, job archive.JobRef, self capture.Ref) (pre []*startedRun) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerIndex: job.UID},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return nil // each starts its own
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i] // the cache's: read only
+		key := client.ObjectKeyFromObject(p)
+		if owner, ok := ownerJob(p); !ok || owner != job || !podEnded(p) || releaseReason(p) != "" ||
+			!controllerutil.ContainsFinalizer(p, tracking.PodFinalizer) || !r.recorded.same(key, podFingerprint(podRow(p, job))) {
+			continue
+		}
+		done, _ := r.logged.known(key, p.UID)
+		for _, cr := range podRuns(p) {
+			ref := capture.Ref{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID), Container: cr.container, Run: cr.run}
+			if _, recorded := done[logName(cr.container, cr.instance)]; cr.never || recorded || ref == self || r.Captures.Active(captureKey(ref)) {
+				continue
+			}
+			s, ctype := &startedRun{done: make(chan struct{}), run: db.RunToStart{Instance: cr.instance, RunClaim: db.RunClaim{
+				RunKey:    db.RunKey{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run},
+				Namespace: ref.Namespace, Pod: ref.Pod, JobName: job.Name, JobUID: job.UID, Node: p.Spec.NodeName}}}, cr.ctype
+			if !r.Captures.Ensure(captureKey(ref), key, true, func(ctx context.Context) { r.captureRun(ctx, job, ref, ctype, s) }) {
+				return pre
+			}
+			if pre = append(pre, s); len(pre) == startBatch-1 {
+				return pre
+			}
+		}
+	}
+	return pre
 }
 
 // agentCaptures, while the run's owner (start.Owner, see startRun) is the node's agent, waits for

@@ -24,6 +24,23 @@ func (m *memRecords) StartRun(ctx context.Context, c db.RunClaim, healthy time.D
 	owner, first, err := m.ClaimRun(ctx, c, healthy)
 	return db.RunStart{Owner: owner, First: first}, err
 }
+func (m *memRecords) StartRuns(ctx context.Context, runs []db.RunToStart, healthy time.Duration) ([]db.RunStart, error) {
+	return startEach(ctx, m.StartRun, runs, healthy)
+}
+
+// startEach is StartRuns by one start of each run.
+func startEach(ctx context.Context, start func(context.Context, db.RunClaim, time.Duration, string) (db.RunStart, error),
+	runs []db.RunToStart, healthy time.Duration) ([]db.RunStart, error) {
+	out := make([]db.RunStart, len(runs))
+	for i, r := range runs {
+		var err error
+		if out[i], err = start(ctx, r.RunClaim, healthy, r.Instance); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 func (m *memRecords) RecordRunLog(ctx context.Context, l record.LogObject, _ []record.SourceRange, pod *db.PodArchive) error {
 	if err := m.PutLogObject(ctx, l); err != nil || pod == nil {
 		return err

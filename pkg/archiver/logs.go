@@ -172,7 +172,7 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 		ref := capture.Ref{Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), Container: cr.container, Run: cr.run}
 		// A run that ended, or whose pod is done, is captured first: the node deletes its log first (a
 		// minute after the pod stops, or at the container's next restart).
-		if !r.Captures.Ensure(captureKey(ref), client.ObjectKeyFromObject(pod), cr.ended || finished, func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype) }) {
+		if !r.Captures.Ensure(captureKey(ref), client.ObjectKeyFromObject(pod), cr.ended || finished, func(ctx context.Context) { r.captureRun(ctx, job, ref, cr.ctype, nil) }) {
 			return true, true, recorded, nil // not leading yet: the requeue comes back
 		}
 	}
@@ -188,8 +188,9 @@ func capturedPod(key string) string { return key[strings.LastIndexByte(key, '/')
 
 // captureRun captures one container run until its log is recorded: stored, with any gap recorded
 // beside it, or unavailable when nothing of it could be read. Failures of the store or the
-// database are retried without limit; a log that cannot be read, until the deadline.
-func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref capture.Ref, ctype record.ContainerType) {
+// database are retried without limit; a log that cannot be read, until the deadline. pre, when set,
+// is its start read by another capture (startSiblings).
+func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref capture.Ref, ctype record.ContainerType, pre *startedRun) {
 	log := ctrl.Log.WithName("capture").WithValues("Pod", klog.KRef(ref.Namespace, ref.Pod), "container", ref.Container, "run", ref.Run)
 	ctx = ctrl.LoggerInto(ctx, log) // for Capture's own messages (streams reopened)
 	if _, err := r.Layout.Segment(job, ref.Pod, ref.PodUID, ref.Container, ref.Run, 0); err != nil {
@@ -206,7 +207,7 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 		key, _ := r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, runInstance(ref, previous))
 		return key, r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now())
 	}
-	start, done := r.startRun(ctx, log, job, ref)
+	start, done := r.startRun(ctx, log, job, ref, pre)
 	if done {
 		return
 	}

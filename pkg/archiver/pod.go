@@ -41,6 +41,8 @@ type PodReconciler struct {
 	cachedRecorded sync.Once
 	// logged holds the log rows of each pod's runs as this process recorded or found them.
 	logged loggedRuns
+	// starts queues the starts of each job's runs (startRun).
+	starts jobStarts
 }
 
 // recordBatch is how many pod rows one statement reads or writes when the reconciler starts.

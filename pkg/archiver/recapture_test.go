@@ -83,6 +83,11 @@ func (m *loggedRecords) StartRun(ctx context.Context, c db.RunClaim, healthy tim
 	return start, nil
 }
 
+// StartRuns is StartRun for each.
+func (m *loggedRecords) StartRuns(ctx context.Context, runs []db.RunToStart, healthy time.Duration) ([]db.RunStart, error) {
+	return startEach(ctx, m.StartRun, runs, healthy)
+}
+
 // RecordRunLog records the row with loggedRecords' PutLogObject.
 func (m *loggedRecords) RecordRunLog(ctx context.Context, l record.LogObject, _ []record.SourceRange, pod *db.PodArchive) error {
 	if err := m.PutLogObject(ctx, l); err != nil || pod == nil {
@@ -140,7 +145,7 @@ func TestCaptureRunWritesOnce(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			for range tc.captures {
-				r.captureRun(ctx, job, ref, record.ContainerRegular)
+				r.captureRun(ctx, job, ref, record.ContainerRegular, nil)
 			}
 			if n := store.writes[key]; n != 1 || len(records.logs) != 1 {
 				t.Errorf("%d writes of %s, %d log rows; want 1 and 1 (written once, recorded)", n, key, len(records.logs))

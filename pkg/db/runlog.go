@@ -10,9 +10,10 @@ import (
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
-// The archiver's work on one container run, in two transactions (issue 28: at most two per pod of
-// one short log): what its capture needs as it starts (StartRun), and what recording its log
-// writes (RecordRunLog), each the same rows and checks as the single calls it replaces.
+// The archiver's work on one container run, in two transactions (issue 28): what its capture
+// needs as it starts (StartRun, or StartRuns for several runs of one job at once), and what
+// recording its log writes (RecordRunLog), each the same rows and checks as the single calls it
+// replaces.
 
 // RunStart is what StartRun found of a run as its capture starts.
 type RunStart struct {
@@ -30,29 +31,60 @@ type RunStart struct {
 
 // StartRun claims the run (ClaimRun) and reads, in the same transaction, its log row under
 // instance, its gaps and its segments. Idempotent: a run claimed before keeps its owner.
-func (d *DB) StartRun(ctx context.Context, c RunClaim, healthyWithin time.Duration, instance string) (out RunStart, err error) {
+func (d *DB) StartRun(ctx context.Context, c RunClaim, healthyWithin time.Duration, instance string) (RunStart, error) {
+	out, err := d.StartRuns(ctx, []RunToStart{{RunClaim: c, Instance: instance}}, healthyWithin)
+	if err != nil {
+		return RunStart{}, err
+	}
+	return out[0], nil
+}
+
+// RunToStart is one run StartRuns starts: its claim, and the instance its log row is looked up
+// under.
+type RunToStart struct {
+	RunClaim
+	Instance string
+}
+
+// StartRuns is StartRun for each run, in one transaction: the archiver starts the ended runs of
+// one job's pods together (issue 28: a pod's capture start was a transaction of its own). The
+// answers are in the runs' order; on any error nothing is claimed.
+func (d *DB) StartRuns(ctx context.Context, runs []RunToStart, healthyWithin time.Duration) (out []RunStart, err error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	err = d.inTx(ctx, func(tx *sql.Tx) error {
-		if out.Owner, out.First, err = claimRun(ctx, tx, c, healthyWithin); err != nil {
-			return err
+		out = make([]RunStart, len(runs))
+		for i, r := range runs {
+			if out[i], err = startRun(ctx, tx, r, healthyWithin); err != nil {
+				return fmt.Errorf("start run %s: %w", r.RunKey, err)
+			}
 		}
-		logs, err := queryLogObjects(ctx, tx, `SELECT `+logObjectColumns+`
-FROM log_objects lo WHERE lo.pod_uid = $1 AND lo.container = $2 AND lo.instance = $3`, c.PodUID, c.Container, instance)
-		if err != nil {
-			return fmt.Errorf("get the log of run %s: %w", c.RunKey, err)
-		}
-		if len(logs) > 0 {
-			out.Recorded = &logs[0]
-		}
-		if out.Gaps, err = runGaps(ctx, tx, c.PodUID, c.Container, c.Run); err != nil {
-			return err
-		}
-		out.Segments, err = getSegments(ctx, tx, c.PodUID, c.Container, c.Run)
-		return err
+		return nil
 	})
 	if err != nil {
-		return RunStart{}, fmt.Errorf("start run %s: %w", c.RunKey, err)
+		return nil, err
+	}
+	return out, nil
+}
+
+// startRun claims one run and reads its log row, gaps and segments, in tx.
+func startRun(ctx context.Context, tx *sql.Tx, r RunToStart, healthyWithin time.Duration) (out RunStart, err error) {
+	if out.Owner, out.First, err = claimRun(ctx, tx, r.RunClaim, healthyWithin); err != nil {
+		return RunStart{}, err
+	}
+	logs, err := queryLogObjects(ctx, tx, `SELECT `+logObjectColumns+`
+FROM log_objects lo WHERE lo.pod_uid = $1 AND lo.container = $2 AND lo.instance = $3`, r.PodUID, r.Container, r.Instance)
+	if err != nil {
+		return RunStart{}, fmt.Errorf("get the log of run %s: %w", r.RunKey, err)
+	}
+	if len(logs) > 0 {
+		out.Recorded = &logs[0]
+	}
+	if out.Gaps, err = runGaps(ctx, tx, r.PodUID, r.Container, r.Run); err != nil {
+		return RunStart{}, err
+	}
+	if out.Segments, err = getSegments(ctx, tx, r.PodUID, r.Container, r.Run); err != nil {
+		return RunStart{}, err
 	}
 	return out, nil
 }

@@ -17,12 +17,12 @@ import (
 // log, its job's share (the job's record, its seal) included, beyond what it spends starting and
 // stopping with nothing to do. Issue 28's target is 2 with the job's share
 // (test/performance/targets.yaml, podTransactions, printed by BenchmarkReleaseThroughput at 1,000
-// pods in jobs of 10: 2.8 now, 10 before). A pod's own share is 2 now; one job of 10 pods alone
-// weighs more here (its row is rewritten each time Volcano rewrites its status while its pods are
-// released, and how often it does varies from run to run): 3.9 to 5.4 a pod seen, 11.6 before.
-// The bound leaves that spread room, and still fails the code before (and the 7.6 issue 28 began
-// from).
-const maxTransactionsPerPod = 7.0
+// pods in jobs of 10). A pod's own share is its log's record, and its share of the job's capture
+// starts, which go in a few transactions together (jobStarts); one job of 10 pods alone weighs
+// more here than in the benchmark (its first record, its row brought up to date as Volcano
+// rewrites its status). Seen on 2026-11-25: 2.1 to 2.5 a pod, against 3.5 and 3.6 with a
+// transaction for each pod's capture start (11.6 before issue 28). The bound fails the latter.
+const maxTransactionsPerPod = 3.2
 
 // TestTransactionsPerPod (issue 28, target 2): a VcJob of 10 pods, each writing a short log, ends
 // while the archiver is down (the burst BenchmarkReleaseThroughput drains); the archiver then
