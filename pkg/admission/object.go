@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"gomodules.xyz/jsonpatch/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
 // Helpers over untyped JSON (map[string]any as decoded by encoding/json). Each checks the type of
@@ -40,11 +41,8 @@ type patch struct {
 // root is the request object itself.
 func root(obj map[string]any) node { return node{m: obj} }
 
-// pointerEscaper escapes a key for a JSON pointer (RFC 6901): label keys contain "/".
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
-
 // pointer is the JSON pointer of n.m[key].
-func (n node) pointer(key string) string { return n.ptr + "/" + pointerEscaper.Replace(key) }
+func (n node) pointer(key string) string { return n.ptr + "/" + tracking.PointerEscape(key) }
 
 // put sets n.m[key] = v and records it, unless n was added whole by an earlier operation. "add"
 // replaces an existing member, so it serves for new and changed keys alike.

@@ -490,7 +490,7 @@ func (r *JobReconciler) releaseJob(ctx context.Context, job *batchv1alpha1.Job, 
 	// read, with our finalizer at the same index (TestReleaseJobRecreatedUnderItsName).
 	ops := []op{{Op: "test", Path: "/metadata/uid", Value: string(job.UID)}}
 	for _, k := range slices.Sorted(maps.Keys(set)) {
-		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + jsonPointerEscape(k), Value: set[k]})
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + tracking.PointerEscape(k), Value: set[k]})
 	}
 	if i := slices.Index(job.Finalizers, tracking.JobFinalizer); i >= 0 {
 		at := "/metadata/finalizers/" + strconv.Itoa(i)
@@ -502,9 +502,3 @@ func (r *JobReconciler) releaseJob(ctx context.Context, job *batchv1alpha1.Job, 
 	}
 	return r.Client.Patch(ctx, job, client.RawPatch(types.JSONPatchType, raw))
 }
-
-// jsonPointerEscape escapes a key as one segment of a JSON pointer (RFC 6901); pkg/admission's
-// twin is the webhook's own.
-func jsonPointerEscape(key string) string { return pointerEscaper.Replace(key) }
-
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")

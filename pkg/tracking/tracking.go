@@ -6,6 +6,7 @@ package tracking
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"strings"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 )
 
@@ -115,3 +116,9 @@ func ControllingJob(obj metav1.Object) (metav1.OwnerReference, bool) {
 	}
 	return *ref, true
 }
+
+// PointerEscape escapes key as one reference token of a JSON pointer (RFC 6901), for the JSON
+// patches that add tracking's annotations and finalizers: label and annotation keys contain "/".
+func PointerEscape(key string) string { return pointerEscaper.Replace(key) }
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
