@@ -62,7 +62,12 @@ func (r *PodReconciler) startRun(ctx context.Context, log logr.Logger, job archi
 		}
 	case err == nil:
 		pre = &startedRun{run: db.RunToStart{RunClaim: claim, Instance: name}, done: make(chan struct{})}
-		r.startWithJob(ctx, job.UID, pre, func() []*startedRun { return r.startSiblings(ctx, job, ref) })
+		r.startWithJob(ctx, job.UID, pre, func() []*startedRun {
+			if pod == nil || !podEnded(pod) {
+				return nil // a running pod's siblings have their captures, or will when they end
+			}
+			return r.startSiblings(ctx, job, ref)
+		})
 	}
 	if pre != nil && pre.ok {
 		return r.started(pod, pre.start)
@@ -74,6 +79,7 @@ func (r *PodReconciler) startRun(ctx context.Context, log logr.Logger, job archi
 			starts, err = r.Records.StartRuns(ctx, []db.RunToStart{{RunClaim: claim, Instance: name}}, db.AgentHealthyWithin)
 		}
 		if err == nil {
+			countClaims(starts)
 			return r.started(pod, starts[0])
 		}
 		archiveFailuresTotal.WithLabelValues("database").Inc()
@@ -86,9 +92,6 @@ func (r *PodReconciler) startRun(ctx context.Context, log logr.Logger, job archi
 
 // started takes a run's start (startRun): done if its log is recorded already.
 func (r *PodReconciler) started(pod *corev1.Pod, start db.RunStart) (db.RunStart, bool) {
-	if start.First {
-		runsClaimedTotal.WithLabelValues(start.Owner).Inc() // once per run, not per capture restart
-	}
 	if start.Recorded != nil {
 		if pod != nil {
 			r.logged.add(client.ObjectKeyFromObject(pod), pod.UID, *start.Recorded, false)
@@ -96,6 +99,16 @@ func (r *PodReconciler) started(pod *corev1.Pod, start db.RunStart) (db.RunStart
 		return start, true
 	}
 	return start, false
+}
+
+// countClaims counts the runs these starts claimed first: once per run, whether or not a capture
+// takes its start (startSiblings), not per capture restart.
+func countClaims(starts []db.RunStart) {
+	for _, s := range starts {
+		if s.First {
+			runsClaimedTotal.WithLabelValues(s.Owner).Inc()
+		}
+	}
 }
 
 // startedRun is one run's start in a transaction of several (startTogether): ok once read, done
@@ -170,7 +183,10 @@ func (r *PodReconciler) startTogether(ctx context.Context, jobUID string, batch 
 	for i, b := range batch {
 		runs[i] = b.run
 	}
-	starts, err := r.Records.StartRuns(ctx, runs, db.AgentHealthyWithin)
+	// The batch is the job's, not self's alone: self's capture stopped (preempted, sealed) must
+	// not fail the others' starts. The database's timeout still bounds it.
+	starts, err := r.Records.StartRuns(context.WithoutCancel(ctx), runs, db.AgentHealthyWithin)
+	countClaims(starts)
 	for i, b := range batch {
 		if err == nil {
 			b.start, b.ok = starts[i], true
@@ -185,11 +201,15 @@ func (r *PodReconciler) startTogether(ctx context.Context, jobUID string, batch 
 	}
 }
 
-// startBatch bounds the runs one start transaction claims and reads (startSiblings).
+// startBatch bounds the runs one start transaction claims and reads (startTogether).
 const startBatch = 32
 
+// siblingPods bounds the job's pods one start looks at for siblings (startSiblings).
+const siblingPods = 4 * startBatch
+
 // startSiblings starts the captures of the other runs of the job's ended pods that no capture
-// holds and that are not known recorded, up to startBatch-1 of them, each waiting for the start
+// holds and that are not known recorded, up to startBatch-1 of them among siblingPods of the job's
+// pods, each waiting for the start
 // the caller reads for it in its own transaction (startTogether): a job's pods often end
 // together, and a capture started by its pod's reconcile a moment later would read its own.
 //
@@ -202,8 +222,10 @@ const startBatch = 32
 // the one read here for it is not used.
 func (r *PodReconciler) startSiblings(ctx context.Context, job archive.JobRef, self capture.Ref) (pre []*startedRun) {
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerIndex: job.UID},
-		client.UnsafeDisableDeepCopy); err != nil {
+	// At most siblingPods are looked at (and copied out of the cache): a start costs the same in a
+	// job of 100,000 pods as in one of 10.
+	if ctx.Err() != nil || r.Client.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerIndex: job.UID},
+		client.UnsafeDisableDeepCopy, client.Limit(siblingPods)) != nil {
 		return nil // each starts its own
 	}
 	for i := range pods.Items {
@@ -222,8 +244,8 @@ func (r *PodReconciler) startSiblings(ctx context.Context, job archive.JobRef, s
 			s, ctype := &startedRun{done: make(chan struct{}), run: db.RunToStart{Instance: cr.instance, RunClaim: db.RunClaim{
 				RunKey:    db.RunKey{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run},
 				Namespace: ref.Namespace, Pod: ref.Pod, JobName: job.Name, JobUID: job.UID, Node: p.Spec.NodeName}}}, cr.ctype
-			if !r.Captures.Ensure(captureKey(ref), key, true, func(ctx context.Context) { r.captureRun(ctx, job, ref, ctype, s) }) {
-				return pre
+			if ctx.Err() != nil || !r.Captures.Ensure(captureKey(ref), key, true, func(ctx context.Context) { r.captureRun(ctx, job, ref, ctype, s) }) {
+				return pre // stopped (a seal stops its job's captures first): registers nothing more
 			}
 			if pre = append(pre, s); len(pre) == startBatch-1 {
 				return pre

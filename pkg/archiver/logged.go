@@ -13,7 +13,7 @@ import (
 )
 
 // loggedRuns remembers, by pod, the log rows of its container runs this process recorded or
-// found recorded (a capture's start reads its run's row, db.StartRun), and whether it marked the
+// found recorded (a capture's start reads its run's row, db.StartRuns), and whether it marked the
 // pod archived with the last of them (db.RecordRunLog). A pod's reconcile that finds every run of
 // the pod here reads nothing: at most two transactions per pod of one short log (issue 28), where
 // reading the pod's rows at each reconcile and marking it archived apart were four more. A run
@@ -83,9 +83,9 @@ func (l *loggedRuns) forget(pod types.NamespacedName) {
 	delete(l.m, pod)
 }
 
-// runRecords is the capture.Records of one run's capture started by db.StartRun: its first read
-// of the run's segments is answered from what StartRun read in its transaction, and the gaps it
-// records are remembered beside those StartRun found, so that recording its log needs no read of
+// runRecords is the capture.Records of one run's capture started by db.StartRuns: its first read
+// of the run's segments is answered from what its start read in its transaction, and the gaps it
+// records are remembered beside those its start found, so that recording its log needs no read of
 // them. Only the run's own capture writes its segments and gaps (an agent's run is not given one).
 type runRecords struct {
 	capture.Records

@@ -146,7 +146,7 @@ func (r *PodReconciler) archiveLogs(ctx context.Context, pod *corev1.Pod, job ar
 		return true, false, nil, nil
 	}
 	// The rows are not read here: a run not known recorded gets its capture, whose start reads
-	// its row (db.StartRun) and stops if it has one (loggedRuns).
+	// its row (db.StartRuns) and stops if it has one (loggedRuns).
 	key := client.ObjectKeyFromObject(pod)
 	done, _ := r.logged.known(key, pod.UID)
 	for _, cr := range runs {

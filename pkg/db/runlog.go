@@ -46,9 +46,9 @@ type RunToStart struct {
 	Instance string
 }
 
-// StartRuns is StartRun for each run, in one transaction: the archiver starts the ended runs of
-// one job's pods together (issue 28: a pod's capture start was a transaction of its own). The
-// answers are in the runs' order; on any error nothing is claimed.
+// StartRuns is StartRun for each run, in one transaction: the archiver starts the runs of one
+// job's pods together (issue 28: a pod's capture start was a transaction of its own; design
+// 0011). The answers are in the runs' order; on any error nothing is claimed.
 func (d *DB) StartRuns(ctx context.Context, runs []RunToStart, healthyWithin time.Duration) (out []RunStart, err error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()

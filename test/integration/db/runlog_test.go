@@ -143,3 +143,49 @@ func TestDBJobInOneTransaction(t *testing.T) {
 		t.Errorf("JobForSeal of an unknown job: %v, want ErrNotFound", err)
 	}
 }
+
+// TestDBStartRunsTogether (issue 28, design 0011): StartRuns answers for each run what StartRun
+// would, in the runs' order, in one transaction: a refused claim claims none of the others.
+func TestDBStartRunsTogether(t *testing.T) {
+	ctx := t.Context()
+	records, _ := stack.OpenRecords(t)
+	fresh, resumed, recorded := runFixture(t, records, "many-fresh", "node-a"), runFixture(t, records, "many-resumed", "node-a"),
+		runFixture(t, records, "many-recorded", "node-a")
+	if _, err := records.StartRun(ctx, resumed, healthyWithin, record.InstanceCurrent); err != nil {
+		t.Fatal(err)
+	}
+	seg := segment(resumed.RunKey, 0, "resumed")
+	if err := records.PutSegment(ctx, seg); err != nil {
+		t.Fatal(err)
+	}
+	row := record.LogObject{PodUID: recorded.PodUID, Container: "main", ContainerType: record.ContainerRegular, Instance: record.PreviousInstance(1),
+		ObjectKey: "logs/recorded.log.gz", Bytes: 100, StoredBytes: 10, SHA256: strings.Repeat("cd", 32), State: record.LogStored}
+	if err := records.RecordRunLog(ctx, row, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	starts, err := records.StartRuns(ctx, []db.RunToStart{{RunClaim: fresh, Instance: record.InstanceCurrent},
+		{RunClaim: resumed, Instance: record.InstanceCurrent}, {RunClaim: recorded, Instance: record.PreviousInstance(1)}}, healthyWithin)
+	if err != nil || len(starts) != 3 {
+		t.Fatalf("StartRuns = %d starts, %v; want 3", len(starts), err)
+	}
+	if s := starts[0]; !s.First || s.Recorded != nil || len(s.Segments) != 0 {
+		t.Errorf("the fresh run's start = %+v, want first, nothing recorded", s)
+	}
+	if s := starts[1]; s.First || s.Recorded != nil || len(s.Segments) != 1 || s.Segments[0].ObjectKey != seg.ObjectKey {
+		t.Errorf("the resumed run's start = %+v, want not first, its one segment", s)
+	}
+	if s := starts[2]; s.Recorded == nil || s.Recorded.ObjectKey != row.ObjectKey {
+		t.Errorf("the recorded run's start found %+v, want its row under %s", s.Recorded, row.Instance)
+	}
+
+	unclaimed, refused := runFixture(t, records, "many-unclaimed", "node-a"), runFixture(t, records, "many-refused", "node-a")
+	refused.Namespace = ""
+	if _, err := records.StartRuns(ctx, []db.RunToStart{{RunClaim: unclaimed, Instance: record.InstanceCurrent},
+		{RunClaim: refused, Instance: record.InstanceCurrent}}, healthyWithin); !errors.Is(err, db.ErrInvalid) {
+		t.Fatalf("StartRuns with an invalid claim: %v, want ErrInvalid", err)
+	}
+	if _, err := records.Run(ctx, unclaimed.RunKey, healthyWithin); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("the run before the refused claim: %v, want ErrNotFound (not claimed)", err)
+	}
+}
