@@ -481,24 +481,35 @@ func (r *JobReconciler) releaseJob(ctx context.Context, job *batchv1alpha1.Job, 
 		controllerutil.RemoveFinalizer(job, tracking.JobFinalizer)
 		return r.Client.Patch(ctx, job, patch)
 	}
+	patch, err := releasePatch(job, tracking.JobFinalizer, set)
+	if err != nil {
+		return err
+	}
+	return r.Client.Patch(ctx, job, patch)
+}
+
+// releasePatch is a JSON patch that removes finalizer from obj as read, and adds the annotations
+// key by key: it tests obj's UID first (it may have been deleted and created again under its name
+// since it was read, with our finalizer at the same index: TestReleaseJobRecreatedUnderItsName),
+// then our finalizer at its index, so a list changed under that index fails the patch and drops
+// no one's finalizer, while changes to anything else (a status rewritten) do not fail it.
+func releasePatch(obj metav1.Object, finalizer string, annotations map[string]string) (client.Patch, error) {
 	type op struct {
 		Op    string `json:"op"`
 		Path  string `json:"path"`
 		Value any    `json:"value,omitempty"`
 	}
-	// The UID first: the job may have been deleted and created again under its name since it was
-	// read, with our finalizer at the same index (TestReleaseJobRecreatedUnderItsName).
-	ops := []op{{Op: "test", Path: "/metadata/uid", Value: string(job.UID)}}
-	for _, k := range slices.Sorted(maps.Keys(set)) {
-		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + tracking.PointerEscape(k), Value: set[k]})
+	ops := []op{{Op: "test", Path: "/metadata/uid", Value: string(obj.GetUID())}}
+	for _, k := range slices.Sorted(maps.Keys(annotations)) {
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + tracking.PointerEscape(k), Value: annotations[k]})
 	}
-	if i := slices.Index(job.Finalizers, tracking.JobFinalizer); i >= 0 {
+	if i := slices.Index(obj.GetFinalizers(), finalizer); i >= 0 {
 		at := "/metadata/finalizers/" + strconv.Itoa(i)
-		ops = append(ops, op{Op: "test", Path: at, Value: tracking.JobFinalizer}, op{Op: "remove", Path: at})
+		ops = append(ops, op{Op: "test", Path: at, Value: finalizer}, op{Op: "remove", Path: at})
 	}
 	raw, err := json.Marshal(ops)
 	if err != nil {
-		return fmt.Errorf("encode the release patch: %w", err)
+		return nil, fmt.Errorf("encode the release patch: %w", err)
 	}
-	return r.Client.Patch(ctx, job, client.RawPatch(types.JSONPatchType, raw))
+	return client.RawPatch(types.JSONPatchType, raw), nil
 }

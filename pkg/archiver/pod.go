@@ -366,8 +366,12 @@ func mayHaveGaps(logs []record.LogObject) bool {
 }
 
 // release records the pod as archived (or released, with the reason) and then removes the
-// finalizer, with an optimistic lock so a concurrent change is seen before the pod can vanish.
-// logs are the pod's log records, all of them recorded.
+// finalizer. logs are the pod's log records, all of them recorded. A pod that ended is released by
+// a JSON patch that tests our finalizer at its index (releasePatch): its runs are final, so what
+// changes meanwhile (the node's status writes: 1.5 a pod in a burst, issue 28 target 5) cannot
+// change what was decided, and must not fail the release (a conflict, a requeue after a backoff,
+// a second PATCH). Any other pod (being deleted, released by an operator, its node lost) keeps the
+// optimistic lock, so a concurrent change is seen before the pod can vanish.
 func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod, job archive.JobRef, logs []record.LogObject) error {
 	var reason, cause string
 	// Marked archived with its last log (recordRun), complete: nothing to read or write.
@@ -380,8 +384,16 @@ func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod, job archiv
 			return fmt.Errorf("mark pod %s archived: %w", klog.KObj(pod), err)
 		}
 	}
-	patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(pod, tracking.PodFinalizer)
+	var patch client.Patch
+	if podEnded(pod) {
+		var err error
+		if patch, err = releasePatch(pod, tracking.PodFinalizer, nil); err != nil {
+			return err
+		}
+	} else {
+		patch = client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(pod, tracking.PodFinalizer)
+	}
 	if err := r.Client.Patch(ctx, pod, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // its finalizer was removed by someone else and the pod is gone

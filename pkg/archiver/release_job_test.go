@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
+	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
 )
 
@@ -128,5 +130,75 @@ func TestReleaseJobRecreatedUnderItsName(t *testing.T) {
 	}
 	if !slices.Equal(got.Finalizers, []string{tracking.JobFinalizer}) || got.Annotations[tracking.ArchivedAtAnnotation] != "" {
 		t.Errorf("the recreated job has finalizers %v and annotations %v, want ours kept and no archive mark", got.Finalizers, got.Annotations)
+	}
+}
+
+// TestReleasePodFromStalePod: an ended pod's release, sent from the cached pod, succeeds when only
+// its status changed since (the node writes an ended pod's status in a burst: with an optimistic
+// lock each write was a conflict, a requeue and a second PATCH, issue 28 target 5), keeps every
+// other finalizer, and fails, dropping none, when the finalizer list changed under it. A pod that
+// has not ended keeps the lock: a change since its read fails its release.
+func TestReleasePodFromStalePod(t *testing.T) {
+	for name, tc := range map[string]struct {
+		phase      corev1.PodPhase
+		finalizers []string          // the pod's when the archiver read it
+		change     func(*corev1.Pod) // what changed it since
+		wantErr    bool
+		want       []string // its finalizers after
+	}{
+		"ended, status rewritten": {
+			phase:      corev1.PodSucceeded,
+			finalizers: []string{"example.com/before", tracking.PodFinalizer, "example.com/after"},
+			change: func(p *corev1.Pod) {
+				p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
+			},
+			want: []string{"example.com/before", "example.com/after"},
+		},
+		"ended, a finalizer before ours removed": {
+			phase:      corev1.PodFailed,
+			finalizers: []string{"example.com/before", tracking.PodFinalizer},
+			change:     func(p *corev1.Pod) { p.Finalizers = p.Finalizers[1:] },
+			wantErr:    true,
+			want:       []string{tracking.PodFinalizer},
+		},
+		"running, status rewritten": {
+			phase:      corev1.PodRunning,
+			finalizers: []string{tracking.PodFinalizer},
+			change: func(p *corev1.Pod) {
+				p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
+			},
+			wantErr: true,
+			want:    []string{tracking.PodFinalizer},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			stale := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train-worker-0", UID: "pod-uid", Finalizers: tc.finalizers},
+				Status: corev1.PodStatus{Phase: tc.phase}}
+			c := fake.NewClientBuilder().WithScheme(jobScheme(t)).WithObjects(stale).WithStatusSubresource(stale).Build()
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(stale), stale); err != nil {
+				t.Fatal(err)
+			}
+			fresh := stale.DeepCopy()
+			tc.change(fresh)
+			if err := c.Update(t.Context(), fresh); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Status().Update(t.Context(), fresh); err != nil {
+				t.Fatal(err)
+			}
+			r := &PodReconciler{Deps: Deps{Client: c}}
+			r.logged.add(client.ObjectKeyFromObject(stale), stale.UID, record.LogObject{Container: "main"}, true) // archived with its last log
+			err := r.release(t.Context(), stale, archive.JobRef{Namespace: "ns", Name: "train", UID: "job-uid"}, nil)
+			if (err != nil) != tc.wantErr {
+				t.Errorf("release = %v, want an error: %t", err, tc.wantErr)
+			}
+			var got corev1.Pod
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(stale), &got); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.Finalizers, tc.want) {
+				t.Errorf("finalizers %v, want %v", got.Finalizers, tc.want)
+			}
+		})
 	}
 }
