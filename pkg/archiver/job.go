@@ -59,7 +59,21 @@ type JobReconciler struct {
 	// refused holds, by job name, a refusal: why the database refused part of the job's record for
 	// good, which makes the job released when it is finalized.
 	refused sync.Map
+	// released holds, by job name, the UID of each job this reconciler released and when
+	// (releasedJob): a reconcile from a cache that has not seen the release yet seals nothing again.
+	released sync.Map
 }
+
+// releasedJob is a job released at a time (JobReconciler.released).
+type releasedJob struct {
+	uid types.UID
+	at  time.Time
+}
+
+// releaseEcho is how long a job's own release is waited for in the cache before a job that still
+// shows our finalizer there is looked at again: its update event comes back within moments; one
+// whose finalizer was added again after the release is handled after this.
+const releaseEcho = 30 * time.Second
 
 // refusal says why the database refused part of the record of the job with that UID.
 type refusal struct {
@@ -75,8 +89,15 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			r.recorded.forget(req.NamespacedName)
 			r.contents.forget(req.NamespacedName)
 			r.refused.Delete(req.NamespacedName)
+			r.released.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if wait := r.releaseSeen(req.NamespacedName, job); wait > 0 {
+		// Released here a moment ago, and the cache does not show it yet: sealing and patching
+		// again would fail the patch's test (a PATCH spent for nothing, issue 28 target 5). The
+		// release's own update event comes back here.
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if r.excluded(job.Namespace) || !r.Shard.Owns(job.UID) {
 		return ctrl.Result{}, nil // never tracked here, or another shard's
@@ -99,6 +120,22 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.finalize(ctx, job)
+}
+
+// releaseSeen says how long to wait for the cache to show the job's release by this reconciler,
+// 0 once it does (or the release is releaseEcho old, or of another job of that name).
+func (r *JobReconciler) releaseSeen(key types.NamespacedName, job *batchv1alpha1.Job) time.Duration {
+	v, ok := r.released.Load(key)
+	if !ok {
+		return 0
+	}
+	rel := v.(releasedJob)
+	wait := releaseEcho - r.Clock.Since(rel.at)
+	if rel.uid != job.UID || !controllerutil.ContainsFinalizer(job, tracking.JobFinalizer) || wait <= 0 {
+		r.released.Delete(key)
+		return 0
+	}
+	return wait
 }
 
 // tracked reports whether the webhook (or an earlier backstop) stamped the job.
@@ -449,6 +486,7 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 		return fmt.Errorf("release job %s: %w", klog.KObj(job), err)
 	}
 
+	r.released.Store(client.ObjectKeyFromObject(job), releasedJob{uid: job.UID, at: r.Clock.Now()})
 	jobsArchivedTotal.Inc()
 	if since := job.Status.State.LastTransitionTime.Time; tracking.IsTerminal(job.Status.State.Phase) && !since.IsZero() {
 		releaseLatencySeconds.Observe(now.Sub(since).Seconds())

@@ -3,12 +3,15 @@ package archiver
 import (
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
@@ -200,5 +203,48 @@ func TestReleasePodFromStalePod(t *testing.T) {
 				t.Errorf("finalizers %v, want %v", got.Finalizers, tc.want)
 			}
 		})
+	}
+}
+
+// TestReleasedJobNotSealedAgain: a reconcile from a cache that does not show the job's release by
+// this reconciler yet (its update event still on its way) seals and patches nothing: the patch's
+// test would fail, a PATCH for nothing (three in 1,000 pods in BenchmarkReleaseThroughput). It
+// waits for the release at most releaseEcho, and only for that job: one created again under its
+// name, or shown released, is looked at as usual.
+func TestReleasedJobNotSealedAgain(t *testing.T) {
+	now := time.Date(2026, 11, 25, 17, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(now)
+	job := &batchv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train", UID: "job-uid", Finalizers: []string{tracking.JobFinalizer},
+		Annotations: map[string]string{tracking.SubmitterAnnotation: "alice"}}, Status: batchv1alpha1.JobStatus{State: batchv1alpha1.JobState{Phase: batchv1alpha1.Completed}}}
+	c := fake.NewClientBuilder().WithScheme(jobScheme(t)).WithObjects(job).Build()
+	// No Records: a reconcile that went on to record or seal the job would fail.
+	r := &JobReconciler{Deps: Deps{Client: c, Clock: clk}, Options: DefaultOptions()}
+	key := client.ObjectKeyFromObject(job)
+	r.released.Store(key, releasedJob{uid: job.UID, at: now.Add(-time.Second)})
+
+	res, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key})
+	if err != nil || res.RequeueAfter != releaseEcho-time.Second {
+		t.Errorf("Reconcile of a job just released = %+v, %v; want nothing done, a look again in %s", res, err, releaseEcho-time.Second)
+	}
+	for name, tc := range map[string]struct {
+		job  func(*batchv1alpha1.Job)
+		wait time.Duration
+	}{
+		"released in the cache":        {job: func(j *batchv1alpha1.Job) { j.Finalizers = nil }},
+		"created again under its name": {job: func(j *batchv1alpha1.Job) { j.UID = "new-uid" }},
+		"waited for long enough":       {wait: releaseEcho},
+	} {
+		r.released.Store(key, releasedJob{uid: job.UID, at: now})
+		clk.SetTime(now.Add(tc.wait))
+		cached := job.DeepCopy()
+		if tc.job != nil {
+			tc.job(cached)
+		}
+		if wait := r.releaseSeen(key, cached); wait != 0 {
+			t.Errorf("%s: waits %s, want 0", name, wait)
+		}
+		if _, ok := r.released.Load(key); ok {
+			t.Errorf("%s: the release is still remembered", name)
+		}
 	}
 }
