@@ -222,8 +222,8 @@ const siblingPods = 4 * startBatch
 // the one read here for it is not used.
 func (r *PodReconciler) startSiblings(ctx context.Context, job archive.JobRef, self capture.Ref) (pre []*startedRun) {
 	var pods corev1.PodList
-	// At most siblingPods are looked at (and copied out of the cache): a start costs the same in a
-	// job of 100,000 pods as in one of 10.
+	// At most siblingPods are copied out of the cache and looked at, in a job of 100,000 pods as in
+	// one of 10 (the cache still walks its index of the job's pods).
 	if ctx.Err() != nil || r.Client.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingFields{podOwnerIndex: job.UID},
 		client.UnsafeDisableDeepCopy, client.Limit(siblingPods)) != nil {
 		return nil // each starts its own

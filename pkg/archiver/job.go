@@ -523,7 +523,21 @@ func (r *JobReconciler) releaseJob(ctx context.Context, job *batchv1alpha1.Job, 
 	if err != nil {
 		return err
 	}
-	return r.Client.Patch(ctx, job, patch)
+	return releaseError(r.Client.Patch(ctx, job, patch))
+}
+
+// errReleaseStale wraps a release patch the API server refused (422): a test failed, as obj changed
+// under it since it was read (its UID, or its finalizer list). The reconcile is retried from the
+// cache, which the change's event updates.
+var errReleaseStale = errors.New("the object's UID or finalizers changed since it was read (the release patch's test failed)")
+
+// releaseError is the error of a release patch: a refused test says so (the API server's message
+// alone says only that the request was in error).
+func releaseError(err error) error {
+	if apierrors.IsInvalid(err) {
+		return fmt.Errorf("%w: %w", errReleaseStale, err)
+	}
+	return err
 }
 
 // releasePatch is a JSON patch that removes finalizer from obj as read, and adds the annotations
@@ -541,9 +555,14 @@ func releasePatch(obj metav1.Object, finalizer string, annotations map[string]st
 	for _, k := range slices.Sorted(maps.Keys(annotations)) {
 		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + tracking.PointerEscape(k), Value: annotations[k]})
 	}
-	if i := slices.Index(obj.GetFinalizers(), finalizer); i >= 0 {
-		at := "/metadata/finalizers/" + strconv.Itoa(i)
-		ops = append(ops, op{Op: "test", Path: at, Value: finalizer}, op{Op: "remove", Path: at})
+	// Every copy of ours (a tenant may write it twice), the highest index first: each removal
+	// leaves the indexes below it as they were read.
+	fs := obj.GetFinalizers()
+	for i := len(fs) - 1; i >= 0; i-- {
+		if fs[i] == finalizer {
+			at := "/metadata/finalizers/" + strconv.Itoa(i)
+			ops = append(ops, op{Op: "test", Path: at, Value: finalizer}, op{Op: "remove", Path: at})
+		}
 	}
 	raw, err := json.Marshal(ops)
 	if err != nil {

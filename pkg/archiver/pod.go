@@ -398,7 +398,7 @@ func (r *PodReconciler) release(ctx context.Context, pod *corev1.Pod, job archiv
 		if apierrors.IsNotFound(err) {
 			return nil // its finalizer was removed by someone else and the pod is gone
 		}
-		return fmt.Errorf("release pod %s: %w", klog.KObj(pod), err)
+		return fmt.Errorf("release pod %s: %w", klog.KObj(pod), releaseError(err))
 	}
 	r.logged.forget(client.ObjectKeyFromObject(pod))
 	podsArchivedTotal.Inc()

@@ -1,11 +1,14 @@
 package archiver
 
 import (
+	"errors"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -164,6 +167,12 @@ func TestReleasePodFromStalePod(t *testing.T) {
 			wantErr:    true,
 			want:       []string{tracking.PodFinalizer},
 		},
+		"ended, ours written twice": {
+			phase:      corev1.PodSucceeded,
+			finalizers: []string{tracking.PodFinalizer, "example.com/other", tracking.PodFinalizer},
+			change:     func(p *corev1.Pod) { p.Labels = map[string]string{"changed": "yes"} },
+			want:       []string{"example.com/other"},
+		},
 		"running, status rewritten": {
 			phase:      corev1.PodRunning,
 			finalizers: []string{tracking.PodFinalizer},
@@ -195,6 +204,7 @@ func TestReleasePodFromStalePod(t *testing.T) {
 			if (err != nil) != tc.wantErr {
 				t.Errorf("release = %v, want an error: %t", err, tc.wantErr)
 			}
+
 			var got corev1.Pod
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(stale), &got); err != nil {
 				t.Fatal(err)
@@ -246,5 +256,18 @@ func TestReleasedJobNotSealedAgain(t *testing.T) {
 		if _, ok := r.released.Load(key); ok {
 			t.Errorf("%s: the release is still remembered", name)
 		}
+	}
+}
+
+// TestReleaseErrorSaysWhy: the API server refuses a release patch whose test failed with a 422
+// whose message says only that the request was in error; the release's error says why.
+func TestReleaseErrorSaysWhy(t *testing.T) {
+	refused := apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "PATCH", corev1.Resource("pods"), "train-worker-0", "", 0, false)
+	if err := releaseError(refused); !errors.Is(err, errReleaseStale) || !errors.Is(err, refused) {
+		t.Errorf("releaseError(%v) = %v, want it to say the object changed, and keep the API's error", refused, err)
+	}
+	conflict := apierrors.NewConflict(corev1.Resource("pods"), "train-worker-0", errors.New("modified"))
+	if err := releaseError(conflict); err != conflict {
+		t.Errorf("releaseError(%v) = %v, want it unchanged", conflict, err)
 	}
 }
