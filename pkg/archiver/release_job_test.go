@@ -58,18 +58,7 @@ func TestReleaseJobFromStaleJob(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			stale := &batchv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train", UID: "job-uid", Finalizers: tc.finalizers,
 				Annotations: map[string]string{tracking.SubmitterAnnotation: "alice"}}}
-			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stale).WithStatusSubresource(stale).Build()
-			if err := c.Get(t.Context(), client.ObjectKeyFromObject(stale), stale); err != nil {
-				t.Fatal(err)
-			}
-			fresh := stale.DeepCopy()
-			tc.change(fresh)
-			if err := c.Update(t.Context(), fresh); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Status().Update(t.Context(), fresh); err != nil {
-				t.Fatal(err)
-			}
+			c := staleIn(t, scheme, stale, tc.change)
 			r := &JobReconciler{Deps: Deps{Client: c}}
 			err := r.releaseJob(t.Context(), stale, set)
 			if (err != nil) != tc.wantErr {
@@ -92,6 +81,25 @@ func TestReleaseJobFromStaleJob(t *testing.T) {
 			}
 		})
 	}
+}
+
+// staleIn is a fake client holding obj, which change then changed, metadata and status: obj is left
+// as it was read before, as a cache behind the API server would hold it.
+func staleIn[T client.Object](t *testing.T, scheme *runtime.Scheme, obj T, change func(T)) client.Client {
+	t.Helper()
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).WithStatusSubresource(obj).Build()
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	fresh := obj.DeepCopyObject().(T)
+	change(fresh)
+	if err := c.Update(t.Context(), fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Status().Update(t.Context(), fresh); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // jobScheme is a scheme of client-go's types and Volcano's batch types, for fake clients.
@@ -186,18 +194,7 @@ func TestReleasePodFromStalePod(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			stale := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train-worker-0", UID: "pod-uid", Finalizers: tc.finalizers},
 				Status: corev1.PodStatus{Phase: tc.phase}}
-			c := fake.NewClientBuilder().WithScheme(jobScheme(t)).WithObjects(stale).WithStatusSubresource(stale).Build()
-			if err := c.Get(t.Context(), client.ObjectKeyFromObject(stale), stale); err != nil {
-				t.Fatal(err)
-			}
-			fresh := stale.DeepCopy()
-			tc.change(fresh)
-			if err := c.Update(t.Context(), fresh); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Status().Update(t.Context(), fresh); err != nil {
-				t.Fatal(err)
-			}
+			c := staleIn(t, jobScheme(t), stale, tc.change)
 			r := &PodReconciler{Deps: Deps{Client: c}}
 			r.logged.add(client.ObjectKeyFromObject(stale), stale.UID, record.LogObject{Container: "main"}, true) // archived with its last log
 			err := r.release(t.Context(), stale, archive.JobRef{Namespace: "ns", Name: "train", UID: "job-uid"}, nil)
