@@ -209,9 +209,9 @@ const siblingPods = 4 * startBatch
 
 // startSiblings starts the captures of the other runs of the job's ended pods that no capture
 // holds and that are not known recorded, up to startBatch-1 of them among siblingPods of the job's
-// pods, each waiting for the start
-// the caller reads for it in its own transaction (startTogether): a job's pods often end
-// together, and a capture started by its pod's reconcile a moment later would read its own.
+// pods, each waiting for the start the caller reads for it in its own transaction
+// (startTogether): a job's pods often end together, and a capture started by its pod's reconcile
+// a moment later would read its own.
 //
 // The start of each is read after its capture is registered (Captures.Ensure), so no other
 // capture of that run can write its segments, gaps or row between the read and the capture that

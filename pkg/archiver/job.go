@@ -543,8 +543,9 @@ func releaseError(err error) error {
 // releasePatch is a JSON patch that removes finalizer from obj as read, and adds the annotations
 // key by key: it tests obj's UID first (it may have been deleted and created again under its name
 // since it was read, with our finalizer at the same index: TestReleaseJobRecreatedUnderItsName),
-// then our finalizer at its index, so a list changed under that index fails the patch and drops
-// no one's finalizer, while changes to anything else (a status rewritten) do not fail it.
+// then each copy of our finalizer at its index, so a list changed under those indexes fails the
+// patch and drops no one's finalizer, while changes to anything else (a status rewritten) do not
+// fail it.
 func releasePatch(obj metav1.Object, finalizer string, annotations map[string]string) (client.Patch, error) {
 	type op struct {
 		Op    string `json:"op"`
