@@ -156,7 +156,7 @@ func (o Options) excluded(ns string) bool { return slices.Contains(o.ExcludeName
 func DefaultOptions() Options {
 	return Options{LogDeadline: 24 * time.Hour, LogOpenTimeout: 30 * time.Second, TerminationMargin: 30 * time.Second,
 		NodeLostAfter: 5 * time.Minute, UntrackedPodSweepPeriod: 10 * time.Minute, MissedEventSweepPeriod: 2 * time.Minute, MaxStreams: 2000, Capture: capture.DefaultConfig,
-		PodWorkers: 8, JobWorkers: 4, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}, Redact: true,
+		PodWorkers: 8, JobWorkers: 8, ExcludeNamespaces: []string{"kube-system", "jobvault-system"}, Redact: true,
 		Shard: shard.Shard{Index: 0, Total: 1}}
 }
 
