@@ -53,14 +53,13 @@ func (r *PodReconciler) startRun(ctx context.Context, log logr.Logger, job archi
 		end, _, err := r.runEnd(ctx, ref)
 		return runInstance(ref, end.Previous || end.Lost == record.GapRestarted), err
 	}
-	switch name, err := instance(); {
-	case pre != nil:
+	if pre != nil {
 		select {
 		case <-ctx.Done():
 			return db.RunStart{}, true
 		case <-pre.done:
 		}
-	case err == nil:
+	} else if name, err := instance(); err == nil {
 		pre = &startedRun{run: db.RunToStart{RunClaim: claim, Instance: name}, done: make(chan struct{})}
 		r.startWithJob(ctx, job.UID, pre, func() []*startedRun {
 			if pod == nil || !podEnded(pod) {
