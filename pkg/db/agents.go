@@ -108,8 +108,32 @@ func (d *DB) ClaimRun(ctx context.Context, c RunClaim, healthyWithin time.Durati
 // claimRun is ClaimRun on the pool or in a transaction (read committed: each try sees the claims
 // committed before it).
 func claimRun(ctx context.Context, q querier, c RunClaim, healthyWithin time.Duration) (owner string, first bool, err error) {
+	owner, first, _, err = claimAndLook(ctx, q, c, healthyWithin, "")
+	return owner, first, err
+}
+
+// recordedOfRun says which of a run's records exist: its log row (under the instance asked
+// for), gaps, segments.
+type recordedOfRun struct{ log, gaps, segments bool }
+
+// claimAndLook is claimRun that also says, when instance is not empty, which of the run's records
+// exist, in the same statement: a run's capture start reads only those (issue 28: a new run's
+// start was four statements, the claim and three reads that found nothing). What another
+// transaction commits after this statement was as likely to commit after those reads: a capture
+// copes with either.
+func claimAndLook(ctx context.Context, q querier, c RunClaim, healthyWithin time.Duration, instance string) (owner string, first bool, seen recordedOfRun, err error) {
 	if c.PodUID == "" || c.Container == "" || c.Run < 0 || c.Namespace == "" || c.Pod == "" || c.JobName == "" || c.JobUID == "" {
-		return "", false, fmt.Errorf("claim run %s: %w claim: pod UID, container, namespace, pod, job name and UID are required, run not negative", c.RunKey, ErrInvalid)
+		return "", false, seen, fmt.Errorf("claim run %s: %w claim: pod UID, container, namespace, pod, job name and UID are required, run not negative", c.RunKey, ErrInvalid)
+	}
+	look := `false, false, false`
+	if instance != "" {
+		look = `EXISTS (SELECT 1 FROM log_objects WHERE pod_uid = $1 AND container = $2 AND instance = $10),
+       EXISTS (SELECT 1 FROM log_gaps WHERE pod_uid = $1 AND container = $2 AND run = $3),
+       EXISTS (SELECT 1 FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3)`
+	}
+	args := []any{c.PodUID, c.Container, c.Run, c.Node, c.Namespace, c.Pod, c.JobName, c.JobUID, healthyWithin.Seconds()}
+	if instance != "" {
+		args = append(args, instance)
 	}
 	// A row another claim inserts meanwhile is invisible to this statement's snapshot: the
 	// insert does nothing and the select finds nothing. The next attempt sees it.
@@ -123,20 +147,22 @@ WITH ins AS (
                       THEN 'agent' ELSE 'api' END AS owner) o
     ON CONFLICT (pod_uid, container, run) DO NOTHING
     RETURNING owner
+),
+claim AS (
+    SELECT owner, true AS first FROM ins
+    UNION ALL
+    SELECT owner, false FROM log_runs WHERE pod_uid = $1 AND container = $2 AND run = $3
 )
-SELECT owner, true FROM ins
-UNION ALL
-SELECT owner, false FROM log_runs WHERE pod_uid = $1 AND container = $2 AND run = $3`,
-			c.PodUID, c.Container, c.Run, c.Node, c.Namespace, c.Pod, c.JobName, c.JobUID, healthyWithin.Seconds()).Scan(&owner, &first)
+SELECT owner, first, `+look+` FROM claim`, args...).Scan(&owner, &first, &seen.log, &seen.gaps, &seen.segments)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		if err != nil {
-			return "", false, fmt.Errorf("claim run %s: %w", c.RunKey, translate(err))
+			return "", false, seen, fmt.Errorf("claim run %s: %w", c.RunKey, translate(err))
 		}
-		return owner, first, nil
+		return owner, first, seen, nil
 	}
-	return "", false, fmt.Errorf("claim run %s: %w: claimed concurrently, and the claim is not visible", c.RunKey, ErrConflict)
+	return "", false, seen, fmt.Errorf("claim run %s: %w: claimed concurrently, and the claim is not visible", c.RunKey, ErrConflict)
 }
 
 // Run returns the recorded capture of a run (ErrNotFound if it was never claimed), with whether

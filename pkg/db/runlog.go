@@ -67,24 +67,35 @@ func (d *DB) StartRuns(ctx context.Context, runs []RunToStart, healthyWithin tim
 	return out, nil
 }
 
-// startRun claims one run and reads its log row, gaps and segments, in tx.
+// startRun claims one run and reads its log row, gaps and segments, in tx: only those the claim's
+// statement saw exist (claimAndLook), so a new run's start is that one statement.
 func startRun(ctx context.Context, tx *sql.Tx, r RunToStart, healthyWithin time.Duration) (out RunStart, err error) {
-	if out.Owner, out.First, err = claimRun(ctx, tx, r.RunClaim, healthyWithin); err != nil {
+	if r.Instance == "" {
+		return RunStart{}, fmt.Errorf("start run %s: %w: the instance of its log is required", r.RunKey, ErrInvalid)
+	}
+	var seen recordedOfRun
+	if out.Owner, out.First, seen, err = claimAndLook(ctx, tx, r.RunClaim, healthyWithin, r.Instance); err != nil {
 		return RunStart{}, err
 	}
-	logs, err := queryLogObjects(ctx, tx, `SELECT `+logObjectColumns+`
+	if seen.log {
+		logs, err := queryLogObjects(ctx, tx, `SELECT `+logObjectColumns+`
 FROM log_objects lo WHERE lo.pod_uid = $1 AND lo.container = $2 AND lo.instance = $3`, r.PodUID, r.Container, r.Instance)
-	if err != nil {
-		return RunStart{}, fmt.Errorf("get the log of run %s: %w", r.RunKey, err)
+		if err != nil {
+			return RunStart{}, fmt.Errorf("get the log of run %s: %w", r.RunKey, err)
+		}
+		if len(logs) > 0 {
+			out.Recorded = &logs[0]
+		}
 	}
-	if len(logs) > 0 {
-		out.Recorded = &logs[0]
+	if seen.gaps {
+		if out.Gaps, err = runGaps(ctx, tx, r.PodUID, r.Container, r.Run); err != nil {
+			return RunStart{}, err
+		}
 	}
-	if out.Gaps, err = runGaps(ctx, tx, r.PodUID, r.Container, r.Run); err != nil {
-		return RunStart{}, err
-	}
-	if out.Segments, err = getSegments(ctx, tx, r.PodUID, r.Container, r.Run); err != nil {
-		return RunStart{}, err
+	if seen.segments {
+		if out.Segments, err = getSegments(ctx, tx, r.PodUID, r.Container, r.Run); err != nil {
+			return RunStart{}, err
+		}
 	}
 	return out, nil
 }

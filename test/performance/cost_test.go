@@ -7,17 +7,24 @@ package performance
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/procfs"
 
+	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/test/stack"
 	"github.com/jobvault/jobvault/test/testbed"
 )
 
@@ -135,6 +142,7 @@ type podCost struct {
 	pods, perJob                    int
 	archiverMs, minioMs, postgresMs float64 // CPU per pod
 	apiServerMs, floorAPIServerMs   float64 // the API server's CPU per pod, in the drain and in the floor's patches
+	floorRecord                     recordFloor
 	transactions                    float64 // per pod
 	drainRate, floorRate            float64 // pods/s from the first release; the floor's patches/s
 	jobLag                          time.Duration
@@ -149,6 +157,12 @@ func (c podCost) logVerdicts(b testing.TB) {
 	b.Logf("issue 28 target 1: jobvault causes %.2f ms of CPU per pod (archiver %.2f, MinIO %.2f, Postgres %.2f) (target ≤ %.1f ms) %s; "+
 		"baseline: the API server spent %.2f ms per pod while it drained, %.2f ms per patch of the floor",
 		caused, c.archiverMs, c.minioMs, c.postgresMs, podCPUTarget, issue28Verdict[caused <= podCPUTarget], c.apiServerMs, c.floorAPIServerMs)
+	floor := c.floorRecord.minioMs + c.floorRecord.postgresMs
+	b.Logf("issue 28 target 1's record floor: one PUT of the pod's small log and one one-row transaction a pod cost MinIO %.2f ms and Postgres %.2f ms "+
+		"(%.2f ms, %.0f%% of the target before the archiver spends anything); jobvault's MinIO and Postgres spent %.2f times that; "+
+		"idle, MinIO spends %.1f and Postgres %.1f ms a second (%.2f ms a pod at the drain's rate)",
+		c.floorRecord.minioMs, c.floorRecord.postgresMs, floor, floor/podCPUTarget*100, (c.minioMs+c.postgresMs)/floor,
+		c.floorRecord.minioIdle, c.floorRecord.postgresIdle, (c.floorRecord.minioIdle+c.floorRecord.postgresIdle)/c.drainRate)
 	b.Logf("issue 28 target 2: %.2f database transactions per pod (target ≤ %.0f) %s",
 		c.transactions, podTransactionsTarget, issue28Verdict[c.transactions <= podTransactionsTarget])
 	ratio := c.drainRate / c.floorRate
@@ -235,4 +249,85 @@ ORDER BY total_exec_time DESC LIMIT 25`)
 		b.Errorf("read pg_stat_statements: %v", err)
 	}
 	b.Logf("Postgres statements by execution time (pg_stat_statements), per pod:\n  %s", strings.Join(lines, "\n  "))
+}
+
+// recordFloor is what the store and the database spend, in this run, on the least any archiver
+// must write for a pod: one PUT of its small gzip log, checked as the archiver's are, and one
+// transaction inserting one keyed row. It is target 1's second baseline: jobvault's MinIO and
+// Postgres CPU per pod over what they spend here on that much.
+type recordFloor struct {
+	minioMs, postgresMs float64 // CPU per pod
+	// Idle CPU of each, in ms per second, with nothing writing: spent per pod too, at the rate the
+	// pods go through.
+	minioIdle, postgresIdle float64
+}
+
+// idleWindow is how long measureRecordFloor watches MinIO and Postgres do nothing asked of them.
+const idleWindow = 5 * time.Second
+
+// measureRecordFloor writes n such objects into the rig's store (under floor/, by workers
+// writers) and n such transactions into a database of its own on the rig's Postgres, and reads the
+// CPU MinIO and Postgres spent on them by process id.
+func measureRecordFloor(b *testing.B, s *stack.Rig, n, workers int, minioPID, pgPID int) recordFloor {
+	b.Helper()
+	db, err := sql.Open("postgres", testbed.Postgres(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxIdleConns(workers)
+	if _, err := db.ExecContext(b.Context(), `CREATE TABLE floor_logs (pod_uid text, container text, instance text,
+    object_key text NOT NULL, bytes bigint NOT NULL, sha256 text NOT NULL, PRIMARY KEY (pod_uid, container, instance))`); err != nil {
+		b.Fatal(err)
+	}
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	for _, c := range smallLines("floor-pod", 10) {
+		zw.Write(c.Data) //nolint:errcheck // into memory
+	}
+	zw.Close() //nolint:errcheck // into memory
+	log := zipped.Bytes()
+	run := func(each func(i int) error) {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for range workers {
+			wg.Go(func() {
+				for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+					if err := each(int(i)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatalf("record floor: %v", err)
+		}
+	}
+	idle0 := sampleTrees(b, minioPID, pgPID)
+	time.Sleep(idleWindow)
+	t0 := sampleTrees(b, minioPID, pgPID)
+	run(func(i int) error {
+		opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", Checksum: objstore.ChecksumOf(log)}
+		return s.Store.Put(b.Context(), fmt.Sprintf("floor/%06d/main.log.gz", i), bytes.NewReader(log), opts)
+	})
+	run(func(i int) error {
+		tx, err := db.BeginTx(b.Context(), nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(b.Context(), `INSERT INTO floor_logs VALUES ($1, 'main', 'current', $2, $3, $4)`,
+			fmt.Sprintf("pod-%06d", i), fmt.Sprintf("floor/%06d/main.log.gz", i), len(log), strings.Repeat("0", 64)); err != nil {
+			tx.Rollback() //nolint:errcheck // the insert's error says why
+			return err
+		}
+		return tx.Commit()
+	})
+	t1 := sampleTrees(b, minioPID, pgPID)
+	perSec := func(pid int) float64 { return (t0[pid] - idle0[pid]) / idleWindow.Seconds() * 1000 }
+	return recordFloor{minioMs: t1.msPer(t0, minioPID, n), postgresMs: t1.msPer(t0, pgPID, n),
+		minioIdle: perSec(minioPID), postgresIdle: perSec(pgPID)}
 }
