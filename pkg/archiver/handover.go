@@ -118,6 +118,8 @@ type startedRun struct {
 	start db.RunStart
 	ok    bool
 	next  []*startedRun
+	// sibling: read for a capture that may still wait for a slot (startSiblings).
+	sibling bool
 }
 
 // jobStarts queues the starts of each job's runs, so that the runs of a job's pods that end
@@ -131,6 +133,20 @@ type jobStarts struct {
 	// queued holds a job's starts waiting for the next transaction; a job is in it while one of
 	// its transactions runs.
 	queued map[string][]*startedRun
+}
+
+// leave takes s out of the job's queue if it still waits there (true); false when a transaction
+// took it already, or handed it the next one to run.
+func (j *jobStarts) leave(jobUID string, s *startedRun) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	q := j.queued[jobUID]
+	i := slices.Index(q, s)
+	if i < 0 {
+		return false
+	}
+	j.queued[jobUID] = slices.Delete(slices.Clone(q), i, i+1)
+	return true
 }
 
 // join reports true if no start of the job is in flight: the caller runs its own now (and calls
@@ -166,11 +182,24 @@ func (j *jobStarts) handOff(jobUID string) []*startedRun {
 }
 
 // startWithJob starts s with the job's other starts (jobStarts): now, with siblings' if none of
-// the job's is in flight, else in the next transaction. s.ok says whether it was read.
+// the job's is in flight, else in the next transaction. s.ok says whether it was read. A capture
+// stopped while its start waits in the queue (preempted, its job sealed) leaves it at once; one
+// that a transaction took, or that was handed the next batch to run, still sees it through: the
+// others' starts wait for it.
 func (r *PodReconciler) startWithJob(ctx context.Context, jobUID string, s *startedRun, siblings func() []*startedRun) {
 	if r.starts.join(jobUID, s) {
 		r.startTogether(ctx, jobUID, append([]*startedRun{s}, siblings()...), s)
-	} else if <-s.done; s.next != nil {
+		return
+	}
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		if r.starts.leave(jobUID, s) {
+			return // not read: s.ok is false
+		}
+		<-s.done
+	}
+	if s.next != nil {
 		r.startTogether(ctx, jobUID, s.next, s)
 	}
 }
@@ -185,13 +214,20 @@ func (r *PodReconciler) startTogether(ctx context.Context, jobUID string, batch 
 	// The batch is the job's, not self's alone: self's capture stopped (preempted, sealed) must
 	// not fail the others' starts. The database's timeout still bounds it.
 	starts, err := r.Records.StartRuns(context.WithoutCancel(ctx), runs, db.AgentHealthyWithin)
+	if err != nil {
+		archiveFailuresTotal.WithLabelValues("database").Inc()
+		logr.FromContextOrDiscard(ctx).Error(err, "Starting the captures of a job's runs together failed; each will start its own", "runs", len(batch))
+	}
 	countClaims(starts)
 	for i, b := range batch {
-		if err == nil {
+		// A sibling's start waits with its capture until that runs, for as long as it waits for a
+		// slot: only one that holds nothing of the tenant's size (no segments, no gaps: a run with
+		// nothing stored yet) is kept for it; any other sibling reads its own when it runs.
+		if err == nil && (!b.sibling || len(starts[i].Segments) == 0 && len(starts[i].Gaps) == 0) {
 			b.start, b.ok = starts[i], true
 		}
 		if b != self {
-			close(b.done) // a failed start: each retries its own
+			close(b.done) // a start not kept: each reads its own
 		}
 	}
 	if next := r.starts.handOff(jobUID); next != nil {
@@ -240,7 +276,7 @@ func (r *PodReconciler) startSiblings(ctx context.Context, job archive.JobRef, s
 			if _, recorded := done[logName(cr.container, cr.instance)]; cr.never || recorded || ref == self || r.Captures.Active(captureKey(ref)) {
 				continue
 			}
-			s, ctype := &startedRun{done: make(chan struct{}), run: db.RunToStart{Instance: cr.instance, RunClaim: db.RunClaim{
+			s, ctype := &startedRun{sibling: true, done: make(chan struct{}), run: db.RunToStart{Instance: cr.instance, RunClaim: db.RunClaim{
 				RunKey:    db.RunKey{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run},
 				Namespace: ref.Namespace, Pod: ref.Pod, JobName: job.Name, JobUID: job.UID, Node: p.Spec.NodeName}}}, cr.ctype
 			if ctx.Err() != nil || !r.Captures.Ensure(captureKey(ref), key, true, func(ctx context.Context) { r.captureRun(ctx, job, ref, ctype, s) }) {

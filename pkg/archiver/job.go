@@ -450,8 +450,8 @@ func (r *JobReconciler) stopCaptures(ctx context.Context, ref archive.JobRef, re
 }
 
 // finalize stores job.json and manifest.json, marks the row archived and appends the job to the
-// audit chain (audit.Sealer), then in one merge patch annotates the job and removes its finalizer. Every
-// step is idempotent, so a crash between them is repaired by the next pass.
+// audit chain (audit.Sealer), then in one patch (releaseJob) annotates the job and removes its
+// finalizer. Every step is idempotent, so a crash between them is repaired by the next pass.
 func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) error {
 	ref := archive.JobRef{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID)}
 	now := r.Clock.Now().UTC()
@@ -502,7 +502,8 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 }
 
 // releaseJob sets the annotations on the job and removes the job finalizer, in one patch sent
-// from the cached job. A JSON patch that tests the finalizer at its index, not a merge patch with
+// from the cached job. A JSON patch that tests each copy of our finalizer at its index
+// (releasePatch), not a merge patch with
 // an optimistic lock: Volcano rewrites a finished job's status as its pods are released, and each
 // rewrite made the lock's resourceVersion stale (a conflict, a requeue after a backoff, the seal's
 // reads again and a second PATCH; issue 28). What the lock kept, the test keeps: a merge patch

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // batchRecords answers StartRuns, recording each call's runs; block, while open, holds the calls.
@@ -28,6 +30,9 @@ func (b *batchRecords) StartRuns(_ context.Context, runs []db.RunToStart, _ time
 	for i, r := range runs {
 		names = append(names, r.Pod)
 		out[i] = db.RunStart{Owner: r.Pod} // tells which run an answer is for
+		if strings.HasSuffix(r.Pod, "-resumed") { // a run with a segment stored already
+			out[i].Segments = []record.Segment{{PodUID: r.PodUID, ObjectKey: "segment"}}
+		}
 	}
 	b.batches = append(b.batches, names)
 	block, fail := b.block, b.fail
@@ -112,5 +117,64 @@ func waitFor(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("timed out")
 		}
+	}
+}
+
+// TestQueuedStartLeavesWhenStopped: a capture stopped while its start waits behind its job's
+// transaction (preempted for another tenant, its job sealed) leaves the queue at once, unread, and
+// the job's next transaction goes on without it.
+func TestQueuedStartLeavesWhenStopped(t *testing.T) {
+	recs := &batchRecords{block: make(chan struct{})}
+	r := &PodReconciler{Deps: Deps{Records: recs}}
+	first := newStart("a-0")
+	go r.startWithJob(t.Context(), "a", first, func() []*startedRun { return nil })
+	waitFor(t, func() bool { return len(recs.calls()) == 1 })
+
+	stopped, later := newStart("a-stopped"), newStart("a-later")
+	ctx, stop := context.WithCancel(t.Context())
+	left := make(chan struct{})
+	go func() { r.startWithJob(ctx, "a", stopped, nil); close(left) }()
+	waitFor(t, func() bool { r.starts.mu.Lock(); defer r.starts.mu.Unlock(); return len(r.starts.queued["a"]) == 1 })
+	done := make(chan struct{})
+	go func() { r.startWithJob(t.Context(), "a", later, nil); close(done) }()
+	waitFor(t, func() bool { r.starts.mu.Lock(); defer r.starts.mu.Unlock(); return len(r.starts.queued["a"]) == 2 })
+	stop()
+	select {
+	case <-left:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stopped capture's start still waits for its job's transaction")
+	}
+	if stopped.ok {
+		t.Error("the stopped start was read")
+	}
+	close(recs.block)
+	<-done
+	if got, want := fmt.Sprint(recs.calls()), "[[a-0] [a-later]]"; got != want {
+		t.Errorf("StartRuns calls %s, want %s", got, want)
+	}
+	if !later.ok {
+		t.Error("the start queued after the stopped one was not read")
+	}
+}
+
+// TestSiblingKeepsOnlyASmallStart: a sibling's start waits with its capture for a slot, so it is
+// kept only when it holds nothing of the run's size; a sibling whose run has segments stored
+// reads its own start when its capture runs. The caller's own start is kept either way.
+func TestSiblingKeepsOnlyASmallStart(t *testing.T) {
+	recs := &batchRecords{}
+	r := &PodReconciler{Deps: Deps{Records: recs}}
+	self, fresh, resumed := newStart("a-0-resumed"), newStart("a-1"), newStart("a-2-resumed")
+	fresh.sibling, resumed.sibling = true, true
+	r.startWithJob(t.Context(), "a", self, func() []*startedRun { return []*startedRun{fresh, resumed} })
+	<-fresh.done
+	<-resumed.done
+	if !self.ok || len(self.start.Segments) != 1 {
+		t.Errorf("own start ok %v with %d segments, want kept with its 1", self.ok, len(self.start.Segments))
+	}
+	if !fresh.ok {
+		t.Error("a sibling with nothing stored was not given its start")
+	}
+	if resumed.ok || len(resumed.start.Segments) != 0 {
+		t.Errorf("a sibling with segments stored was given its start (ok %v, %d segments held): it may wait long for a slot", resumed.ok, len(resumed.start.Segments))
 	}
 }

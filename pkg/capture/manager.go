@@ -35,7 +35,9 @@ import (
 // it returns (Capture), and resumes from there: nothing it read needs the node again.
 //
 // A waiting capture is a record in a queue, with its key, its pod's name and the function to run:
-// no goroutine and no copy of the pod. Its goroutine starts when it is given a slot.
+// no goroutine and no copy of the pod. Its goroutine starts when it is given a slot. (The archiver
+// may give a waiting capture's function its run's start, read with others: only one of a run
+// with nothing stored yet, of a fixed size.)
 type Manager struct {
 	events chan event.GenericEvent
 	slots  int
