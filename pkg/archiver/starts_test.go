@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +29,7 @@ func (b *batchRecords) StartRuns(_ context.Context, runs []db.RunToStart, _ time
 	out := make([]db.RunStart, len(runs))
 	for i, r := range runs {
 		names = append(names, r.Pod)
-		out[i] = db.RunStart{Owner: r.Pod} // tells which run an answer is for
+		out[i] = db.RunStart{Owner: r.Pod}        // tells which run an answer is for
 		if strings.HasSuffix(r.Pod, "-resumed") { // a run with a segment stored already
 			out[i].Segments = []record.Segment{{PodUID: r.PodUID, ObjectKey: "segment"}}
 		}
