@@ -71,6 +71,9 @@ func (r *PodReconciler) startRun(ctx context.Context, log logr.Logger, job archi
 	if pre != nil && pre.ok {
 		return r.started(pod, pre.start)
 	}
+	if ctx.Err() != nil {
+		return db.RunStart{}, true // stopped while its start waited: nothing to retry
+	}
 	for retry := time.Second; ; {
 		name, err := instance()
 		var starts []db.RunStart

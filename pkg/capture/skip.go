@@ -80,6 +80,10 @@ const naturalFor = 30 * time.Second
 // rateWindow is the span of timestamps a write rate is measured over.
 const rateWindow = 250 * time.Millisecond
 
+// provisionalSpan is the least span of timestamps the rate so far stands in for the peak over,
+// before the first window is measured.
+const provisionalSpan = rateWindow / 2
+
 // take records that line l of the stream arrived at recv and, if the jump from the line before
 // may hide skipped files, returns why (else "").
 func (w *skipWatch) take(l line, recv time.Time) string {
@@ -92,17 +96,25 @@ func (w *skipWatch) take(l line, recv time.Time) string {
 	}
 	jump, lag := l.ts.Sub(w.prevTS), w.prevRecv.Sub(w.prevTS)-w.minLag
 	half := float64(w.maxSize) / 2
+	peak := w.peak
+	if span := w.prevTS.Sub(w.winStart); peak == 0 && !w.winStart.IsZero() && span >= provisionalSpan {
+		// No window measured yet: the stream's first quarter second. The rate so far stands in
+		// (over at least provisionalSpan, so that one burst is not taken for a rate): a stream
+		// that falls a file behind that early skips files as well (TestCaptureRecordsSkippedFilesAsGap
+		// lost 750 KiB 250 ms into its run with no gap).
+		peak = float64(w.winBytes) / span.Seconds()
+	}
 	natural := w.natural
 	if l.ts.Sub(w.naturalAt) > naturalFor {
 		natural = 0
 	}
 	switch {
 	case w.prevTS.IsZero() || jump <= 0:
-	case w.peak*lag.Seconds() < half:
+	case peak*lag.Seconds() < half:
 		// Kept up: no file skipped here, but the rest of the one read may be lost if it rotated.
-		if natural > 0 && jump > natural*3/2 && float64(w.filePos)+2*w.peak*jump.Seconds() >= float64(w.maxSize) {
+		if natural > 0 && jump > natural*3/2 && float64(w.filePos)+2*peak*jump.Seconds() >= float64(w.maxSize) {
 			why = fmt.Sprintf("the follow stream kept up, but its timestamps jumped by %s, longer than the container's pauses (%s), where the node may have rotated its file (about %d of %d bytes, at a peak rate of %.0f bytes/s): at a rotation the node's reader leaves unread what was written to the old file after its last read",
-				jump.Round(time.Millisecond), natural.Round(time.Millisecond), w.filePos, w.maxSize, w.peak)
+				jump.Round(time.Millisecond), natural.Round(time.Millisecond), w.filePos, w.maxSize, peak)
 			w.filePos = 0 // l starts the new file
 		} else if jump >= minPause {
 			// A running average, not the longest: a container's pauses vary (under CPU load its
@@ -112,9 +124,9 @@ func (w *skipWatch) take(l line, recv time.Time) string {
 				w.natural = jump
 			}
 		}
-	case w.peak*jump.Seconds() >= half && jump > natural*3/2:
+	case peak*jump.Seconds() >= half && jump > natural*3/2:
 		why = fmt.Sprintf("the follow stream was %s behind its container when its timestamps jumped by %s; at the container's peak rate of %.0f bytes/s both could hold a rotated file (%d bytes), and the node's reader skips the files a stream is more than one behind",
-			lag.Round(time.Millisecond), jump.Round(time.Millisecond), w.peak, w.maxSize)
+			lag.Round(time.Millisecond), jump.Round(time.Millisecond), peak, w.maxSize)
 	}
 	// The rate: bytes per second of timestamps, over windows of rateWindow or more. A pause of a
 	// window or more starts a new one, so that silence does not dilute the rate.

@@ -150,3 +150,37 @@ func TestSkipWatchOutlivesAReopen(t *testing.T) {
 		t.Errorf("gaps %+v, want one %q before the jump's end (%s)", r.recs.gaps, record.GapMaybeRotated, ts.Add(time.Second))
 	}
 }
+
+// TestSkipWatchEarlyInTheStream: a container writes 150 KiB every 50 ms into 1 MiB files (as
+// TestCaptureRecordsSkippedFilesAsGap's does); its stream, 400 ms behind from the start, jumps
+// 300 ms after its first 200 ms, before a whole rate window was measured: five chunks, 750 KiB,
+// that the node's reader may have skipped. The jump is taken for a possible skip (before: with no
+// rate measured yet, nothing in a stream's first quarter second was).
+func TestSkipWatchEarlyInTheStream(t *testing.T) {
+	for _, lag := range []time.Duration{400 * time.Millisecond, 5 * time.Millisecond} {
+		t.Run(fmt.Sprintf("lag=%s", lag), func(t *testing.T) {
+			w := skipWatch{maxSize: 1 << 20}
+			t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+			data := []byte(strings.Repeat("x", 1<<10-1) + "\n")
+			chunk := func(i int) string {
+				var why string
+				ts := t0.Add(time.Duration(i) * 50 * time.Millisecond)
+				for j := range 150 {
+					if w := w.take(line{ts: ts, data: data, fileBytes: len(data)}, ts.Add(lag)); w != "" && why == "" {
+						why = fmt.Sprintf("chunk %d line %d: %s", i, j, w)
+					}
+					ts = ts.Add(time.Microsecond)
+				}
+				return why
+			}
+			for i := range 5 {
+				if why := chunk(i); why != "" {
+					t.Fatalf("a steady stream taken for a skip: %s", why)
+				}
+			}
+			if why := chunk(10); why == "" {
+				t.Errorf("chunks 5 to 9 (750 KiB of a 1 MiB file) missing %s behind, in the stream's first 250 ms: not taken for a possible skip", lag)
+			}
+		})
+	}
+}
