@@ -41,7 +41,10 @@ func TestCaptureReadsATerminatedInitContainerOnce(t *testing.T) {
 			return true, nil
 		}
 		return false, nil
-	}); err != nil && polls < 10 {
+	}); err != nil && polls < 5 {
+		// Each poll reads the API server's whole /metrics: on a loaded machine 9 of 20 fit in the
+		// 4 s (a make test run, 2026-11-28). Five still see a reopen loop, which holds a second
+		// stream open most of the time; the reopen counter below counts it whatever the polls saw.
 		t.Fatalf("polled %d times: %v", polls, err)
 	}
 	if n := seriesSum(t, s.Metrics(t), `jobvault_archiver_follow_reopens_total{cause="ended"}`); n > 3 {
