@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,23 @@ type Options struct {
 	Flags []string
 }
 
+// ArchiverApplication is the application_name the archivers of the tests connect to Postgres with,
+// so that a test tells their sessions from its own (pg_stat_activity).
+const ArchiverApplication = "jobvault-archiver"
+
+// archiverDSN is dsn, a postgres:// URL, with ArchiverApplication as its application_name; any
+// other form as it is.
+func archiverDSN(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return dsn
+	}
+	q := u.Query()
+	q.Set("application_name", ArchiverApplication)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // NewArchiver prepares (but does not start) an archiver writing to dsn and the chosen store under
 // the prefix "archive".
 func NewArchiver(t testbed.T, env *testbed.Env, dsn string, o Options) *Archiver {
@@ -110,7 +128,7 @@ func NewArchiver(t testbed.T, env *testbed.Env, dsn string, o Options) *Archiver
 		a.Args = []string{"--store-backend=fs", "--store-fs-root=" + o.FSRoot}
 	}
 	a.StoreConfig = cfg
-	a.Args = append(a.Args, "--store-prefix=archive", "--db-dsn="+dsn, "--leader-elect=false")
+	a.Args = append(a.Args, "--store-prefix=archive", "--db-dsn="+archiverDSN(dsn), "--leader-elect=false")
 	if len(o.Namespaces) > 0 {
 		a.Args = append(a.Args, "--namespaces="+strings.Join(o.Namespaces, ","))
 	}

@@ -178,13 +178,31 @@ func (o *once[T]) get(name string, start func() (T, error)) (T, error) {
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		// The kernel may hand a port just closed out again: two calls in a row gave an archiver
+		// the same port for its health probe and its metrics, and it died at start ("address
+		// already in use"; TestArchiveNamespaceRetention, 2026-11-28). A port is handed out once
+		// per process.
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no port the kernel offered was one not handed out already")
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // Process is a part the testbed started; it dies with the test binary (SIGKILL via Pdeathsig) even
 // when the binary is killed, so no run leaves processes behind.
