@@ -87,9 +87,9 @@ FROM pg_stat_database WHERE datname = current_database()`).Scan(&n, &archivers);
 	last, _ := read()
 	for readings = 1; readings < 20; readings++ {
 		time.Sleep(1500 * time.Millisecond)
-		// A stopped archiver's sessions report their counts as they end: under load that came
-		// after a count that had not moved for a reading, and the start-up's transactions were
-		// counted as the job's (4.4 a pod in a make test run, 2026-11-28).
+		// A stopped archiver's sessions report their counts as they end: under load that can come
+		// after a count that had not moved for a reading, and the start-up's transactions be
+		// counted as the job's (the likely cause of 4.4 a pod in a make test run, 2026-11-28).
 		n, archivers := read()
 		if archivers == 0 && n-last <= 2 { // only the readings before moved it (each may count twice: parse, then execute)
 			return n, readings + 1
