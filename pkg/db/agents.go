@@ -126,13 +126,11 @@ func claimAndLook(ctx context.Context, q querier, c RunClaim, healthyWithin time
 		return "", false, seen, fmt.Errorf("claim run %s: %w claim: pod UID, container, namespace, pod, job name and UID are required, run not negative", c.RunKey, ErrInvalid)
 	}
 	look := `false, false, false`
+	args := []any{c.PodUID, c.Container, c.Run, c.Node, c.Namespace, c.Pod, c.JobName, c.JobUID, healthyWithin.Seconds()}
 	if instance != "" {
 		look = `EXISTS (SELECT 1 FROM log_objects WHERE pod_uid = $1 AND container = $2 AND instance = $10),
        EXISTS (SELECT 1 FROM log_gaps WHERE pod_uid = $1 AND container = $2 AND run = $3),
        EXISTS (SELECT 1 FROM log_segments WHERE pod_uid = $1 AND container = $2 AND run = $3)`
-	}
-	args := []any{c.PodUID, c.Container, c.Run, c.Node, c.Namespace, c.Pod, c.JobName, c.JobUID, healthyWithin.Seconds()}
-	if instance != "" {
 		args = append(args, instance)
 	}
 	// A row another claim inserts meanwhile is invisible to this statement's snapshot: the
