@@ -15,8 +15,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -288,22 +286,7 @@ func measureRecordFloor(b *testing.B, s *stack.Rig, n, workers int, minioPID, pg
 	zw.Close() //nolint:errcheck // into memory
 	log := zipped.Bytes()
 	run := func(each func(i int) error) {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for range workers {
-			wg.Go(func() {
-				for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-					if err := each(int(i)); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		if err := inParallel(n, workers, each); err != nil {
 			b.Fatalf("record floor: %v", err)
 		}
 	}

@@ -92,30 +92,35 @@ func dbTransactions(b testing.TB, dsn string) float64 {
 func patchFloor(b *testing.B, s *stack.Rig, pods []corev1.Pod, workers int) float64 {
 	b.Helper()
 	c := stack.Unthrottled(b, s.Env, s.Env.Config)
+	t0 := time.Now()
+	if err := inParallel(len(pods), workers, func(i int) error {
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"bench.jobvault.io/floor":"1"}}}`))
+		return c.Patch(b.Context(), &pods[i], patch)
+	}); err != nil {
+		b.Fatalf("floor patch: %v", err)
+	}
+	return float64(len(pods)) / time.Since(t0).Seconds()
+}
+
+// inParallel calls each for 0 to n-1 from workers goroutines, and returns the first error any
+// returned (a worker stops at its error; the others go on).
+func inParallel(n, workers int, each func(i int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
-	t0 := time.Now()
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(len(pods)); i = next.Add(1) - 1 {
-				p := &pods[i]
-				patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"bench.jobvault.io/floor":"1"}}}`))
-				if err := c.Patch(b.Context(), p, patch); err != nil {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if err := each(int(i)); err != nil {
 					errs <- err
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
-	for err := range errs {
-		b.Fatalf("floor patch: %v", err)
-	}
-	return float64(len(pods)) / time.Since(t0).Seconds()
+	return <-errs
 }
 
 // cpuProfile fetches a CPU profile of the archiver (its --pprof-bind-address) for d into path.
