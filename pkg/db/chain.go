@@ -65,14 +65,15 @@ func (d *DB) appendChain(ctx context.Context, f record.Finalization, seal record
 			_ = tx.Rollback()
 		}
 	}()
+	q := d.prepared(tx)
 	if f.Check != nil {
-		if err = checkRows(ctx, tx, f); err != nil {
+		if err = checkRows(ctx, q, f); err != nil {
 			return record.Finalized{}, err
 		}
 	}
 	// Mark the job, and make sure the cluster has a head row to lock, in one round trip.
 	var exists bool
-	err = tx.QueryRowContext(ctx, `
+	err = q.QueryRowContext(ctx, `
 WITH head AS (
     INSERT INTO audit_chain_heads (cluster, seq, manifest_sha256) VALUES ($5, 0, '') ON CONFLICT DO NOTHING
 )`+markJobArchivedSQL, f.JobUID, nullString(f.Location), nullTimeValue(f.ArchivedAt), f.ReleaseReason, f.Cluster).Scan(&exists)
@@ -85,14 +86,14 @@ WITH head AS (
 	if !f.RetainUntil.IsZero() {
 		// Once set, the date only moves later (migration 0007's trigger): a repeated finalization
 		// cannot shorten it.
-		if _, err = tx.ExecContext(ctx, `UPDATE jobs SET retain_until = $2 WHERE uid = $1`, f.JobUID, f.RetainUntil.UTC()); err != nil {
+		if _, err = q.ExecContext(ctx, `UPDATE jobs SET retain_until = $2 WHERE uid = $1`, f.JobUID, f.RetainUntil.UTC()); err != nil {
 			return record.Finalized{}, translate(err)
 		}
 	}
 	// The locked section: from here to the commit, every finalization of the cluster waits.
 	locked := time.Now()
 	var head record.ChainHead
-	if err := tx.QueryRowContext(ctx, `SELECT seq, manifest_sha256 FROM audit_chain_heads WHERE cluster = $1 FOR UPDATE`, f.Cluster).Scan(&head.Seq, &head.ManifestSHA256); err != nil {
+	if err := q.QueryRowContext(ctx, `SELECT seq, manifest_sha256 FROM audit_chain_heads WHERE cluster = $1 FOR UPDATE`, f.Cluster).Scan(&head.Seq, &head.ManifestSHA256); err != nil {
 		return record.Finalized{}, translate(err)
 	}
 	e := record.ChainEntry{Cluster: f.Cluster, Seq: head.Seq + 1, JobUID: f.JobUID, ManifestKey: f.ManifestKey, PrevSHA256: head.ManifestSHA256, RecordDigest: f.RecordDigest}
@@ -101,7 +102,7 @@ WITH head AS (
 	}
 	sum := sha256.Sum256(e.Manifest)
 	e.ManifestSHA256 = hex.EncodeToString(sum[:])
-	err = tx.QueryRowContext(ctx, `
+	err = q.QueryRowContext(ctx, `
 WITH head AS (
     UPDATE audit_chain_heads SET seq = $2, manifest_sha256 = $5, updated_at = now() WHERE cluster = $1
 )
@@ -123,7 +124,7 @@ RETURNING at`, e.Cluster, e.Seq, e.JobUID, e.ManifestKey, e.ManifestSHA256, e.Pr
 // commits: a transition (its foreign key takes a share lock on the job row), a change to a pod's
 // row, or a log or gap of a pod (a share lock on the pod row) waits for the commit, and each read
 // (at READ COMMITTED) sees everything committed before the locks were granted.
-func checkRows(ctx context.Context, tx *sql.Tx, f record.Finalization) error {
+func checkRows(ctx context.Context, tx querier, f record.Finalization) error {
 	var (
 		found bool
 		pods  int

@@ -132,6 +132,7 @@ func (o Options) validate() error {
 type DB struct {
 	db      *sql.DB
 	timeout time.Duration
+	stmts   stmtCache
 }
 
 // Open connects to the database at dsn (a postgres:// URL or key=value string, as lib/pq accepts),
@@ -195,6 +196,7 @@ func (d *DB) Ping(ctx context.Context) error {
 
 // Close closes every connection of the pool.
 func (d *DB) Close() error {
+	d.stmts.close()
 	return d.db.Close()
 }
 

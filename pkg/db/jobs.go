@@ -80,7 +80,7 @@ func archiveFieldsSQL(table string, pairs ...string) string {
 func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	return upsertJob(ctx, d.db, j)
+	return upsertJob(ctx, d.prepared(nil), j)
 }
 
 // RecordJob records a job's row (as UpsertJob, unless row is nil) and its transitions (as
@@ -90,7 +90,7 @@ func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
 func (d *DB) RecordJob(ctx context.Context, row *record.Job, jobUID string, ts []record.Transition) (inserted int, err error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	err = d.inTx(ctx, func(tx *sql.Tx) error {
+	err = d.inTx(ctx, func(tx querier) error {
 		if row != nil {
 			if err := upsertJob(ctx, tx, *row); err != nil {
 				return err

@@ -52,7 +52,7 @@ type RunToStart struct {
 func (d *DB) StartRuns(ctx context.Context, runs []RunToStart, healthyWithin time.Duration) (out []RunStart, err error) {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	err = d.inTx(ctx, func(tx *sql.Tx) error {
+	err = d.inTx(ctx, func(tx querier) error {
 		out = make([]RunStart, len(runs))
 		for i, r := range runs {
 			if out[i], err = startRun(ctx, tx, r, healthyWithin); err != nil {
@@ -69,7 +69,7 @@ func (d *DB) StartRuns(ctx context.Context, runs []RunToStart, healthyWithin tim
 
 // startRun claims one run and reads its log row, gaps and segments, in tx: only those the claim's
 // statement saw exist (claimAndLook), so a new run's start is that one statement.
-func startRun(ctx context.Context, tx *sql.Tx, r RunToStart, healthyWithin time.Duration) (out RunStart, err error) {
+func startRun(ctx context.Context, tx querier, r RunToStart, healthyWithin time.Duration) (out RunStart, err error) {
 	if r.Instance == "" {
 		return RunStart{}, fmt.Errorf("start run %s: %w: the instance of its log is required", r.RunKey, ErrInvalid)
 	}
@@ -115,7 +115,7 @@ type PodArchive struct {
 func (d *DB) RecordRunLog(ctx context.Context, l record.LogObject, sources []record.SourceRange, pod *PodArchive) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	return d.inTx(ctx, func(tx *sql.Tx) error {
+	return d.inTx(ctx, func(tx querier) error {
 		if err := putSources(ctx, tx, sources); err != nil {
 			return err
 		}
@@ -129,13 +129,14 @@ func (d *DB) RecordRunLog(ctx context.Context, l record.LogObject, sources []rec
 	})
 }
 
-// inTx runs fn in a transaction, committed if fn succeeds, rolled back otherwise.
-func (d *DB) inTx(ctx context.Context, fn func(*sql.Tx) error) (err error) {
+// inTx runs fn in a transaction, committed if fn succeeds, rolled back otherwise. fn's
+// statements run prepared.
+func (d *DB) inTx(ctx context.Context, fn func(querier) error) (err error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return translate(err)
 	}
-	if err = fn(tx); err != nil {
+	if err = fn(d.prepared(tx)); err != nil {
 		_ = tx.Rollback() // fn's error says why; a failed rollback ends the transaction too
 		return err
 	}
@@ -161,14 +162,15 @@ func (d *DB) JobForSeal(ctx context.Context, uid string) (out SealRead, err erro
 		return SealRead{}, fmt.Errorf("read job %s for its seal: %w", uid, translate(err))
 	}
 	defer tx.Rollback() //nolint:errcheck // read only: nothing to keep
-	out.Entry, err = scanChainEntry(tx.QueryRowContext(ctx, `SELECT `+chainColumns+` FROM audit_chain WHERE job_uid = $1`, uid))
+	q := d.prepared(tx)
+	out.Entry, err = scanChainEntry(q.QueryRowContext(ctx, `SELECT `+chainColumns+` FROM audit_chain WHERE job_uid = $1`, uid))
 	switch {
 	case err == nil:
 		out.Chained = true
 	case !errors.Is(err, sql.ErrNoRows):
 		return SealRead{}, fmt.Errorf("read job %s for its seal: chain entry: %w", uid, translate(err))
 	}
-	if out.Rows, err = jobRows(ctx, tx, uid); err != nil {
+	if out.Rows, err = jobRows(ctx, q, uid); err != nil {
 		return SealRead{}, fmt.Errorf("read job %s for its seal: %w", uid, err)
 	}
 	return out, nil

@@ -1,0 +1,126 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"time"
+)
+
+// The statements the archiver runs for every pod and job (a run's start, its log's record, a
+// job's row, its seal's read and its finalization) run as prepared statements (issue 28):
+// Postgres parses, analyzes and rewrites an unnamed statement at every call, and in the drain of
+// a burst that was about a third of its CPU (perf: the parser, the copies of parse trees, the
+// catalog lookups), more than executing those statements. A prepared statement is parsed once per
+// connection; database/sql prepares it on each connection the first time it runs there.
+//
+// What a deployment must allow: named prepared statements on each session. A pooler in front of
+// Postgres in transaction mode must keep them (PgBouncer 1.21 and later: max_prepared_statements).
+
+// maxPrepared bounds the statements kept prepared. Only fixed statements are run prepared, fewer
+// than this; the bound is there so that a statement built from a caller's input by mistake could
+// not grow every connection's server-side memory without end: past it, statements run unprepared.
+const maxPrepared = 64
+
+// stmtCache is the DB's prepared statements, by query text.
+type stmtCache struct {
+	mu     sync.Mutex
+	stmts  map[string]*sql.Stmt // nil while being prepared
+	closed bool
+}
+
+// stmt is query prepared on db, or nil while it is not yet (the caller runs it unprepared). A
+// statement is prepared in the background, on a connection of its own: a caller inside a
+// transaction holds its connection, and preparing while every connection of the pool is held so
+// would wait for itself.
+func (c *stmtCache) stmt(db *sql.DB, query string, timeout time.Duration) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.stmts[query]; ok || c.closed || len(c.stmts) >= maxPrepared {
+		return st
+	}
+	if c.stmts == nil {
+		c.stmts = map[string]*sql.Stmt{}
+	}
+	c.stmts[query] = nil
+	go c.prepare(db, query, timeout)
+	return nil
+}
+
+// prepare prepares query on db and keeps it; on failure it forgets it, to be tried again by a
+// later call (a fault of the statement itself shows in the calls that run it unprepared).
+func (c *stmtCache) prepare(db *sql.DB, query string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	st, err := db.PrepareContext(ctx, query)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err != nil:
+		delete(c.stmts, query)
+	case c.closed:
+		st.Close()
+	default:
+		c.stmts[query] = st
+	}
+}
+
+// close closes every prepared statement; later statements run unprepared.
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.stmts {
+		if st != nil {
+			st.Close()
+		}
+	}
+	c.stmts, c.closed = nil, true
+}
+
+// prepared is a querier that runs each statement prepared, in tx or, with tx nil, on the pool.
+type prepared struct {
+	d  *DB
+	tx *sql.Tx
+}
+
+// prepared returns the querier that runs statements prepared in tx (nil: on the pool).
+func (d *DB) prepared(tx *sql.Tx) querier { return prepared{d, tx} }
+
+// stmt is query prepared for p's transaction or pool, or nil.
+func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
+	st := p.d.stmts.stmt(p.d.db, query, p.d.timeout)
+	if st != nil && p.tx != nil {
+		// Prepared on the transaction's connection once; closed with the transaction.
+		st = p.tx.StmtContext(ctx, st)
+	}
+	return st
+}
+
+// plain is p's transaction or pool, to run a statement that could not be prepared.
+func (p prepared) plain() querier {
+	if p.tx != nil {
+		return p.tx
+	}
+	return p.d.db
+}
+
+func (p prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := p.stmt(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return p.plain().QueryContext(ctx, query, args...)
+}
+
+func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := p.stmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return p.plain().QueryRowContext(ctx, query, args...)
+}
+
+func (p prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := p.stmt(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return p.plain().ExecContext(ctx, query, args...)
+}

@@ -1,0 +1,115 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jobvault/jobvault/pkg/record"
+	"github.com/jobvault/jobvault/test/testbed"
+)
+
+func TestMain(m *testing.M) { testbed.Main(m) }
+
+// openOneConn opens a migrated database of the testbed's Postgres on a pool of one connection:
+// what the pool's session has prepared is then what pg_prepared_statements shows it.
+func openOneConn(t *testing.T) *DB {
+	t.Helper()
+	d, err := Open(t.Context(), testbed.Postgres(t), Options{Migrate: true, MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// preparedCount is how many statements the pool's one session has prepared whose text is query,
+// or all of them if query is empty.
+func preparedCount(t *testing.T, d *DB, query string) int {
+	t.Helper()
+	var n int
+	if err := d.db.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_prepared_statements WHERE $1 = '' OR statement = $1`, query).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitPrepared waits until the background preparation of query is kept.
+func waitPrepared(t *testing.T, d *DB, query string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		d.stmts.mu.Lock()
+		st := d.stmts.stmts[query]
+		d.stmts.mu.Unlock()
+		if st != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%.40q… not prepared within 10s", query)
+		}
+	}
+}
+
+// TestHotStatementsRunPrepared: a job's row, written on the pool and in a transaction, is written
+// by a statement its session prepared once (issue 28: Postgres no longer parses it at every call),
+// and to the same effect.
+func TestHotStatementsRunPrepared(t *testing.T) {
+	ctx := t.Context()
+	d := openOneConn(t)
+	job := record.Job{UID: "job-1", Namespace: "ns", Name: "a", CreatedAt: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Phase: "Pending"}
+	if err := d.UpsertJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, d, upsertJobSQL)
+	for _, phase := range []string{"Running", "Completed"} {
+		job.Phase = phase
+		if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil { // in a transaction
+			t.Fatal(err)
+		}
+		if err := d.UpsertJob(ctx, job); err != nil { // on the pool
+			t.Fatal(err)
+		}
+	}
+	if n := preparedCount(t, d, upsertJobSQL); n != 1 {
+		t.Errorf("the job upsert is prepared %d times on the session, want once", n)
+	}
+	got, err := d.Job(ctx, job.UID)
+	if err != nil || got.Phase != "Completed" {
+		t.Errorf("job = %+v, %v; want phase Completed", got, err)
+	}
+}
+
+// TestPreparingWaitsForNoConnection: a transaction that holds the pool's only connection and runs
+// a statement not yet prepared neither waits for a connection to prepare it on nor fails: it runs
+// the statement unprepared, and the statement is prepared once the connection is free.
+func TestPreparingWaitsForNoConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	d := openOneConn(t)
+	job := record.Job{UID: "job-1", Namespace: "ns", Name: "a", CreatedAt: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Phase: "Pending"}
+	if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil {
+		t.Fatalf("RecordJob on a pool of one connection: %v", err)
+	}
+	waitPrepared(t, d, upsertJobSQL)
+}
+
+// TestPreparedAreBounded: past maxPrepared distinct statements, the others run unprepared.
+func TestPreparedAreBounded(t *testing.T) {
+	ctx := t.Context()
+	d := openOneConn(t)
+	q := d.prepared(nil)
+	for i := range maxPrepared + 10 {
+		query := fmt.Sprintf("SELECT %d", i)
+		var n int
+		if err := q.QueryRowContext(ctx, query).Scan(&n); err != nil || n != i {
+			t.Fatalf("%s = %d, %v", query, n, err)
+		}
+		if i < maxPrepared {
+			waitPrepared(t, d, query)
+		}
+	}
+	if n := preparedCount(t, d, ""); n != maxPrepared {
+		t.Errorf("%d statements prepared on the session, want the bound, %d", n, maxPrepared)
+	}
+}
