@@ -178,6 +178,10 @@ func (s *S3) putOptions(opts PutOptions) minio.PutObjectOptions {
 		// The service checks it, and refuses the object, itself (the client needs
 		// TrailingHeaders for minio-go to pass it on).
 		o.UserMetadata = map[string]string{"x-amz-checksum-sha256": base64.StdEncoding.EncodeToString(opts.Checksum.SHA256[:])}
+		// That signed header already binds the body: over HTTP, minio-go's default, a signature
+		// for each chunk of the body (aws-chunked), would only make both ends hash and sign it
+		// again (issue 28).
+		o.DisableContentSha256 = true
 	}
 	return o
 }
