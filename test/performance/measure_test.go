@@ -6,6 +6,8 @@ package performance
 import (
 	"cmp"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -190,6 +192,38 @@ func apiServerRequests(b testing.TB, env *testbed.Env) map[string]float64 {
 			key += "/" + l["subresource"]
 		}
 		out[key] += m.GetCounter().GetValue()
+	}
+	return out
+}
+
+// minioRequests counts the S3 requests the MinIO at endpoint (host:port) served so far, by API
+// ("putobject"), from its Prometheus metrics (the testbed serves them without a token).
+func minioRequests(b testing.TB, endpoint string) map[string]float64 {
+	b.Helper()
+	const name = "minio_s3_requests_total"
+	resp, err := http.Get("http://" + endpoint + "/minio/v2/metrics/cluster")
+	if err != nil {
+		b.Fatalf("read MinIO's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("read MinIO's metrics: %s, %v", resp.Status, err)
+	}
+	var lines strings.Builder
+	for line := range strings.Lines(string(raw)) {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, "# TYPE "+name+" ") {
+			lines.WriteString(line)
+		}
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(lines.String()))
+	if err != nil {
+		b.Fatalf("parse MinIO's %s: %v", name, err)
+	}
+	out := map[string]float64{}
+	for _, m := range families[name].GetMetric() {
+		out[metricLabels(m)["api"]] += m.GetCounter().GetValue()
 	}
 	return out
 }

@@ -161,14 +161,15 @@ func fetch(url, path string) error {
 // Baseline in the same run: the same number of pods patched with one annotation by as many
 // workers as the archiver reconciles pods with (patchFloor), the API server's floor of any
 // archiver. It also prints the work per pod: database transactions (Postgres' own count),
-// requests to the API server by method, and reconciles of each controller (is the job
-// reconciled on every pod event?). And what bounds the rate here: the CPU every process on the
+// requests to the API server by method, MinIO's requests by S3 API, and reconciles of each
+// controller (is the job reconciled on every pod event?). And what bounds the rate here: the CPU every process on the
 // machine spent per pod (the testbed's parts all share its cores), the requests the API server
 // served per pod from every client, and when pods and jobs were released (whether jobs are
 // released while the backlog drains, or all at its end). JOBVAULT_BENCH_CPU_PROFILE=FILE saves a CPU profile of the
 // archiver over the drain. JOBVAULT_BENCH_BURST_WORKERS (8) sets the archiver's --pod-workers and
 // the floor's workers; JOBVAULT_BENCH_BURST_JOB_WORKERS and _DB_CONNS, when set, its --job-workers
-// and --db-max-open-conns.
+// and --db-max-open-conns; JOBVAULT_BENCH_ARCHIVER_GODEBUG its GODEBUG (http2debug=1 logs its
+// connections to the API server).
 func BenchmarkReleaseThroughput(b *testing.B) {
 	n := int(envInt(b, "JOBVAULT_BENCH_BURST_PODS", 1000))
 	perJob := int(envInt(b, "JOBVAULT_BENCH_BURST_PER_JOB", 10))
@@ -204,10 +205,15 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		tx0 := dbTransactions(b, s.DSN)
 
 		start := time.Now()
+		if v := os.Getenv("JOBVAULT_BENCH_ARCHIVER_GODEBUG"); v != "" {
+			s.Archiver.Environ = append(s.Archiver.Environ, "GODEBUG="+v)
+		}
 		s.Start(b)
 		ready := time.Since(start)
 		archPID := s.Proc.PID()
 		arch0, all0, req0 := sampleProc(b, archPID), sampleAllProcs(b), apiServerRequests(b, s.Env)
+		minioEndpoint := testbed.MinIOInstance(b).Endpoint
+		store0 := minioRequests(b, minioEndpoint)
 		own0 := sampleTrees(b, archPID, minioPID, pgPID, apiPID)
 		profiled := make(chan error, 1)
 		if path := os.Getenv("JOBVAULT_BENCH_CPU_PROFILE"); path != "" {
@@ -234,6 +240,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		}
 		counts := readArchiverCounters(b, s.Archiver)
 		arch, all, req := sampleProc(b, archPID), sampleAllProcs(b), apiServerRequests(b, s.Env)
+		store := minioRequests(b, minioEndpoint)
 		own := sampleTrees(b, archPID, minioPID, pgPID, apiPID)
 		s.Proc.Stop() // its database sessions end and report their counts
 		time.Sleep(2 * time.Second)
@@ -277,14 +284,8 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		b.ReportMetric(machineMs, "machine-cpu-ms/pod")
 		b.Logf("CPU per pod from the archiver's start to the last release: %.1f ms on the whole machine, so %.0f pods/s would need %.1f cores (it has %d); by process: %s",
 			machineMs, releaseRateTarget, machineMs*releaseRateTarget/1000, runtime.NumCPU(), strings.Join(byCommand, ", "))
-		var served []string
-		for k, v := range req {
-			if per := (v - req0[k]) / float64(n); per >= 0.01 {
-				served = append(served, fmt.Sprintf("%s %.2f", k, per))
-			}
-		}
-		slices.Sort(served)
-		b.Logf("API server requests per pod, from every client: %s", strings.Join(served, ", "))
+		b.Logf("API server requests per pod, from every client: %s", perPodDelta(req0, req, n))
+		b.Logf("MinIO requests per pod, by API: %s", perPodDelta(store0, store, n))
 		if by, ok := podStatusWriters(b, s.Env, s.NS, start); ok {
 			b.Logf("writes of pods' status per pod from the archiver's start, by client (the API server's audit log): %s", perPodCounts(by, n))
 		} else {
@@ -311,6 +312,18 @@ func perPod(by map[string]float64, n int) string {
 			parts = append(parts, fmt.Sprintf("%s %.2f", m, by[m]/float64(n)))
 		}
 	}
+	return strings.Join(parts, ", ")
+}
+
+// perPodDelta formats the counts that grew from before to after, per pod (at least 0.01), sorted.
+func perPodDelta(before, after map[string]float64, n int) string {
+	var parts []string
+	for k, v := range after {
+		if per := (v - before[k]) / float64(n); per >= 0.01 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, per))
+		}
+	}
+	slices.Sort(parts)
 	return strings.Join(parts, ", ")
 }
 
