@@ -22,6 +22,7 @@ require (
 	github.com/prometheus/prometheus v0.308.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	golang.org/x/net v0.61.0
 	golang.org/x/sync v0.24.0
 	gomodules.xyz/jsonpatch/v2 v2.4.0
 	google.golang.org/api v0.307.0
@@ -163,7 +164,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20250808145144-a408d31f581a // indirect
-	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect

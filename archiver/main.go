@@ -20,7 +20,6 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -111,7 +110,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	clientset, err := kubernetes.NewForConfig(cfg)
+	clientset, err := archiver.LogsClientset(cfg)
 	if err != nil {
 		return err
 	}
