@@ -1,8 +1,14 @@
 package archiver
 
 import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
-	"strings"
+	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -22,9 +28,12 @@ import (
 // and TLS handshakes took 11 to 12% of the archiver's CPU. x/net's transport dials once for all
 // the requests waiting for a connection.
 //
-// Where it cannot stand in for client-go's (a proxy, a dialer, a transport or an authentication
-// plugin of cfg's, or plain HTTP), the clientset is client-go's; so it is, from the first refusal
-// on, when the server does not speak HTTP/2.
+// Where it cannot stand in for client-go's, the clientset is client-go's: a proxy, a dialer, a
+// transport or an authentication plugin of cfg's, client certificate files (client-go reloads them
+// as they rotate), HTTP/2 turned off or tuned (cfg's NextProtos without h2, DISABLE_HTTP2,
+// HTTP2_READ_IDLE_TIMEOUT_SECONDS, HTTP2_PING_TIMEOUT_SECONDS), or plain HTTP; and so it is, from
+// the first refusal on, when the server does not speak HTTP/2. To look at again with Go 1.27,
+// whose x/net HTTP/2 transport wraps net/http's.
 func LogsClientset(cfg *rest.Config) (kubernetes.Interface, error) {
 	rt, err := logsTransport(cfg)
 	switch {
@@ -39,18 +48,46 @@ func LogsClientset(cfg *rest.Config) (kubernetes.Interface, error) {
 // The connection settings of client-go's transport (k8s.io/client-go/transport,
 // k8s.io/apimachinery/pkg/util/net): a connection silent for h2ReadIdleTimeout is pinged, and
 // closed if the ping is not answered within h2PingTimeout; one idle for h2IdleConnTimeout is
-// closed.
+// closed; a dial takes at most dialTimeout, its TLS handshake tlsHandshakeTimeout.
 const (
-	h2ReadIdleTimeout = 30 * time.Second
-	h2PingTimeout     = 15 * time.Second
-	h2IdleConnTimeout = 90 * time.Second
+	h2ReadIdleTimeout   = 30 * time.Second
+	h2PingTimeout       = 15 * time.Second
+	h2IdleConnTimeout   = 90 * time.Second
+	dialTimeout         = 30 * time.Second
+	tlsHandshakeTimeout = 10 * time.Second
 )
+
+// errNoH2 is a server's answer to a connection of HTTP/2 that it does not speak.
+var errNoH2 = errors.New("the server does not speak HTTP/2")
+
+// dialH2 opens a TLS connection to addr and checks that it speaks HTTP/2 (as x/net's transport
+// does when it dials itself), within the timeouts of client-go's.
+func dialH2(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}, Config: cfg}
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout+tlsHandshakeTimeout)
+	defer cancel()
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != http2.NextProtoTLS {
+		c.Close()
+		return nil, fmt.Errorf("%w: it chose %q", errNoH2, p)
+	}
+	return c, nil
+}
 
 // logsTransport is the round tripper of LogsClientset, nil where client-go's must serve.
 func logsTransport(cfg *rest.Config) (http.RoundTripper, error) {
 	if cfg.Transport != nil || cfg.WrapTransport != nil || cfg.Dial != nil || cfg.Proxy != nil ||
-		cfg.ExecProvider != nil || cfg.AuthProvider != nil {
+		cfg.ExecProvider != nil || cfg.AuthProvider != nil || cfg.CertFile != "" || cfg.KeyFile != "" ||
+		(len(cfg.NextProtos) > 0 && !slices.Contains(cfg.NextProtos, http2.NextProtoTLS)) {
 		return nil, nil
+	}
+	for _, env := range []string{"DISABLE_HTTP2", "HTTP2_READ_IDLE_TIMEOUT_SECONDS", "HTTP2_PING_TIMEOUT_SECONDS"} {
+		if os.Getenv(env) != "" {
+			return nil, nil
+		}
 	}
 	host, _, err := rest.DefaultServerUrlFor(cfg)
 	if err != nil {
@@ -66,8 +103,9 @@ func logsTransport(cfg *rest.Config) (http.RoundTripper, error) {
 	// Offered beside h2 so that a server of HTTP/1.1 alone says so (a server of Go refuses a
 	// handshake that offers nothing it speaks), and the transport then falls back.
 	tlsConfig.NextProtos = []string{http2.NextProtoTLS, "http/1.1"}
-	h2, err := rest.HTTPWrappersForConfig(cfg, &http2.Transport{TLSClientConfig: tlsConfig,
-		ReadIdleTimeout: h2ReadIdleTimeout, PingTimeout: h2PingTimeout, IdleConnTimeout: h2IdleConnTimeout})
+	h2, err := rest.HTTPWrappersForConfig(cfg, &http2.Transport{TLSClientConfig: tlsConfig, DialTLSContext: dialH2,
+		DisableCompression: cfg.DisableCompression,
+		ReadIdleTimeout:    h2ReadIdleTimeout, PingTimeout: h2PingTimeout, IdleConnTimeout: h2IdleConnTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -85,15 +123,31 @@ type h2First struct {
 	noH2         atomic.Bool
 }
 
+// refusedTries is how many times a GET that a server refused as it opened its stream is sent.
+const refusedTries = 3
+
 func (t *h2First) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !t.noH2.Load() {
+	for try := 1; !t.noH2.Load(); try++ {
 		resp, err := t.h2.RoundTrip(req)
-		// The server's refusal comes as it negotiates the connection, before any request is
-		// sent on it: sending the request again is safe.
-		if err == nil || !strings.Contains(err.Error(), "unexpected ALPN protocol") {
+		switch {
+		case errors.Is(err, errNoH2):
+			// The server's refusal comes as it negotiates the connection, before any request is
+			// sent on it: sending the request again is safe.
+			t.noH2.Store(true)
+		case try < refusedTries && req.Method == http.MethodGet && refusedStream(err):
+			// The streams that waited for a new connection take it before its server's
+			// settings arrive, as if it took 100 streams (HTTP/2's initial assumption): a server
+			// that takes fewer refuses the others. A GET of a log is safe to send again, and the
+			// connection now knows its limit.
+		default:
 			return resp, err
 		}
-		t.noH2.Store(true)
 	}
 	return t.fallback.RoundTrip(req)
+}
+
+// refusedStream reports whether err is a server's refusal of a stream as it opened it.
+func refusedStream(err error) bool {
+	var se http2.StreamError
+	return errors.As(err, &se) && (se.Code == http2.ErrCodeRefusedStream || se.Code == http2.ErrCodeProtocol)
 }

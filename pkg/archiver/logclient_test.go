@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // logServer is a TLS server answering pods/log requests with one line, then holding the stream
@@ -23,6 +24,7 @@ import (
 type logServer struct {
 	*httptest.Server
 	conns   atomic.Int64 // connections accepted
+	http1   atomic.Int64 // requests served over HTTP/1.1
 	release chan struct{}
 }
 
@@ -30,6 +32,9 @@ func newLogServer(t *testing.T, h2 bool, maxStreams uint32) *logServer {
 	t.Helper()
 	s := &logServer{release: make(chan struct{})}
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 {
+			s.http1.Add(1)
+		}
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "2026-11-28T00:00:00Z a line\n")
 		w.(http.Flusher).Flush()
@@ -118,27 +123,88 @@ func TestLogsClientFallsBackToHTTP1(t *testing.T) {
 		t.Fatal(err)
 	}
 	openStreams(t, cs, 3)
-	if n := s.conns.Load(); n < 3 {
-		t.Errorf("3 log streams over HTTP/1.1 opened %d connections, want one each", n)
+	if n := s.http1.Load(); n != 3 {
+		t.Errorf("%d of 3 log streams served over HTTP/1.1", n)
 	}
 }
 
-// TestLogsClientUsesClientGoWhereItMust: a configuration with a proxy, a dialer or an
-// authentication plugin keeps client-go's transport.
+// TestLogsClientUsesClientGoWhereItMust: a configuration with a proxy, a dialer, an
+// authentication plugin, client certificate files (client-go reloads them as they rotate), or
+// HTTP/2 turned off or tuned keeps client-go's transport; a plain one takes x/net's.
 func TestLogsClientUsesClientGoWhereItMust(t *testing.T) {
-	for name, edit := range map[string]func(*rest.Config){
-		"proxy":  func(c *rest.Config) { c.Proxy = http.ProxyFromEnvironment },
-		"dialer": func(c *rest.Config) { c.Dial = (&net.Dialer{}).DialContext },
-		"plain":  func(c *rest.Config) { c.Host, c.TLSClientConfig = "http://127.0.0.1:1", rest.TLSClientConfig{} },
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	for name, edit := range map[string]func(*testing.T, *rest.Config){
+		"proxy":  func(_ *testing.T, c *rest.Config) { c.Proxy = http.ProxyFromEnvironment },
+		"dialer": func(_ *testing.T, c *rest.Config) { c.Dial = (&net.Dialer{}).DialContext },
+		"plain HTTP": func(_ *testing.T, c *rest.Config) {
+			c.Host, c.TLSClientConfig = "http://127.0.0.1:1", rest.TLSClientConfig{}
+		},
+		"exec plugin": func(_ *testing.T, c *rest.Config) { c.ExecProvider = &clientcmdapi.ExecConfig{Command: "true"} },
+		"cert files":  func(_ *testing.T, c *rest.Config) { c.CertFile, c.KeyFile = "tls.crt", "tls.key" },
+		"http/1.1":    func(_ *testing.T, c *rest.Config) { c.NextProtos = []string{"http/1.1"} },
+		"DISABLE_HTTP2": func(t *testing.T, _ *rest.Config) {
+			t.Setenv("DISABLE_HTTP2", "true")
+		},
+		"HTTP2_PING_TIMEOUT_SECONDS": func(t *testing.T, _ *rest.Config) {
+			t.Setenv("HTTP2_PING_TIMEOUT_SECONDS", "5")
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			srv := httptest.NewTLSServer(http.NotFoundHandler())
-			t.Cleanup(srv.Close)
 			cfg := (&logServer{Server: srv}).config()
-			edit(cfg)
-			rt, err := logsTransport(cfg)
-			if err != nil || rt != nil {
+			edit(t, cfg)
+			if rt, err := logsTransport(cfg); err != nil || rt != nil {
 				t.Errorf("logsTransport = %T, %v; want none (client-go's)", rt, err)
+			}
+		})
+	}
+	if rt, err := logsTransport((&logServer{Server: srv}).config()); err != nil || rt == nil {
+		t.Errorf("logsTransport of a plain configuration = %v, %v; want x/net's", rt, err)
+	}
+}
+
+// answers is a round tripper that answers each request with the next of its errors, then with
+// 200.
+type answers struct {
+	errs  []error
+	calls int
+}
+
+func (a *answers) RoundTrip(*http.Request) (*http.Response, error) {
+	a.calls++
+	if a.calls <= len(a.errs) {
+		return nil, a.errs[a.calls-1]
+	}
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
+}
+
+// TestLogsClientSendsARefusedGetAgain: a GET whose stream the server refused as it opened it (a
+// new connection's streams are sent before its server's limit is known) is sent again, up to
+// refusedTries times; other requests and errors are not; a server without HTTP/2 turns the
+// transport to the fallback for good.
+func TestLogsClientSendsARefusedGetAgain(t *testing.T) {
+	refused := http2.StreamError{StreamID: 113, Code: http2.ErrCodeProtocol}
+	for _, tc := range []struct {
+		name                string
+		method              string
+		errs                []error
+		wantOK              bool
+		wantH2, wantBackups int
+	}{
+		{"refused once", http.MethodGet, []error{refused}, true, 2, 0},
+		{"refused every time", http.MethodGet, []error{refused, refused, refused}, false, refusedTries, 0},
+		{"a POST refused", http.MethodPost, []error{refused}, false, 1, 0},
+		{"another error", http.MethodGet, []error{io.ErrUnexpectedEOF}, false, 1, 0},
+		{"no HTTP/2", http.MethodGet, []error{errNoH2}, true, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h2, fallback := &answers{errs: tc.errs}, &answers{}
+			rt := &h2First{h2: h2, fallback: fallback}
+			req, _ := http.NewRequest(tc.method, "https://127.0.0.1/api/v1/namespaces/ns/pods/pod/log", nil)
+			resp, err := rt.RoundTrip(req)
+			if ok := err == nil && resp.StatusCode == http.StatusOK; ok != tc.wantOK || h2.calls != tc.wantH2 || fallback.calls != tc.wantBackups {
+				t.Errorf("RoundTrip = %v, %v after %d HTTP/2 and %d fallback tries; want ok %t after %d and %d",
+					resp, err, h2.calls, fallback.calls, tc.wantOK, tc.wantH2, tc.wantBackups)
 			}
 		})
 	}

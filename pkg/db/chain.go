@@ -36,6 +36,7 @@ func (d *DB) FinalizeJob(ctx context.Context, f record.Finalization, seal record
 		return record.Finalized{}, fmt.Errorf("finalize job %s: %w finalization: job UID, manifest key and a sha256 record digest are required", f.JobUID, ErrInvalid)
 	}
 	out, err := d.appendChain(ctx, f, seal)
+	err = d.check(err)
 	if errors.Is(err, ErrConflict) {
 		// The job is in the chain already (a repeated finalization, or a concurrent one that
 		// committed first): the insert failed and rolled everything back, its number included.

@@ -80,7 +80,7 @@ func archiveFieldsSQL(table string, pairs ...string) string {
 func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	return upsertJob(ctx, d.prepared(nil), j)
+	return d.check(upsertJob(ctx, d.prepared(nil), j))
 }
 
 // RecordJob records a job's row (as UpsertJob, unless row is nil) and its transitions (as

@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"sync"
 	"time"
+
+	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
 )
 
 // The statements the archiver runs for every pod and job (a run's start, its log's record, a
@@ -24,9 +27,11 @@ const maxPrepared = 64
 
 // stmtCache is the DB's prepared statements, by query text.
 type stmtCache struct {
-	mu     sync.Mutex
-	stmts  map[string]*sql.Stmt // nil while being prepared
-	closed bool
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt // nil while being prepared
+	// off: statements run unprepared from now on (the DB is closed, or its server cannot keep
+	// them: see unusable).
+	off bool
 }
 
 // stmt is query prepared on db, or nil while it is not yet (the caller runs it unprepared). A
@@ -36,7 +41,7 @@ type stmtCache struct {
 func (c *stmtCache) stmt(db *sql.DB, query string, timeout time.Duration) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st, ok := c.stmts[query]; ok || c.closed || len(c.stmts) >= maxPrepared {
+	if st, ok := c.stmts[query]; ok || c.off || len(c.stmts) >= maxPrepared {
 		return st
 	}
 	if c.stmts == nil {
@@ -58,7 +63,7 @@ func (c *stmtCache) prepare(db *sql.DB, query string, timeout time.Duration) {
 	switch {
 	case err != nil:
 		delete(c.stmts, query)
-	case c.closed:
+	case c.off:
 		st.Close()
 	default:
 		c.stmts[query] = st
@@ -74,7 +79,27 @@ func (c *stmtCache) close() {
 			st.Close()
 		}
 	}
-	c.stmts, c.closed = nil, true
+	c.stmts, c.off = nil, true
+}
+
+// unusable reports whether err says that the server lost a statement prepared on a session, or
+// can no longer run it as prepared: a pooler between the archiver and Postgres that does not keep
+// prepared statements (PgBouncer before 1.21 in transaction mode, a DISCARD ALL), or a migration
+// that changed the columns a prepared statement returns ("cached plan must not change result
+// type").
+func unusable(err error) bool {
+	e := pq.As(err)
+	return e != nil && (e.Code == pqerror.InvalidSQLStatementName || e.Code == pqerror.FeatureNotSupported)
+}
+
+// check turns preparation off for good when err says the server cannot run prepared statements
+// (unusable): the call that failed fails, and is tried again by its caller, unprepared like every
+// later one. It returns err.
+func (d *DB) check(err error) error {
+	if unusable(err) {
+		d.stmts.close()
+	}
+	return err
 }
 
 // prepared is a querier that runs each statement prepared, in tx or, with tx nil, on the pool.

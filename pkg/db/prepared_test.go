@@ -74,6 +74,13 @@ func TestHotStatementsRunPrepared(t *testing.T) {
 	if n := preparedCount(t, d, upsertJobSQL); n != 1 {
 		t.Errorf("the job upsert is prepared %d times on the session, want once", n)
 	}
+	var runs int
+	if err := d.db.QueryRowContext(ctx, `SELECT generic_plans + custom_plans FROM pg_prepared_statements WHERE statement = $1`, upsertJobSQL).Scan(&runs); err != nil {
+		t.Fatal(err)
+	}
+	if runs < 4 {
+		t.Errorf("the prepared job upsert ran %d times, want the 4 calls after it was prepared", runs)
+	}
 	got, err := d.Job(ctx, job.UID)
 	if err != nil || got.Phase != "Completed" {
 		t.Errorf("job = %+v, %v; want phase Completed", got, err)
@@ -109,7 +116,39 @@ func TestPreparedAreBounded(t *testing.T) {
 			waitPrepared(t, d, query)
 		}
 	}
-	if n := preparedCount(t, d, ""); n != maxPrepared {
-		t.Errorf("%d statements prepared on the session, want the bound, %d", n, maxPrepared)
+	d.stmts.mu.Lock()
+	kept := len(d.stmts.stmts)
+	d.stmts.mu.Unlock()
+	if n := preparedCount(t, d, ""); n != maxPrepared || kept != maxPrepared {
+		t.Errorf("%d statements prepared on the session, %d kept; want the bound, %d", n, kept, maxPrepared)
+	}
+}
+
+// TestPreparedOffWhenTheServerLosesThem: a server that no longer has a statement prepared on the
+// session (a pooler that does not keep them, a DISCARD ALL) fails the call that runs it; from then
+// on statements run unprepared, and the call tried again succeeds.
+func TestPreparedOffWhenTheServerLosesThem(t *testing.T) {
+	ctx := t.Context()
+	d := openOneConn(t)
+	job := record.Job{UID: "job-1", Namespace: "ns", Name: "a", CreatedAt: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Phase: "Pending"}
+	if err := d.UpsertJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, d, upsertJobSQL)
+	if _, err := d.db.ExecContext(ctx, `DEALLOCATE ALL`); err != nil {
+		t.Fatal(err)
+	}
+	job.Phase = "Running"
+	err := d.UpsertJob(ctx, job)
+	t.Logf("the call after the server lost the statement: %v", err)
+	job.Phase = "Completed"
+	if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil { // in a transaction
+		t.Fatalf("RecordJob after the server lost the prepared statements: %v", err)
+	}
+	if err := d.UpsertJob(ctx, job); err != nil { // on the pool
+		t.Fatalf("UpsertJob after the server lost the prepared statements: %v", err)
+	}
+	if got, err := d.Job(ctx, job.UID); err != nil || got.Phase != "Completed" {
+		t.Errorf("job = %+v, %v; want phase Completed", got, err)
 	}
 }

@@ -138,7 +138,7 @@ func (d *DB) inTx(ctx context.Context, fn func(querier) error) (err error) {
 	}
 	if err = fn(d.prepared(tx)); err != nil {
 		_ = tx.Rollback() // fn's error says why; a failed rollback ends the transaction too
-		return err
+		return d.check(err)
 	}
 	return translate(tx.Commit())
 }
@@ -168,10 +168,10 @@ func (d *DB) JobForSeal(ctx context.Context, uid string) (out SealRead, err erro
 	case err == nil:
 		out.Chained = true
 	case !errors.Is(err, sql.ErrNoRows):
-		return SealRead{}, fmt.Errorf("read job %s for its seal: chain entry: %w", uid, translate(err))
+		return SealRead{}, fmt.Errorf("read job %s for its seal: chain entry: %w", uid, d.check(translate(err)))
 	}
 	if out.Rows, err = jobRows(ctx, q, uid); err != nil {
-		return SealRead{}, fmt.Errorf("read job %s for its seal: %w", uid, err)
+		return SealRead{}, fmt.Errorf("read job %s for its seal: %w", uid, d.check(err))
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/md5"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -178,10 +179,6 @@ func (s *S3) putOptions(opts PutOptions) minio.PutObjectOptions {
 		// The service checks it, and refuses the object, itself (the client needs
 		// TrailingHeaders for minio-go to pass it on).
 		o.UserMetadata = map[string]string{"x-amz-checksum-sha256": base64.StdEncoding.EncodeToString(opts.Checksum.SHA256[:])}
-		// That signed header already binds the body: over HTTP, minio-go's default, a signature
-		// for each chunk of the body (aws-chunked), would only make both ends hash and sign it
-		// again (issue 28).
-		o.DisableContentSha256 = true
 	}
 	return o
 }
@@ -229,6 +226,16 @@ func (s *S3) put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 	// allocates a ~528 MiB buffer per upload. (It computes a locked upload's Content-MD5 from
 	// that part buffer, or, for a single PUT of known size, from a buffer of that size.)
 	o.PartSize = s.partSize
+	if opts.Checksum != nil && size >= 0 && uint64(size) <= s.partSize && !s.locks(opts) {
+		// One request whose signature covers the body's sha256, known already, which the
+		// service checks the body against. minio-go's default over plain HTTP, a signature for
+		// each 64 KiB chunk (aws-chunked), made both ends hash and sign the body again, and cost
+		// a 64 KiB buffer a PUT (issue 28).
+		o.DisableContentSha256 = true
+		_, err := minio.Core{Client: s.client}.PutObject(ctx, s.bucket, key, newSource(ctx, r, nil), size, "",
+			hex.EncodeToString(opts.Checksum.SHA256[:]), o)
+		return s3Error(err)
+	}
 	_, err := s.client.PutObject(ctx, s.bucket, key, newSource(ctx, r, nil), size, o)
 	return s3Error(err)
 }
@@ -640,7 +647,7 @@ func s3Error(err error) error {
 	switch {
 	case resp.Code == minio.NoSuchKey:
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case resp.Code == "BadDigest" || resp.Code == "XAmzContentChecksumMismatch":
+	case resp.Code == "BadDigest" || resp.Code == "XAmzContentChecksumMismatch" || resp.Code == "XAmzContentSHA256Mismatch":
 		return fmt.Errorf("%w: %w", ErrChecksum, err)
 	case (resp.Code == "AccessDenied" || resp.Code == "InvalidRequest") && lockMessage(resp.Message):
 		return fmt.Errorf("%w: %w", ErrLocked, err)
