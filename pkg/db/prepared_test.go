@@ -51,17 +51,25 @@ func waitPrepared(t *testing.T, d *DB, query string) {
 	}
 }
 
+// withPreparedJob opens a database on one connection (openOneConn) and records a job in it, and
+// returns them once the job upsert is prepared.
+func withPreparedJob(t *testing.T) (*DB, record.Job) {
+	t.Helper()
+	d := openOneConn(t)
+	job := record.Job{UID: "job-1", Namespace: "ns", Name: "a", CreatedAt: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Phase: "Pending"}
+	if err := d.UpsertJob(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	waitPrepared(t, d, upsertJobSQL)
+	return d, job
+}
+
 // TestHotStatementsRunPrepared: a job's row, written on the pool and in a transaction, is written
 // by a statement its session prepared once (issue 28: Postgres no longer parses it at every call),
 // and to the same effect.
 func TestHotStatementsRunPrepared(t *testing.T) {
 	ctx := t.Context()
-	d := openOneConn(t)
-	job := record.Job{UID: "job-1", Namespace: "ns", Name: "a", CreatedAt: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Phase: "Pending"}
-	if err := d.UpsertJob(ctx, job); err != nil {
-		t.Fatal(err)
-	}
-	waitPrepared(t, d, upsertJobSQL)
+	d, job := withPreparedJob(t)
 	for _, phase := range []string{"Running", "Completed"} {
 		job.Phase = phase
 		if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil { // in a transaction
@@ -129,12 +137,7 @@ func TestPreparedAreBounded(t *testing.T) {
 // on statements run unprepared, and the call tried again succeeds.
 func TestPreparedOffWhenTheServerLosesThem(t *testing.T) {
 	ctx := t.Context()
-	d := openOneConn(t)
-	job := record.Job{UID: "job-1", Namespace: "ns", Name: "a", CreatedAt: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Phase: "Pending"}
-	if err := d.UpsertJob(ctx, job); err != nil {
-		t.Fatal(err)
-	}
-	waitPrepared(t, d, upsertJobSQL)
+	d, job := withPreparedJob(t)
 	if _, err := d.db.ExecContext(ctx, `DEALLOCATE ALL`); err != nil {
 		t.Fatal(err)
 	}
