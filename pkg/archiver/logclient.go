@@ -63,14 +63,18 @@ var errNoH2 = errors.New("the server does not speak HTTP/2")
 // dialH2 opens a TLS connection to addr and checks that it speaks HTTP/2 (as x/net's transport
 // does when it dials itself), within the timeouts of client-go's.
 func dialH2(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}, Config: cfg}
-	ctx, cancel := context.WithTimeout(ctx, dialTimeout+tlsHandshakeTimeout)
-	defer cancel()
-	c, err := d.DialContext(ctx, network, addr)
+	raw, err := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != http2.NextProtoTLS {
+	ctx, cancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
+	defer cancel()
+	c := tls.Client(raw, cfg)
+	if err := c.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	if p := c.ConnectionState().NegotiatedProtocol; p != http2.NextProtoTLS {
 		c.Close()
 		return nil, fmt.Errorf("%w: it chose %q", errNoH2, p)
 	}
@@ -123,7 +127,7 @@ type h2First struct {
 	noH2         atomic.Bool
 }
 
-// refusedTries is how many times a GET that a server refused as it opened its stream is sent.
+// refusedTries is how many times a GET whose stream a server reset with PROTOCOL_ERROR is sent.
 const refusedTries = 3
 
 func (t *h2First) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -134,11 +138,12 @@ func (t *h2First) RoundTrip(req *http.Request) (*http.Response, error) {
 			// The server's refusal comes as it negotiates the connection, before any request is
 			// sent on it: sending the request again is safe.
 			t.noH2.Store(true)
-		case try < refusedTries && req.Method == http.MethodGet && refusedStream(err):
+		case try < refusedTries && req.Method == http.MethodGet && protocolError(err):
 			// The streams that waited for a new connection take it before its server's
 			// settings arrive, as if it took 100 streams (HTTP/2's initial assumption): a server
-			// that takes fewer refuses the others. A GET of a log is safe to send again, and the
-			// connection now knows its limit.
+			// that takes fewer refuses the others, with REFUSED_STREAM (which x/net sends again
+			// itself) or, once it has its settings acknowledged, PROTOCOL_ERROR. A GET of a log
+			// is safe to send again; x/net no longer uses that connection for new streams.
 		default:
 			return resp, err
 		}
@@ -146,8 +151,8 @@ func (t *h2First) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.fallback.RoundTrip(req)
 }
 
-// refusedStream reports whether err is a server's refusal of a stream as it opened it.
-func refusedStream(err error) bool {
+// protocolError reports whether err is a stream reset with PROTOCOL_ERROR.
+func protocolError(err error) bool {
 	var se http2.StreamError
-	return errors.As(err, &se) && (se.Code == http2.ErrCodeRefusedStream || se.Code == http2.ErrCodeProtocol)
+	return errors.As(err, &se) && se.Code == http2.ErrCodeProtocol
 }

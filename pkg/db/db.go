@@ -74,6 +74,10 @@ type Options struct {
 	// the caller's context, so that a hung server fails the call instead of blocking its caller
 	// forever; DefaultTimeout if 0. Migrations are not bounded by it: see Migrate.
 	Timeout time.Duration
+	// Unprepared runs every statement unprepared (design record 0013), for a pooler in
+	// transaction mode that does not keep prepared statements (PgBouncer before 1.21): its server
+	// connections would mix up the statement names of several clients.
+	Unprepared bool
 }
 
 // Config is how a program reaches the database: the DSN and the pool options. BindFlags fills it
@@ -85,12 +89,13 @@ type Config struct {
 	Options
 }
 
-// BindFlags registers --db-dsn (default $JOBVAULT_DB_DSN), --db-timeout and --db-max-open-conns
-// on fs, writing into c.
+// BindFlags registers --db-dsn (default $JOBVAULT_DB_DSN), --db-timeout, --db-max-open-conns and
+// --db-unprepared on fs, writing into c.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DSN, "db-dsn", os.Getenv("JOBVAULT_DB_DSN"), "Postgres connection string (URL or key=value), without password: lib/pq reads PGPASSWORD or PGPASSFILE. Default $JOBVAULT_DB_DSN.")
 	fs.DurationVar(&c.Timeout, "db-timeout", DefaultTimeout, "Timeout of each database call.")
 	fs.IntVar(&c.MaxOpenConns, "db-max-open-conns", DefaultMaxOpenConns, "Database connections open at most (reconciles and captures share them; each replica holds up to this many of the server's max_connections).")
+	fs.BoolVar(&c.Unprepared, "db-unprepared", false, "Run every database statement unprepared, for a pooler in transaction mode that does not keep prepared statements (PgBouncer before 1.21).")
 }
 
 // Validate reports every problem of the configuration at once, naming the flag to fix.
@@ -165,7 +170,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	sqlDB.SetConnMaxLifetime(cmp.Or(opts.ConnMaxLifetime, DefaultConnMaxLifetime))
 	sqlDB.SetConnMaxIdleTime(cmp.Or(opts.ConnMaxIdleTime, DefaultConnMaxIdleTime))
 
-	d := &DB{db: sqlDB, timeout: cmp.Or(opts.Timeout, DefaultTimeout)}
+	d := &DB{db: sqlDB, timeout: cmp.Or(opts.Timeout, DefaultTimeout), stmts: stmtCache{off: opts.Unprepared}}
 	if err := d.Ping(ctx); err != nil {
 		sqlDB.Close()
 		return nil, fmt.Errorf("open database: %w", err)

@@ -18,7 +18,8 @@ import (
 // connection; database/sql prepares it on each connection the first time it runs there.
 //
 // What a deployment must allow: named prepared statements on each session. A pooler in front of
-// Postgres in transaction mode must keep them (PgBouncer 1.21 and later: max_prepared_statements).
+// Postgres in transaction mode must keep them (PgBouncer 1.21 and later: max_prepared_statements),
+// or the archiver runs with --db-unprepared (Options.Unprepared).
 
 // maxPrepared bounds the statements kept prepared. Only fixed statements are run prepared, fewer
 // than this; the bound is there so that a statement built from a caller's input by mistake could
@@ -70,16 +71,19 @@ func (c *stmtCache) prepare(db *sql.DB, query string, timeout time.Duration) {
 	}
 }
 
-// close closes every prepared statement; later statements run unprepared.
+// close closes every prepared statement; later statements run unprepared. It closes them
+// unlocked: a statement's Close waits for its calls on the pool, which may wait for a connection
+// that a transaction holds while it asks the cache for its next statement.
 func (c *stmtCache) close() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, st := range c.stmts {
+	stmts := c.stmts
+	c.stmts, c.off = nil, true
+	c.mu.Unlock()
+	for _, st := range stmts {
 		if st != nil {
 			st.Close()
 		}
 	}
-	c.stmts, c.off = nil, true
 }
 
 // unusable reports whether err says that the server lost a statement prepared on a session, or

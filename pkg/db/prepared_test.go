@@ -133,25 +133,64 @@ func TestPreparedAreBounded(t *testing.T) {
 }
 
 // TestPreparedOffWhenTheServerLosesThem: a server that no longer has a statement prepared on the
-// session (a pooler that does not keep them, a DISCARD ALL) fails the call that runs it; from then
-// on statements run unprepared, and the call tried again succeeds.
+// session (a pooler that does not keep them, a DISCARD ALL) fails the call that runs it, in a
+// transaction or on the pool; from then on statements run unprepared, and the call tried again
+// succeeds.
 func TestPreparedOffWhenTheServerLosesThem(t *testing.T) {
+	for name, call := range map[string]func(context.Context, *DB, record.Job) error{
+		"in a transaction": func(ctx context.Context, d *DB, j record.Job) error {
+			_, err := d.RecordJob(ctx, &j, j.UID, nil)
+			return err
+		},
+		"on the pool": func(ctx context.Context, d *DB, j record.Job) error { return d.UpsertJob(ctx, j) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			d, job := withPreparedJob(t)
+			if _, err := d.db.ExecContext(ctx, `DEALLOCATE ALL`); err != nil {
+				t.Fatal(err)
+			}
+			job.Phase = "Running"
+			if err := call(ctx, d, job); !unusable(err) {
+				t.Fatalf("the call after the server lost the statement: %v, want its 26000", err)
+			}
+			d.stmts.mu.Lock()
+			off := d.stmts.off
+			d.stmts.mu.Unlock()
+			if !off {
+				t.Fatal("preparation still on after the server lost a statement")
+			}
+			job.Phase = "Completed"
+			if err := call(ctx, d, job); err != nil {
+				t.Fatalf("the call tried again: %v", err)
+			}
+			if got, err := d.Job(ctx, job.UID); err != nil || got.Phase != "Completed" {
+				t.Errorf("job = %+v, %v; want phase Completed", got, err)
+			}
+		})
+	}
+}
+
+// TestUnpreparedPreparesNothing: with Options.Unprepared (--db-unprepared), for a pooler that does
+// not keep prepared statements, no statement is prepared on the server.
+func TestUnpreparedPreparesNothing(t *testing.T) {
 	ctx := t.Context()
-	d, job := withPreparedJob(t)
-	if _, err := d.db.ExecContext(ctx, `DEALLOCATE ALL`); err != nil {
+	d, err := Open(ctx, testbed.Postgres(t), Options{Migrate: true, MaxOpenConns: 1, Unprepared: true})
+	if err != nil {
 		t.Fatal(err)
 	}
-	job.Phase = "Running"
-	err := d.UpsertJob(ctx, job)
-	t.Logf("the call after the server lost the statement: %v", err)
-	job.Phase = "Completed"
-	if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil { // in a transaction
-		t.Fatalf("RecordJob after the server lost the prepared statements: %v", err)
+	t.Cleanup(func() { d.Close() })
+	job := record.Job{UID: "job-1", Namespace: "ns", Name: "a", CreatedAt: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Phase: "Pending"}
+	for range 3 {
+		if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.UpsertJob(ctx, job); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := d.UpsertJob(ctx, job); err != nil { // on the pool
-		t.Fatalf("UpsertJob after the server lost the prepared statements: %v", err)
-	}
-	if got, err := d.Job(ctx, job.UID); err != nil || got.Phase != "Completed" {
-		t.Errorf("job = %+v, %v; want phase Completed", got, err)
+	time.Sleep(100 * time.Millisecond) // a background preparation, if one had started
+	if n := preparedCount(t, d, ""); n != 0 {
+		t.Errorf("%d statements prepared with Unprepared, want none", n)
 	}
 }
