@@ -80,7 +80,9 @@ func archiveFieldsSQL(table string, pairs ...string) string {
 func (d *DB) UpsertJob(ctx context.Context, j record.Job) error {
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
-	return d.check(upsertJob(ctx, d.prepared(nil), j))
+	// Unprepared: on the pool, a prepared statement would be prepared again, outside any
+	// transaction, on each connection it runs on.
+	return upsertJob(ctx, d.db, j)
 }
 
 // RecordJob records a job's row (as UpsertJob, unless row is nil) and its transitions (as

@@ -8,6 +8,8 @@ import (
 
 	"github.com/lib/pq"
 	"github.com/lib/pq/pqerror"
+
+	"github.com/jobvault/jobvault/pkg/metrics"
 )
 
 // The statements the archiver runs for every pod and job (a run's start, its log's record, a
@@ -68,6 +70,7 @@ func (c *stmtCache) prepare(db *sql.DB, query string, timeout time.Duration) {
 		st.Close()
 	default:
 		c.stmts[query] = st
+		metrics.StatementsPreparedTotal.Inc()
 	}
 }
 
@@ -107,6 +110,9 @@ func (d *DB) check(err error) error {
 }
 
 // prepared is a querier that runs each statement prepared, in tx or, with tx nil, on the pool.
+// In a transaction, a statement is prepared on its connection inside the transaction; on the pool,
+// database/sql prepares it on each connection it runs on outside any transaction, which Postgres
+// counts as one: the archiver's calls on the pool run unprepared.
 type prepared struct {
 	d  *DB
 	tx *sql.Tx

@@ -57,25 +57,22 @@ func withPreparedJob(t *testing.T) (*DB, record.Job) {
 	t.Helper()
 	d := openOneConn(t)
 	job := record.Job{UID: "job-1", Namespace: "ns", Name: "a", CreatedAt: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Phase: "Pending"}
-	if err := d.UpsertJob(t.Context(), job); err != nil {
+	if _, err := d.RecordJob(t.Context(), &job, job.UID, nil); err != nil {
 		t.Fatal(err)
 	}
 	waitPrepared(t, d, upsertJobSQL)
 	return d, job
 }
 
-// TestHotStatementsRunPrepared: a job's row, written on the pool and in a transaction, is written
-// by a statement its session prepared once (issue 28: Postgres no longer parses it at every call),
-// and to the same effect.
+// TestHotStatementsRunPrepared: a job's row, written in a transaction, is written by a statement
+// its session prepared once (issue 28: Postgres no longer parses it at every call), and to the
+// same effect.
 func TestHotStatementsRunPrepared(t *testing.T) {
 	ctx := t.Context()
 	d, job := withPreparedJob(t)
 	for _, phase := range []string{"Running", "Completed"} {
 		job.Phase = phase
-		if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil { // in a transaction
-			t.Fatal(err)
-		}
-		if err := d.UpsertJob(ctx, job); err != nil { // on the pool
+		if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,8 +83,8 @@ func TestHotStatementsRunPrepared(t *testing.T) {
 	if err := d.db.QueryRowContext(ctx, `SELECT generic_plans + custom_plans FROM pg_prepared_statements WHERE statement = $1`, upsertJobSQL).Scan(&runs); err != nil {
 		t.Fatal(err)
 	}
-	if runs < 4 {
-		t.Errorf("the prepared job upsert ran %d times, want the 4 calls after it was prepared", runs)
+	if runs < 2 {
+		t.Errorf("the prepared job upsert ran %d times, want the 2 calls after it was prepared", runs)
 	}
 	got, err := d.Job(ctx, job.UID)
 	if err != nil || got.Phase != "Completed" {
@@ -133,41 +130,30 @@ func TestPreparedAreBounded(t *testing.T) {
 }
 
 // TestPreparedOffWhenTheServerLosesThem: a server that no longer has a statement prepared on the
-// session (a pooler that does not keep them, a DISCARD ALL) fails the call that runs it, in a
-// transaction or on the pool; from then on statements run unprepared, and the call tried again
-// succeeds.
+// session (a pooler that does not keep them, a DISCARD ALL) fails the transaction that runs it;
+// from then on statements run unprepared, and the call tried again succeeds.
 func TestPreparedOffWhenTheServerLosesThem(t *testing.T) {
-	for name, call := range map[string]func(context.Context, *DB, record.Job) error{
-		"in a transaction": func(ctx context.Context, d *DB, j record.Job) error {
-			_, err := d.RecordJob(ctx, &j, j.UID, nil)
-			return err
-		},
-		"on the pool": func(ctx context.Context, d *DB, j record.Job) error { return d.UpsertJob(ctx, j) },
-	} {
-		t.Run(name, func(t *testing.T) {
-			ctx := t.Context()
-			d, job := withPreparedJob(t)
-			if _, err := d.db.ExecContext(ctx, `DEALLOCATE ALL`); err != nil {
-				t.Fatal(err)
-			}
-			job.Phase = "Running"
-			if err := call(ctx, d, job); !unusable(err) {
-				t.Fatalf("the call after the server lost the statement: %v, want its 26000", err)
-			}
-			d.stmts.mu.Lock()
-			off := d.stmts.off
-			d.stmts.mu.Unlock()
-			if !off {
-				t.Fatal("preparation still on after the server lost a statement")
-			}
-			job.Phase = "Completed"
-			if err := call(ctx, d, job); err != nil {
-				t.Fatalf("the call tried again: %v", err)
-			}
-			if got, err := d.Job(ctx, job.UID); err != nil || got.Phase != "Completed" {
-				t.Errorf("job = %+v, %v; want phase Completed", got, err)
-			}
-		})
+	ctx := t.Context()
+	d, job := withPreparedJob(t)
+	if _, err := d.db.ExecContext(ctx, `DEALLOCATE ALL`); err != nil {
+		t.Fatal(err)
+	}
+	job.Phase = "Running"
+	if _, err := d.RecordJob(ctx, &job, job.UID, nil); !unusable(err) {
+		t.Fatalf("the call after the server lost the statement: %v, want its 26000", err)
+	}
+	d.stmts.mu.Lock()
+	off := d.stmts.off
+	d.stmts.mu.Unlock()
+	if !off {
+		t.Fatal("preparation still on after the server lost a statement")
+	}
+	job.Phase = "Completed"
+	if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil {
+		t.Fatalf("the call tried again: %v", err)
+	}
+	if got, err := d.Job(ctx, job.UID); err != nil || got.Phase != "Completed" {
+		t.Errorf("job = %+v, %v; want phase Completed", got, err)
 	}
 }
 
@@ -183,9 +169,6 @@ func TestUnpreparedPreparesNothing(t *testing.T) {
 	job := record.Job{UID: "job-1", Namespace: "ns", Name: "a", CreatedAt: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Phase: "Pending"}
 	for range 3 {
 		if _, err := d.RecordJob(ctx, &job, job.UID, nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.UpsertJob(ctx, job); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -150,6 +150,8 @@ var (
 	ChainLockSeconds = newHistogram("jobvault_archiver_chain_lock_seconds",
 		"Time each job finalization held the audit chain head locked (finalizations of a cluster are serialized on it).",
 		prometheus.ExponentialBuckets(0.0005, 2, 12))
+	StatementsPreparedTotal = newCounter("jobvault_archiver_db_statements_prepared_total",
+		"Database statements prepared for the archiver's pod and job calls (design record 0013), each once, on a connection of its own outside any transaction: Postgres counts each as a transaction.")
 	SegmentsSweptTotal = newCounter("jobvault_archiver_segments_swept_total",
 		"Segment objects of finished pods left in the store (stored but never recorded, or never deleted) and deleted when their job was finalized.")
 	RunsClaimedTotal = newZeroedCounterVec("jobvault_archiver_runs_claimed_total",
