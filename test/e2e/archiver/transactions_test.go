@@ -36,6 +36,7 @@ func TestTransactionsPerPod(t *testing.T) {
 	const pods = 10
 	s := stack.NewRig(t, objstore.BackendS3)
 	s.Proc.Stop()
+	noAutovacuum(t, s.DSN)
 	job := testbed.Job(s.NS, "transactions").Task("worker", pods, []string{"main"}).Obj()
 	want := stack.PodLogs(t, s.Env, s.NS, job.Name, map[string]int{"worker": pods}, []string{"main"}, false)
 	stack.CreateAs(t, s.Env, "erin", job)
@@ -55,6 +56,7 @@ func TestTransactionsPerPod(t *testing.T) {
 	// namespace's rig, as idle as this one was before the job.
 	idle := stack.NewRig(t, objstore.BackendS3)
 	idle.Proc.Stop()
+	noAutovacuum(t, idle.DSN)
 	idle0, _ := settledTransactions(t, idle.DSN)
 	idle.Start(t)
 	idlePrepared := seriesSum(t, idle.Metrics(t), preparedMetric)
@@ -70,6 +72,27 @@ func TestTransactionsPerPod(t *testing.T) {
 			spent, pods, prepared, fixed, per, maxTransactionsPerPod)
 	}
 	s.CheckJobArchive(t, j, want)
+}
+
+// noAutovacuum keeps autovacuum off the tables of the database at dsn: its workers' transactions
+// (a VACUUM or ANALYZE of each table the archiver wrote, once a minute at most, more likely the
+// longer a test runs under load) count in the database's statistics as the archiver's would.
+func noAutovacuum(t *testing.T, dsn string) {
+	t.Helper()
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(t.Context(), `DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT schemaname, tablename FROM pg_tables WHERE schemaname = current_schema() LOOP
+        EXECUTE format('ALTER TABLE %I.%I SET (autovacuum_enabled = false)', r.schemaname, r.tablename);
+    END LOOP;
+END $$`); err != nil {
+		t.Fatalf("turn autovacuum off: %v", err)
+	}
 }
 
 // settledTransactions is how many transactions the database at dsn committed or rolled back, once
