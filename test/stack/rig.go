@@ -41,7 +41,14 @@ type Rig struct {
 // (s3 = MinIO, gcs = the GCS emulator, fs = a directory) and starts the archiver for them.
 func NewRig(t testing.TB, backend string, flags ...string) *Rig {
 	t.Helper()
-	return newRig(t, backend, flags, func(env *testbed.Env, _ string) { Webhook(t, env) })
+	return newRig(t, testbed.Postgres(t), backend, flags, func(env *testbed.Env, _ string) { Webhook(t, env) })
+}
+
+// NewRigOn is NewRig with the archiver's database a new one on pg (testbed.NewPostgres), not on
+// the shared server.
+func NewRigOn(t testing.TB, pg *testbed.PostgresServer, backend string, flags ...string) *Rig {
+	t.Helper()
+	return newRig(t, pg.Database(t), backend, flags, func(env *testbed.Env, _ string) { Webhook(t, env) })
 }
 
 // NewScopedRig is NewRig with the webhook served in this process (ServeWebhook) and registered
@@ -50,19 +57,19 @@ func NewRig(t testing.TB, backend string, flags ...string) *Rig {
 // ArchiverUser with config/archiver's ClusterRole, as in NewRig.
 func NewScopedRig(t testing.TB, backend string, flags ...string) *Rig {
 	t.Helper()
-	return newRig(t, backend, flags, func(env *testbed.Env, ns string) {
+	return newRig(t, testbed.Postgres(t), backend, flags, func(env *testbed.Env, ns string) {
 		ServeWebhook(t, env).Register(t, env, []string{ns}, nil)
 	})
 }
 
 // newRig makes the rig's namespace, registers a webhook for it with register, and starts the
-// archiver, its database and store.
-func newRig(t testing.TB, backend string, flags []string, register func(env *testbed.Env, ns string)) *Rig {
+// archiver on the database at dsn, with its store.
+func newRig(t testing.TB, dsn, backend string, flags []string, register func(env *testbed.Env, ns string)) *Rig {
 	t.Helper()
 	env := testbed.Cluster(t)
 	s := &Rig{NS: env.Namespace(t)}
 	register(env, s.NS)
-	s.Archiver = NewArchiver(t, env, testbed.Postgres(t), Options{Backend: backend, FSRoot: t.TempDir(),
+	s.Archiver = NewArchiver(t, env, dsn, Options{Backend: backend, FSRoot: t.TempDir(),
 		Namespaces: []string{s.NS}, Flags: flags})
 	s.Store = s.Archiver.Store(t)
 	s.Start(t)

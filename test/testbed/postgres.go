@@ -52,17 +52,37 @@ var (
 // PostgresCluster returns the shared Postgres server, starting it on first use.
 func PostgresCluster(t T) *PostgresServer {
 	t.Helper()
-	s, err := pgOnce.get("Postgres", startPostgres)
+	s, err := pgOnce.get("Postgres", func() (*PostgresServer, error) { return startPostgres(filepath.Join(WorkDir(), "postgres")) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-// Postgres returns the DSN of a new, empty database for this test, dropped when the test ends.
+// NewPostgres starts a Postgres server of the test's own, with the shared server's settings and
+// then settings ("name=value" each), stopped when the test ends: for a count that the other tests'
+// databases must not reach (autovacuum's workers visit every database of a server, and process
+// the catalogs all its databases share).
+func NewPostgres(t T, settings ...string) *PostgresServer {
+	t.Helper()
+	s, err := startPostgres(filepath.Join(WorkDir(), "postgres-"+sanitize(t.Name(), 40)), settings...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Postgres returns the DSN of a new, empty database on the shared server for this test, dropped
+// when the test ends.
 func Postgres(t T) string {
 	t.Helper()
-	s := PostgresCluster(t)
+	return PostgresCluster(t).Database(t)
+}
+
+// Database returns the DSN of a new, empty database on s for this test, dropped when the test ends.
+func (s *PostgresServer) Database(t T) string {
+	t.Helper()
 	name := fmt.Sprintf("t%d_%s", dbCount.Add(1), sanitize(t.Name(), 40))
 	db, err := sql.Open("postgres", s.AdminDSN())
 	if err != nil {
@@ -131,7 +151,9 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-func startPostgres() (*PostgresServer, error) {
+// startPostgres makes a Postgres cluster in dir and starts it with settings added to the
+// testbed's own.
+func startPostgres(dir string, settings ...string) (*PostgresServer, error) {
 	initdb, err := pgBinary("initdb")
 	if err != nil {
 		return nil, err
@@ -140,7 +162,6 @@ func startPostgres() (*PostgresServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(WorkDir(), "postgres")
 	data, sock := filepath.Join(dir, "data"), filepath.Join(dir, "run")
 	if err := os.MkdirAll(sock, 0o700); err != nil {
 		return nil, err
@@ -160,9 +181,13 @@ func startPostgres() (*PostgresServer, error) {
 	}
 	s := &PostgresServer{Port: port}
 	s.restart = func() error {
-		cmd := exec.Command(postgres, "-D", data, "-p", strconv.Itoa(port), "-k", sock,
+		args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", sock,
 			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-			"-c", "full_page_writes=off", "-c", "max_connections=300")
+			"-c", "full_page_writes=off", "-c", "max_connections=300"}
+		for _, kv := range settings {
+			args = append(args, "-c", kv)
+		}
+		cmd := exec.Command(postgres, args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: attr.Credential}
 		p, err := startProcess("postgres", cmd)
 		if err != nil {
