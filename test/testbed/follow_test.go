@@ -93,6 +93,7 @@ func initState(p *corev1.Pod) corev1.ContainerState {
 // restarted; a follow opened after the container stopped ends at once. A follow of a running
 // container stays open.
 func TestNodeFollowEndsWhenContainerStops(t *testing.T) {
+	t.Parallel()
 	env := testbed.Cluster(t)
 	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)

@@ -119,6 +119,7 @@ func busyOutput(n, size int) []testbed.Chunk {
 // start delivers every byte, across every rotation (the nodes' kubelet endpoint serves logs with
 // the kubelet's own reader, which reopens the file it follows when it is rotated).
 func TestNodeRotatesLogs(t *testing.T) {
+	t.Parallel()
 	env := testbed.Cluster(t)
 	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)
@@ -168,7 +169,8 @@ func TestNodeRotatesLogs(t *testing.T) {
 // TestNodeGracefulTermination: a deleted pod's container keeps running, and writing, through its
 // grace period; only then is it terminated (137 when killed at the end of the grace period, 143
 // when it exits on SIGTERM) and the pod Failed, with the finalizer still holding it. After the GC
-// delay its logs are gone, finalizer or not, and pods/log fails.
+// delay its logs are gone, finalizer or not, and pods/log fails. Not parallel: the sigterm case
+// has about half a second to see the shutdown output served before the container exits.
 func TestNodeGracefulTermination(t *testing.T) {
 	env := testbed.Cluster(t)
 	cs := clientset(t, env)
@@ -247,6 +249,7 @@ func TestNodeGracefulTermination(t *testing.T) {
 
 // TestNodeLoss: pods/log for a pod of a lost node fails; how long it takes is logged.
 func TestNodeLoss(t *testing.T) {
+	t.Parallel()
 	env := testbed.Cluster(t)
 	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)
@@ -328,6 +331,7 @@ func TestNodeWritesThroughAPIServerRestart(t *testing.T) {
 // taking its write lock; a node clock is stepped back), and pods/log serves them in file order;
 // Written is what was written, in write order.
 func TestNodeWritesOutOfOrderTimestamps(t *testing.T) {
+	t.Parallel()
 	env := testbed.Cluster(t)
 	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)

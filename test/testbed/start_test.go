@@ -110,6 +110,7 @@ func firstStamp(t *testing.T, cs kubernetes.Interface, ns, pod, container string
 // test handed it to the runtime, seconds before the pod ran, and KWOK's stages restamped a run's
 // start at its end (completed, failed, init container completed) or at a neighbour's failure.
 func TestNodeRunStartsBeforeItsOutput(t *testing.T) {
+	t.Parallel()
 	env := testbed.Cluster(t)
 	cs := clientset(t, env)
 	ns, node := env.Namespace(t), env.AddNode(t)

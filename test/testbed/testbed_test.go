@@ -37,6 +37,7 @@ func sampleLogs(tag string) []testbed.Chunk {
 }
 
 func TestVolcanoJobRunsAndServesLogs(t *testing.T) {
+	t.Parallel()
 	env := testbed.Cluster(t)
 	ctx := t.Context()
 	ns := env.Namespace(t)
@@ -88,6 +89,7 @@ func TestVolcanoJobRunsAndServesLogs(t *testing.T) {
 // unset (queue, scheduler, minAvailable) and refuses spec changes to a running job, but not
 // metadata changes. A namespace labelled off is left out of it.
 func TestVolcanoWebhookDefaultsAndGuardsJobs(t *testing.T) {
+	t.Parallel()
 	env := testbed.Cluster(t)
 	ctx := t.Context()
 	ns := env.Namespace(t)

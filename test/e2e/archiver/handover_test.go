@@ -23,6 +23,7 @@ import (
 // through the database, as the agent program uses it (heartbeats and ReleaseRun; it stores
 // nothing but that segment): the KWOK nodes have no files to read.
 func TestAgentRunHandedOver(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		reason string // the metric's
 		flags  []string
@@ -43,6 +44,7 @@ func TestAgentRunHandedOver(t *testing.T) {
 			act: func(*testing.T, *db.DB, db.AgentRun, func()) {}},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
+			t.Parallel()
 			s := stack.NewRig(t, objstore.BackendFS, tc.flags...)
 			beating, stopBeating := context.WithCancel(t.Context())
 			defer stopBeating()

@@ -11,16 +11,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -159,17 +156,17 @@ func toYAMLStream(t *testing.T, objs []*unstructured.Unstructured) []byte {
 
 // ensureDeployNamespace creates jobvault-system as config/default renders it (with its Pod
 // Security labels, so the dry runs warn about any pod template that would be rejected) unless it
-// exists, and removes it at the end of the test if it created it.
+// exists.
 func ensureDeployNamespace(t *testing.T, env *testbed.Env) {
 	t.Helper()
 	ensureNamespace(t, env, "default", deployNamespace)
 }
 
-// ensureNamespace creates the namespace name as config/<dir> renders it unless it exists, and
-// removes it at the end of the test if it created it.
+// ensureNamespace creates the namespace name as config/<dir> renders it unless it exists. It is
+// kept for the test binary's life, as the later tests find it: the same rendering each time, and
+// deleting a namespace waits seconds for its finalization (six times a run, 31 s in all).
 func ensureNamespace(t *testing.T, env *testbed.Env, dir, name string) {
 	t.Helper()
-	ctx := t.Context()
 	rendered := find(stack.Kustomize(t, dir), "Namespace", name)
 	if rendered == nil {
 		t.Fatalf("config/%s renders no Namespace %s", dir, name)
@@ -178,46 +175,9 @@ func ensureNamespace(t *testing.T, env *testbed.Env, dir, name string) {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(rendered.Object, ns); err != nil {
 		t.Fatal(err)
 	}
-	err := env.Client.Create(ctx, ns)
-	if apierrors.IsAlreadyExists(err) {
-		return
-	}
-	if err != nil {
+	if err := env.Client.Create(t.Context(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create namespace %s: %v", name, err)
 	}
-	t.Cleanup(func() { deleteNamespace(t, env, name) })
-}
-
-// deleteNamespace deletes an (empty) namespace and waits until it is gone, so that a later test
-// can create it again. Should no namespace controller finish the deletion, the finalize call it
-// would make is made here: nothing is left in the namespace to clean up.
-func deleteNamespace(t *testing.T, env *testbed.Env, name string) {
-	ctx := context.Background() // t.Context() is already done during cleanup
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Errorf("clientset: %v", err)
-		return
-	}
-	if err := cs.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); client.IgnoreNotFound(err) != nil {
-		t.Errorf("delete namespace %s: %v", name, err)
-		return
-	}
-	for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(200 * time.Millisecond) {
-		ns, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return
-		}
-		if err != nil || time.Since(start) < 5*time.Second || len(ns.Spec.Finalizers) == 0 {
-			continue
-		}
-		ns.Spec.Finalizers = nil
-		if _, err := cs.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil &&
-			!apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			t.Errorf("finalize namespace %s: %v", name, err)
-			return
-		}
-	}
-	t.Errorf("namespace %s still exists a minute after its deletion", name)
 }
 
 // TestDeployManifests renders every kustomization under config/ and dry-runs its objects against

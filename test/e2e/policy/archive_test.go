@@ -28,6 +28,7 @@ import (
 // operator, the tenant's own attempt refused; a running job that its tenant deletes in foreground
 // cascade is archived and goes. The archiver is never refused anything.
 func TestArchiveUnderPolicies(t *testing.T) {
+	t.Parallel()
 	policies(t)
 	s := stack.NewScopedRig(t, objstore.BackendFS, "--log-deadline=1h")
 	ctx := t.Context()

@@ -16,6 +16,7 @@ import (
 // webhook writes them, pass; and through the webhook the stored value is what the policy computes
 // (the webhook's Go and the policy's CEL encode owners alike).
 func TestCustodyIsTheRequest(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	down := env.Namespace(t)
 	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: down, Name: "flow"}}
@@ -67,6 +68,7 @@ func TestCustodyIsTheRequest(t *testing.T) {
 // and nobody changes or removes it (a tenant would otherwise have its self-stamped annotations
 // taken for the webhook's).
 func TestBackstopMarkGuarded(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	down := env.Namespace(t)
 	j := jobWith(down, "backstopped", map[string]string{tracking.SubmitterAnnotation: "alice"})

@@ -17,6 +17,7 @@ import (
 // kubectl, on a namespace of the name it uses: as an operator named in the operators ConfigMap it
 // sets the namespace's retention; as the tenant the same command is refused by jobvault-legal-hold.
 func TestRetentionDocExample(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	const name = "team-a" // the example's namespace
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}

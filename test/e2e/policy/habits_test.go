@@ -22,6 +22,7 @@ import (
 // The namespace is left out of Volcano's admission webhook, which refuses any re-apply that
 // restates a VcJob's tasks (the list replaces the one Volcano defaulted), with or without jobvault.
 func TestTenantKubectlHabits(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := env.NamespaceWithoutVolcanoAdmission(t)
 	stack.ServeWebhook(t, env).Register(t, env, []string{ns}, nil)

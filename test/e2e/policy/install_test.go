@@ -12,6 +12,7 @@ import (
 // config/policy applies without a warning, every policy type-checks against the schemas of pods
 // and VcJobs without a warning, every binding denies, and each policy refuses its probe.
 func TestPoliciesInForce(t *testing.T) {
+	t.Parallel()
 	policies(t)
 	var bound []string
 	for _, o := range stack.Kustomize(t, "policy") {

@@ -21,6 +21,7 @@ const (
 // set, changed and removed only by the operators named in the ConfigMap: not by the tenant, not by
 // a cluster admin named nowhere, not by the archiver.
 func TestLegalHoldOnlyByOperators(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 	job, _ := runningJob(t, tenant, ns, "hold-me")

@@ -25,6 +25,7 @@ func removeFinalizer(f string) func(client.Object) {
 // replacing the job with her manifest, or through pods/status), not an operator, not a cluster
 // admin. Other finalizers stay anyone's, and anyone may add ours.
 func TestOnlyArchiverRemovesFinalizers(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 	job, pod := runningJob(t, tenant, ns, "held")
@@ -126,6 +127,7 @@ func setAnnotations(kv map[string]string) func(client.Object) {
 // The archive results (archived-*, archive-location) are the archiver's to write: nobody creates
 // an object with them, only the archiver sets, changes or removes them.
 func TestOnlyArchiverWritesArchiveResults(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 
@@ -187,6 +189,7 @@ func TestOnlyArchiverWritesArchiveResults(t *testing.T) {
 // Nobody but the archiver removes or changes a jobvault.io/ label: jobvault.io/tracked on a job, and
 // on a pod, where anyone may add it.
 func TestOnlyArchiverRemovesTrackedLabel(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 	job, pod := runningJob(t, tenant, ns, "tracked")

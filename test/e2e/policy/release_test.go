@@ -36,6 +36,7 @@ func dropRelease(o client.Object) {
 // in the ConfigMap (by user or by group) and by the archiver; not by the tenant, not by a cluster
 // admin named nowhere, not through pods/status. Updates that leave it alone are not concerned.
 func TestReleaseOnlyByOperators(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 	job, pod := runningJob(t, tenant, ns, "release-me")
@@ -105,6 +106,7 @@ func TestReleaseOnlyByOperators(t *testing.T) {
 // Nobody, operators included, puts jobvault.io/release in a VcJob's pod templates: every pod would
 // be created released.
 func TestReleaseNotInTemplates(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 	for _, u := range []user{tenant, operator} {
@@ -132,6 +134,7 @@ func TestReleaseNotInTemplates(t *testing.T) {
 // jobvault.io/release. The second part shows that behaviour of the API server on a policy of its
 // own, which matchConditions exclude everything from.
 func TestReleaseOperatorsKept(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ctx := t.Context()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: deployNamespace, Name: operatorsConfigMap}}

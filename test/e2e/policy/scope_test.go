@@ -27,6 +27,7 @@ func jobOf(f func(*batchv1alpha1.Job)) func(client.Object) {
 // refused, as is every other change beyond those, alone or next to an allowed one; the archiver's
 // own writes (release, finalize, backstop) pass; other users are not concerned.
 func TestArchiverScope(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 	job, pod := runningJob(t, tenant, ns, "scoped")

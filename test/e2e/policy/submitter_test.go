@@ -44,6 +44,7 @@ func jobWith(ns, name string, annotations map[string]string) *batchv1alpha1.Job 
 // job without them (the archiver records the submitter as unknown). With the webhook up, whatever
 // the manifest says is overwritten with the request's user before the policy looks.
 func TestSubmitterIsTheCreator(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	down := env.Namespace(t) // no webhook: as while it is unavailable
 	now := time.Now().UTC().Format(time.RFC3339)
@@ -94,6 +95,7 @@ func TestSubmitterIsTheCreator(t *testing.T) {
 // character Go escapes, so a job created through the webhook by a user with such groups is admitted;
 // and it compares exactly, so an equivalent JSON of the same groups is refused.
 func TestSubmitterGroupsEncodedAsGo(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	dana := user{name: "dana", groups: []string{"R&D", `CORP\ml`, `say "hi"`, "<team>", "tab\tsep", "new\nline", "cr\rx",
 		"back\bspace", "form\ffeed", "bell\x07", "unit\x1fsep", "del\x7f", "line\u2028sep", "para\u2029sep", "ünïcödé ✓", "a,b", ""}}
@@ -142,6 +144,7 @@ func TestSubmitterGroupsEncodedAsGo(t *testing.T) {
 // After creation the submitter annotations are immutable for everyone: no change, no removal, and
 // no adding them to a job created without them.
 func TestSubmitterImmutable(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 	job, _ := runningJob(t, tenant, ns, "stamped")

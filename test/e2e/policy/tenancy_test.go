@@ -20,6 +20,7 @@ const podOwner = "jobvault-pod-owner"
 // removing its owner references. Nor can it point a pod at a VcJob by a name that is no VcJob name
 // ("../victim-ns/victim-job"), or give a running pod a VcJob owner afterwards.
 func TestTenantCannotDetachOrForgeTrackedPods(t *testing.T) {
+	t.Parallel()
 	env := policies(t)
 	ns := webhookNamespace(t, env)
 	job, pod := runningJob(t, tenant, ns, "kept")

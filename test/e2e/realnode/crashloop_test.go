@@ -26,6 +26,7 @@ func restartOnFailure(p *corev1.PodTemplateSpec) {
 // by then is gone, and pods/log says "previous terminated container … not found". The log
 // deadline is short so that such a run ends as a gap within the test, not after the default 24 h.
 func TestRealNodeCrashLoop(t *testing.T) {
+	t.Parallel()
 	s, rn := rig(t, "--log-deadline=30s")
 	const failures = 4
 	job := testbed.Job(s.NS, "crashloop").Task("w", 1, []string{"main"}, restartOnFailure,

@@ -18,6 +18,7 @@ import (
 // segment: the archive is byte-exact, and the records say which capture stored which bytes and
 // why the run changed hands.
 func TestRealNodeAgentGoneAPITakesOver(t *testing.T) {
+	t.Parallel()
 	s, rn := rig(t)
 	ctx := t.Context()
 	// Young segments, so that the agent stores several before it is killed.

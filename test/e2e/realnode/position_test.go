@@ -29,7 +29,10 @@ func TestRealNodeAgentRestartFilePosition(t *testing.T) {
 	t.Parallel()
 	s, rn := rig(t)
 	a := startAgent(t, s, rn, "--capture-segment-age=1s")
-	job := agentJob(s, rn, "position", testbed.Workload{Bytes: 3 << 20, For: 3 * time.Second, Lines: []int{200}, Hold: 75 * time.Second})
+	// Held running until the kubelet has rotated and compressed the file, which it does only for a
+	// running container: about 20 s after the start under make test's load (one 10 s pass to
+	// rotate, the 6 s below, the next pass to compress), so 50 s leaves it more than twice that.
+	job := agentJob(s, rn, "position", testbed.Workload{Bytes: 3 << 20, For: 3 * time.Second, Lines: []int{200}, Hold: 50 * time.Second})
 	stack.CreateAs(t, s.Env, "erin", job)
 	name := testbed.PodName(job.Name, "w", 0)
 	p := waitWritten(t, s, rn, name, 3<<20)
