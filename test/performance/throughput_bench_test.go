@@ -86,20 +86,20 @@ func dbTransactions(b testing.TB, dsn string) float64 {
 	return n
 }
 
-// patchFloor patches a harmless annotation onto every pod with workers clients in parallel, as
-// fast as the API server takes them: the least any archiver must do per pod (one patch releasing
-// it), measured on this machine in this run. It returns the patches per second.
-func patchFloor(b *testing.B, s *stack.Rig, pods []corev1.Pod, workers int) float64 {
+// patchFloor patches a harmless annotation onto every pod with workers clients in parallel (in a
+// child process, floorClient), as fast as the API server takes them: the least any archiver must
+// do per pod (one patch releasing it), measured on this machine in this run. It returns the
+// patches per second, and the CPU per pod (ms) the API server and the client spent on them.
+func patchFloor(b *testing.B, s *stack.Rig, pods []corev1.Pod, workers, apiPID int) (rate, apiMs, clientMs float64) {
 	b.Helper()
-	c := stack.Unthrottled(b, s.Env, s.Env.Config)
-	t0 := time.Now()
-	if err := inParallel(len(pods), workers, func(i int) error {
-		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"bench.jobvault.io/floor":"1"}}}`))
-		return c.Patch(b.Context(), &pods[i], patch)
-	}); err != nil {
-		b.Fatalf("floor patch: %v", err)
-	}
-	return float64(len(pods)) / time.Since(t0).Seconds()
+	spec := floorSpec{Op: floorPatches, Kubeconfig: s.Env.KubeconfigPath, Namespace: s.NS, Pods: podNames(pods), Workers: workers}
+	client := floorClient(b, spec, func(run func()) {
+		api0, t0 := sampleTrees(b, apiPID), time.Now()
+		run()
+		rate = float64(len(pods)) / time.Since(t0).Seconds()
+		apiMs = sampleTrees(b, apiPID).msPer(api0, apiPID, len(pods))
+	})
+	return rate, apiMs, client / float64(len(pods)) * 1000
 }
 
 // inParallel calls each for 0 to n-1 from workers goroutines, and returns the first error any
@@ -197,10 +197,9 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		// machine is shared, and another test's postgres is not this run's.
 		pgProfiled := loadPGStatements(b, testbed.PostgresCluster(b), s.DSN)
 		apiPID, minioPID, pgPID := s.Env.APIServerPID(b), testbed.MinIOInstance(b).Proc.PID(), testbed.PostgresCluster(b).Proc.PID()
-		floor0 := sampleTrees(b, apiPID)
-		floor := patchFloor(b, s, pods, podWorkers)
-		floorAPIMs := sampleTrees(b, apiPID).msPer(floor0, apiPID, n)
-		records := measureRecordFloor(b, s, n, podWorkers, minioPID, pgPID)
+		floor, floorAPIMs, patchClientMs := patchFloor(b, s, pods, podWorkers, apiPID)
+		records := measureRecordFloor(b, s, pods, podWorkers, minioPID, pgPID)
+		client := clientFloor{logReadMs: logReadFloor(b, s, pods, podWorkers), recordMs: records.clientMs, patchMs: patchClientMs}
 		seen := watchReleases(b, s)
 		tx0 := dbTransactions(b, s.DSN)
 
@@ -294,7 +293,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		b.Logf("released per half second from the archiver's start (pods/jobs): %s", seen.timeline(start, 500*time.Millisecond))
 		cost := podCost{pods: n, perJob: perJob, archiverMs: own.msPer(own0, archPID, n), minioMs: own.msPer(own0, minioPID, n),
 			postgresMs: own.msPer(own0, pgPID, n), apiServerMs: own.msPer(own0, apiPID, n), floorAPIServerMs: floorAPIMs,
-			floorRecord: records, transactions: tx / float64(n), drainRate: drainRate, floorRate: floor, jobLag: spans.lagP50,
+			floorRecord: records, floorClient: client, transactions: tx / float64(n), drainRate: drainRate, floorRate: floor, jobLag: spans.lagP50,
 			logConnects: (req["CONNECT pods/log"] - req0["CONNECT pods/log"]) / float64(n), patches: counts.requests["PATCH"] / float64(n)}
 		b.ReportMetric(cost.archiverMs+cost.minioMs+cost.postgresMs, "jobvault-cpu-ms/pod")
 		b.ReportMetric(spans.lagP50.Seconds(), "job-after-last-pod-p50-s")
