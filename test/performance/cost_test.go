@@ -35,10 +35,16 @@ var (
 )
 
 // treeCPU is the CPU time (user+system, seconds) so far of each root process and all its
-// descendants (Postgres serves each connection from a child of its postmaster).
+// descendants (Postgres serves each connection from a child of its postmaster), those that ended
+// included.
 type treeCPU map[int]float64
 
-// sampleTrees reads the CPU time of the trees rooted at roots.
+// userHZ is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const userHZ = 100
+
+// sampleTrees reads the CPU time of the trees rooted at roots. A process's CPU counts its
+// children that ended and were waited for (cutime, cstime): a Postgres backend whose session
+// closed would otherwise take its CPU out of the tree's.
 func sampleTrees(b testing.TB, roots ...int) treeCPU {
 	b.Helper()
 	procs, err := procfs.AllProcs()
@@ -48,7 +54,7 @@ func sampleTrees(b testing.TB, roots ...int) treeCPU {
 	parent, cpu := map[int]int{}, map[int]float64{}
 	for _, p := range procs {
 		if st, err := p.Stat(); err == nil { // a process may end meanwhile
-			parent[p.PID], cpu[p.PID] = st.PPID, st.CPUTime()
+			parent[p.PID], cpu[p.PID] = st.PPID, st.CPUTime()+float64(st.CUTime+st.CSTime)/userHZ
 		}
 	}
 	out := treeCPU{}

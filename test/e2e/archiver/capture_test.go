@@ -507,7 +507,14 @@ func TestCaptureNodeLost(t *testing.T) {
 }
 
 // TestCaptureCrashLoop: a container restarts 5 times within 10 s; every run's log is archived
-// byte-exact under its own instance, with no gap.
+// under its own instance, byte-exact, or, where the capture fell a run behind, what it read of
+// the run from its start with an "another run served" gap: no run's log holds another run's
+// bytes, and nothing is missing without a gap. The restarts are immediate, as no kubelet's
+// after the first (it backs off 10 s and more), and a status gives a run's start in whole seconds:
+// a run's read opened after the next run began is served the next run's lines, which the archiver
+// cannot tell from its own, and the previous file holds only the last dead run. Starved of CPU for
+// a run's 1.5 s (make test's load, once in three runs on 2026-11-29), the capture honestly
+// records the gap; it need not happen otherwise.
 func TestCaptureCrashLoop(t *testing.T) {
 	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3)
@@ -521,6 +528,13 @@ func TestCaptureCrashLoop(t *testing.T) {
 	rt.Run(t, s.NS, pod, map[string]testbed.Output{"main": {Runs: runs}})
 	stack.CreateAs(t, s.Env, "erin", job)
 	j := s.WaitArchived(t, job, 3*time.Minute)
+	gapped := map[int32]record.Gap{}
+	for _, g := range s.Gaps(t, string(j.UID)) {
+		if g.Reason != record.GapOtherRun {
+			t.Errorf("gap %+v, want none but %q", g, record.GapOtherRun)
+		}
+		gapped[g.Run] = g
+	}
 	for run := range int32(6) {
 		instance := record.InstanceCurrent
 		if run < 5 {
@@ -530,10 +544,24 @@ func TestCaptureCrashLoop(t *testing.T) {
 		if !bytes.Equal(written, testbed.Bytes(runs[run])) {
 			t.Errorf("run %d wrote %d bytes, the test meant %d", run, len(written), len(testbed.Bytes(runs[run])))
 		}
-		s.CheckLog(t, logRow(t, s, string(j.UID), "main", instance), written)
+		row := logRow(t, s, string(j.UID), "main", instance)
+		if _, ok := gapped[run]; !ok {
+			s.CheckLog(t, row, written)
+			continue
+		}
+		var got []byte
+		if row.State == record.LogStored {
+			got, _ = s.ReadLog(t, row.ObjectKey)
+		}
+		if !bytes.HasPrefix(written, got) { // all of it, when the gap was only the doubt (the run's previous file then read whole)
+			t.Errorf("run %d (%s) with a gap: stored %d bytes, want what it wrote from its start, up to the %d", run, instance, len(got), len(written))
+		}
+		t.Logf("run %d (%s): gap %q (%s); %d of %d bytes stored", run, instance, gapped[run].Reason, gapped[run].Detail, len(got), len(written))
 	}
-	if g := s.Gaps(t, string(j.UID)); len(g) != 0 {
-		t.Errorf("gaps %+v, want none", g)
+	if len(gapped) > 0 {
+		if jr, err := s.Records.Job(t.Context(), string(j.UID)); err != nil || jr.ArchiveState != record.ArchiveReleased {
+			t.Errorf("job row %s (%v): with gaps, want released", jr.ArchiveState, err)
+		}
 	}
 }
 
