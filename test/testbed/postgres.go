@@ -65,7 +65,12 @@ func PostgresCluster(t T) *PostgresServer {
 // the catalogs all its databases share).
 func NewPostgres(t T, settings ...string) *PostgresServer {
 	t.Helper()
-	s, err := startPostgres(filepath.Join(WorkDir(), "postgres-"+sanitize(t.Name(), 40)), settings...)
+	dir, err := os.MkdirTemp(WorkDir(), "pg-") // short: its socket's path must fit 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) }) // after the server stopped (cleanups run last first)
+	s, err := startPostgres(dir, settings...)
 	if err != nil {
 		t.Fatal(err)
 	}
