@@ -33,13 +33,6 @@ func (b *JobBuilder) Task(name string, replicas int32, containers []string, opts
 			// 5 s); equal values make the pod's run time deterministic.
 			"pod-complete.stage.kwok.x-k8s.io/delay":        "500ms",
 			"pod-complete.stage.kwok.x-k8s.io/jitter-delay": "500ms",
-			// Its pod-create and pod-ready stages (scheduled to started, started to running and
-			// ready) take 0.1 to 1 s each, about as a kubelet takes with an image present, not
-			// 1 to 5 s: a pod then starts in 2 to 10 s, which only made the tests wait.
-			"pod-create.stage.kwok.x-k8s.io/delay":        "100ms",
-			"pod-create.stage.kwok.x-k8s.io/jitter-delay": "1s",
-			"pod-ready.stage.kwok.x-k8s.io/delay":         "100ms",
-			"pod-ready.stage.kwok.x-k8s.io/jitter-delay":  "1s",
 		}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr.To[int64](DefaultGracePeriod)},
 	}
