@@ -109,53 +109,42 @@ func (d *DB) check(err error) error {
 	return err
 }
 
-// prepared is a querier that runs each statement prepared, in tx or, with tx nil, on the pool.
-// In a transaction, a statement is prepared on its connection inside the transaction; on the pool,
-// database/sql prepares it on each connection it runs on outside any transaction, which Postgres
-// counts as one: the archiver's calls on the pool run unprepared.
+// prepared is a querier that runs each statement prepared in tx: prepared on its connection inside
+// the transaction. The archiver's calls on the pool run unprepared: database/sql would prepare a
+// statement on each connection it runs on outside any transaction, which Postgres counts as one.
 type prepared struct {
 	d  *DB
 	tx *sql.Tx
 }
 
-// prepared returns the querier that runs statements prepared in tx (nil: on the pool).
+// prepared returns the querier that runs statements prepared in tx.
 func (d *DB) prepared(tx *sql.Tx) querier { return prepared{d, tx} }
 
-// stmt is query prepared for p's transaction or pool, or nil.
+// stmt is query prepared for p's transaction, or nil.
 func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
-	st := p.d.stmts.stmt(p.d.db, query, p.d.timeout)
-	if st != nil && p.tx != nil {
-		// Prepared on the transaction's connection once; closed with the transaction.
-		st = p.tx.StmtContext(ctx, st)
+	if st := p.d.stmts.stmt(p.d.db, query, p.d.timeout); st != nil {
+		return p.tx.StmtContext(ctx, st) // prepared on the transaction's connection once; closed with it
 	}
-	return st
-}
-
-// plain is p's transaction or pool, to run a statement that could not be prepared.
-func (p prepared) plain() querier {
-	if p.tx != nil {
-		return p.tx
-	}
-	return p.d.db
+	return nil
 }
 
 func (p prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	if st := p.stmt(ctx, query); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
-	return p.plain().QueryContext(ctx, query, args...)
+	return p.tx.QueryContext(ctx, query, args...)
 }
 
 func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	if st := p.stmt(ctx, query); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
-	return p.plain().QueryRowContext(ctx, query, args...)
+	return p.tx.QueryRowContext(ctx, query, args...)
 }
 
 func (p prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if st := p.stmt(ctx, query); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
-	return p.plain().ExecContext(ctx, query, args...)
+	return p.tx.ExecContext(ctx, query, args...)
 }

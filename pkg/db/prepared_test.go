@@ -110,12 +110,18 @@ func TestPreparingWaitsForNoConnection(t *testing.T) {
 func TestPreparedAreBounded(t *testing.T) {
 	ctx := t.Context()
 	d := openOneConn(t)
-	q := d.prepared(nil)
 	for i := range maxPrepared + 10 {
 		query := fmt.Sprintf("SELECT %d", i)
+		tx, err := d.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var n int
-		if err := q.QueryRowContext(ctx, query).Scan(&n); err != nil || n != i {
+		if err := d.prepared(tx).QueryRowContext(ctx, query).Scan(&n); err != nil || n != i {
 			t.Fatalf("%s = %d, %v", query, n, err)
+		}
+		if err := tx.Commit(); err != nil { // frees the only connection, for the preparation
+			t.Fatal(err)
 		}
 		if i < maxPrepared {
 			waitPrepared(t, d, query)
