@@ -60,8 +60,8 @@ type floorSpec struct {
 // holding it until go test's own timeout.
 const floorTimeout = 5 * time.Minute
 
-// floorClient runs spec in a child process and returns the CPU (seconds) the child spent on it,
-// its process start-up and clients' set-up left out (its connections are opened in the run, as an
+// floorClient runs spec in a child process and returns the CPU the child spent on it, in ms per
+// pod, its process start-up and clients' set-up left out (its connections are opened in the run, as an
 // archiver's first requests open them). measure is called with the floor's run: what it samples
 // around run (the servers' CPU) is the floor's server side.
 func floorClient(b *testing.B, spec floorSpec, measure func(run func())) float64 {
@@ -109,7 +109,7 @@ func floorClient(b *testing.B, spec floorSpec, measure func(run func())) float64
 		expect("done")
 		spent = sampleProc(b, cmd.Process.Pid).cpu - t0.cpu
 	})
-	return spent
+	return spent / float64(len(spec.Pods)) * 1000
 }
 
 // floorClientMain runs the floor named by floorClientEnv's file: it sets its clients up, says

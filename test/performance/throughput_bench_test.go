@@ -93,13 +93,13 @@ func dbTransactions(b testing.TB, dsn string) float64 {
 func patchFloor(b *testing.B, s *stack.Rig, pods []corev1.Pod, workers, apiPID int) (rate, apiMs, clientMs float64) {
 	b.Helper()
 	spec := floorSpec{Op: floorPatches, Kubeconfig: s.Env.KubeconfigPath, Namespace: s.NS, Pods: podNames(pods), Workers: workers}
-	client := floorClient(b, spec, func(run func()) {
+	clientMs = floorClient(b, spec, func(run func()) {
 		api0, t0 := sampleTrees(b, apiPID), time.Now()
 		run()
 		rate = float64(len(pods)) / time.Since(t0).Seconds()
 		apiMs = sampleTrees(b, apiPID).msPer(api0, apiPID, len(pods))
 	})
-	return rate, apiMs, client / float64(len(pods)) * 1000
+	return rate, apiMs, clientMs
 }
 
 // inParallel calls each for 0 to n-1 from workers goroutines, and returns the first error any
