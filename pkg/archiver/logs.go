@@ -240,15 +240,20 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 			return
 		}
 		var (
-			lost   *capture.LostError
-			unread *capture.ReadError
-			gap    record.GapReason
-			detail string
+			lost     *capture.LostError
+			unread   *capture.ReadError
+			conflict *capture.ConflictError
+			gap      record.GapReason
+			detail   string
 		)
 		switch {
 		case err == nil:
 		case errors.As(err, &lost):
 			gap = lost.Reason
+		case errors.As(err, &conflict):
+			// Writing again cannot succeed, and the log there is left as it is: the loss is
+			// recorded instead of retried without end.
+			gap, detail = record.GapNameTaken, conflict.Error()
 		case errors.As(err, &unread):
 			_, due, rerr := r.runEnd(ctx, ref)
 			released, nodeLost := r.released(ctx, ref), ""
@@ -495,10 +500,33 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 			return err
 		}
 	} else if whole.Key != key {
-		// The container restarted since its log was read as its current one: read it again.
-		return fmt.Errorf("the log of %s was written as %s, but the run is now %s: %w", ref, whole.Key, instance, errRenamed)
+		previous, _ := r.Layout.PodLog(job, ref.Pod, ref.PodUID, ref.Container, runInstance(ref, true))
+		if whole.Key != previous || instance != record.InstanceCurrent {
+			// The container restarted since its log was read as its current one: read it again.
+			return fmt.Errorf("the log of %s was written as %s, but the run is now %s: %w", ref, whole.Key, instance, errRenamed)
+		}
+		// Written as previous (a later run was seen), and a status now names it current: restart
+		// counts never go back, so the status is not the run's (a kubelet's never is). The log
+		// stands as written; read again, the current log is another run's.
+		instance = runInstance(ref, true)
+		row.Instance, key = instance, whole.Key
 	}
 	switch {
+	case gap == record.GapNameTaken:
+		// The run's name holds another log, left as it is. What was read of the run stays in its
+		// segments (not forgotten below); the row, unless the other log's, says it is missing.
+		g := record.Gap{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run, Reason: gap, Detail: detail}
+		if n := len(segs); n > 0 {
+			g.After = segs[n-1].LastTime
+		}
+		put := r.Records.PutGap
+		if recs != nil {
+			put = recs.PutGap
+		}
+		if err := put(ctx, g); err != nil {
+			return err
+		}
+		row.State, row.Reason, segs = record.LogUnavailable, string(gap)+": "+detail, nil
 	case whole != nil:
 		row = whole.Stored(row)
 	case gap != "" && len(segs) == 0:

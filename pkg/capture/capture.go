@@ -637,33 +637,87 @@ func (c *capture) whole(ctx context.Context, key string, retainUntil time.Time) 
 	if err := c.compress(true); err != nil {
 		return nil, err
 	}
-	a, err := putWhole(ctx, c.store, key, c.buf.Bytes(), retainUntil)
+	sum := hex.EncodeToString(c.segHash.Sum(nil))
+	a, err := putWhole(ctx, c.store, c.ref, key, c.buf.Bytes(), sum, retainUntil)
 	if err != nil {
 		return nil, fmt.Errorf("store the log of %s: %w", c.ref, err)
 	}
-	a.Bytes, a.SHA256 = c.segBytes, hex.EncodeToString(c.segHash.Sum(nil))
+	a.Bytes, a.SHA256 = c.segBytes, sum
 	return &a, nil
 }
 
-// putWhole stores b, a whole log already compressed in memory, under key, locked until
-// retainUntil (zero: unlocked), with its checksum for the store to check (a mismatch fails with
-// objstore.ErrChecksum and stores nothing). It returns the object's key, stored size and, when
-// this write stored it, the sha256 the store accepted. A key locked already was written by an
-// earlier pass that crashed before recording it (the same lines: lockedElse); this write checked
-// nothing then, so the seal is to read that object back.
-func putWhole(ctx context.Context, store objstore.Store, key string, b []byte, retainUntil time.Time) (Assembled, error) {
-	sum := objstore.ChecksumOf(b)
-	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil, Checksum: sum}
+// putWhole stores b, a whole log already compressed in memory whose uncompressed bytes hash to
+// sum (hex sha256), under key, locked until retainUntil (zero: unlocked), with its checksum for
+// the store to check (a mismatch fails with objstore.ErrChecksum and stores nothing). It returns
+// the object's key, stored size and, when this write stored it, the sha256 the store accepted.
+//
+// The write is once (objstore.PutOptions.IfAbsent): a final log is never replaced. An object
+// found under the key that holds the same log was written by an earlier pass that stopped before
+// recording it; this write checked nothing then, so the seal is to read that object back. One
+// that holds another log is a *ConflictError: nothing is replaced.
+func putWhole(ctx context.Context, store objstore.Store, ref Ref, key string, b []byte, sum string, retainUntil time.Time) (Assembled, error) {
+	checksum := objstore.ChecksumOf(b)
+	opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", RetainUntil: retainUntil, Checksum: checksum, IfAbsent: true}
 	a := Assembled{Key: key, StoredBytes: int64(len(b))}
 	err := store.Put(ctx, key, bytes.NewReader(b), opts)
-	if lockedElse(err) != nil {
+	switch {
+	case err == nil:
+		a.StoredSHA256 = hex.EncodeToString(checksum.SHA256[:])
+	case errors.Is(err, objstore.ErrExists), errors.Is(err, objstore.ErrLocked):
+		if a.StoredBytes, err = sameLog(ctx, store, ref, key, sum); err != nil {
+			return Assembled{}, err
+		}
+	default:
 		return Assembled{}, err
-	}
-	if err == nil {
-		a.StoredSHA256 = hex.EncodeToString(sum.SHA256[:])
 	}
 	return a, nil
 }
+
+// sameLog checks the object under key, found there by a write meant to store a log whose
+// uncompressed bytes hash to sum: it returns the object's stored size when it holds that log, a
+// *ConflictError when it holds another.
+func sameLog(ctx context.Context, store objstore.Store, ref Ref, key, sum string) (int64, error) {
+	info, err := store.Stat(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("look at the object already under %s: %w", key, err)
+	}
+	rc, err := store.Get(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("read the object already under %s: %w", key, err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	zr, err := gzip.NewReader(rc)
+	if err == nil {
+		_, err = io.Copy(h, zr)
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil // an empty object (no gzip header)
+	}
+	if err != nil && !errors.Is(err, gzip.ErrHeader) && !errors.Is(err, gzip.ErrChecksum) {
+		return 0, fmt.Errorf("read the object already under %s: %w", key, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); err != nil || got != sum {
+		return 0, &ConflictError{Ref: ref, Key: key, Found: got, Want: sum}
+	}
+	return info.Size, nil
+}
+
+// ConflictError: the final object of a run's log was found holding another log (a write-once
+// write found it taken): it was left as it is, and the run's log is not stored under that name.
+// Writing again cannot succeed: the caller records the run's loss, with this as the reason.
+type ConflictError struct {
+	Ref Ref
+	Key string
+	// Found and Want are the sha256 of the uncompressed log found and of the one to store.
+	Found, Want string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("the log of %s was not stored: %s holds another log already (sha256 %s, not %s), left as it is", e.Ref, e.Key, e.Found, e.Want)
+}
+
+func (e *ConflictError) Unwrap() error { return objstore.ErrExists }
 
 // ReadError is a failure to read the log itself (as opposed to storing it): the caller retries
 // it until a deadline, then records the rest as a gap with Unreadable.
@@ -1262,7 +1316,7 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 		zw := gzip.NewWriter(&b)
 		_ = zw.Close()
 		var err error
-		if a, err = putWhole(ctx, store, key, b.Bytes(), retainUntil); err != nil {
+		if a, err = putWhole(ctx, store, ref, key, b.Bytes(), emptySHA256, retainUntil); err != nil {
 			return Assembled{}, fmt.Errorf("store the empty log of %s: %w", ref, err)
 		}
 	} else {
@@ -1274,19 +1328,29 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 			keys[i] = s.ObjectKey
 			a.StoredBytes += s.StoredBytes
 		}
-		if stored, err := storedLocked(ctx, store, key, a.StoredBytes, retainUntil); err != nil {
-			return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
-		} else if !stored {
-			if err := store.Compose(ctx, key, keys, opts); lockedElse(err) != nil {
-				return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
-			}
-		}
 		last := segs[len(segs)-1]
 		var p position
 		if err := decodeState(last.HashState, h, &p); err != nil {
 			return Assembled{}, fmt.Errorf("assemble the log of %s: segment %d: %w", ref, last.Seq, err)
 		}
 		a.Bytes = last.TotalBytes
+		// A final log is written once, as putWhole's are: an object under the key was composed by
+		// an earlier pass that stopped before recording it (the same log: it stands, and is not
+		// written again, which on a versioned bucket would leave a second version), or holds
+		// another log (a *ConflictError: it is left as it is). No store composes on a condition,
+		// so this looks first: only captures of one run write its key, and they are one at a time.
+		switch _, err := store.Stat(ctx, key); {
+		case err == nil:
+			if a.StoredBytes, err = sameLog(ctx, store, ref, key, hex.EncodeToString(cloneHash(h).Sum(nil))); err != nil {
+				return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
+			}
+		case !errors.Is(err, objstore.ErrNotFound):
+			return Assembled{}, fmt.Errorf("assemble the log of %s: look for %s: %w", ref, key, err)
+		default:
+			if err := store.Compose(ctx, key, keys, opts); err != nil {
+				return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
+			}
+		}
 		if err := putStreams(ctx, store, ref, key, segs, retainUntil); err != nil {
 			return Assembled{}, err
 		}
@@ -1294,6 +1358,9 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 	a.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return a, nil
 }
+
+// emptySHA256 is the sha256 of an empty log.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // lockedElse is err, or nil if err is objstore.ErrLocked: a locked object under the key of an
 // assembled log was assembled by an earlier pass from the same segments (they are deleted only

@@ -85,7 +85,7 @@ func (f *FS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
-	if err := f.write(ctx, p, newSource(ctx, r, opts.Checksum), f.lockUntil(opts)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, r, opts.Checksum), f.lockUntil(opts), opts.IfAbsent); err != nil {
 		return fmt.Errorf("put %s: %w", f.URL(key), err)
 	}
 	return nil
@@ -109,7 +109,7 @@ func (f *FS) Compose(ctx context.Context, dst string, srcs []string, opts PutOpt
 	}
 	c := &concat{names: srcs, open: func(i int) (io.ReadCloser, error) { return f.open(srcs[i]) }}
 	defer c.Close()
-	if err := f.write(ctx, p, newSource(ctx, c, nil), f.lockUntil(opts)); err != nil {
+	if err := f.write(ctx, p, newSource(ctx, c, nil), f.lockUntil(opts), false); err != nil {
 		return fmt.Errorf("compose %s: %w", f.URL(dst), err)
 	}
 	return nil
@@ -127,8 +127,10 @@ func (f *FS) lockUntil(opts PutOptions) time.Time {
 // write copies r to a temporary file in p's directory, syncs it and renames it to p, read-only
 // if until is not zero, with until as its modification time (its retain-until date, which
 // DeleteExpired reads back). On failure it removes the temporary file. A read-only file at p is replaced by
-// nothing: the same bytes leave it as it is, others fail with ErrLocked.
-func (f *FS) write(ctx context.Context, p string, r io.Reader, until time.Time) (err error) {
+// nothing: the same bytes leave it as it is, others fail with ErrLocked. With ifAbsent, any file
+// at p is left as it is and the write fails with ErrExists: the temporary file is linked to p,
+// which, unlike a rename, never replaces a file.
+func (f *FS) write(ctx context.Context, p string, r io.Reader, until time.Time, ifAbsent bool) (err error) {
 	dir := filepath.Dir(p)
 	tmp, err := createTemp(dir)
 	if err != nil {
@@ -166,6 +168,17 @@ func (f *FS) write(ctx context.Context, p string, r io.Reader, until time.Time) 
 	if err = ctx.Err(); err != nil {
 		return err
 	}
+	if ifAbsent {
+		err = os.Link(tmp.Name(), p)
+		_ = os.Remove(tmp.Name()) // linked to p, or not kept
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: %w", ErrExists, err)
+		}
+		if err != nil {
+			return err
+		}
+		return f.syncDirs(dir)
+	}
 	if locked, err := isReadOnly(p); err != nil || locked {
 		if err == nil {
 			err = keepLocked(p, tmp.Name())
@@ -178,9 +191,13 @@ func (f *FS) write(ctx context.Context, p string, r io.Reader, until time.Time) 
 	if err = os.Rename(tmp.Name(), p); err != nil {
 		return err
 	}
-	// The rename is durable only once the directory entry is, and a directory created for it only
-	// once its own entry in its parent is: sync every directory up to the root (a few fsyncs of
-	// directories, cheap next to the file's).
+	return f.syncDirs(dir)
+}
+
+// syncDirs makes a new entry in dir durable: a rename or link is durable only once the directory
+// entry is, and a directory created for it only once its own entry in its parent is. It syncs
+// every directory up to the root (a few fsyncs of directories, cheap next to the file's).
+func (f *FS) syncDirs(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		if err := syncDir(d); err != nil {
 			return fmt.Errorf("sync directory: %w", err)

@@ -123,7 +123,11 @@ func (g *GCS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions)
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeouts.Transfer)
 	defer cancel()
-	w := g.bucket.Object(key).NewWriter(ctx)
+	obj := g.bucket.Object(key)
+	if opts.IfAbsent {
+		obj = obj.If(storage.Conditions{DoesNotExist: true})
+	}
+	w := obj.NewWriter(ctx)
 	// Always explicit: a non-zero ChunkSize makes the upload resumable, so a failed chunk is
 	// retried from its buffer instead of failing the whole stream (ChunkSize 0 streams in one
 	// request that cannot be retried), and it caps the memory each Put holds.
@@ -375,6 +379,8 @@ func gcsError(err error) error {
 	var gerr *googleapi.Error
 	switch {
 	case !errors.As(err, &gerr):
+	case gerr.Code == http.StatusPreconditionFailed:
+		return fmt.Errorf("%w: %w", ErrExists, err) // only IfAbsent writes carry a precondition
 	case gerr.Code == http.StatusForbidden && lockMessage(gerr.Message):
 		return fmt.Errorf("%w: %w", ErrLocked, err)
 	case gerr.Code == http.StatusBadRequest && strings.Contains(strings.ToLower(gerr.Message), "doesn't match calculated"):

@@ -38,7 +38,15 @@ type PutOptions struct {
 	// backend the sha256 of what it sent before finalizing the upload; the fs backend the sha256 of
 	// what it wrote before renaming it into place. Compose ignores it.
 	Checksum *Checksum
+	// IfAbsent makes Put write once: when an object is under the key already, Put fails with
+	// ErrExists and leaves that object as it is, instead of replacing it (S3 If-None-Match: *,
+	// GCS's DoesNotExist precondition, a hard link on the fs backend: each checked by the store
+	// at the write, not by a look before it). Compose ignores it.
+	IfAbsent bool
 }
+
+// ErrExists is returned (wrapped) by Put with IfAbsent when an object is under the key already.
+var ErrExists = errors.New("object exists")
 
 // ErrChecksum is returned (wrapped) by Put when the bytes the store received do not hash to the
 // Checksum given with them.

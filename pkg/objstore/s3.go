@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 
@@ -174,6 +175,9 @@ func (s *S3) putOptions(opts PutOptions) minio.PutObjectOptions {
 	o := minio.PutObjectOptions{ContentType: opts.ContentType, ContentEncoding: opts.ContentEncoding}
 	if s.locks(opts) {
 		o.Mode, o.RetainUntilDate, o.SendContentMd5 = s.lockMode, opts.RetainUntil.UTC(), true
+	}
+	if opts.IfAbsent {
+		o.SetMatchETagExcept("*") // If-None-Match: *, which the service answers 412 when the key holds an object
 	}
 	if opts.Checksum != nil {
 		// The service checks it, and refuses the object, itself (the client needs
@@ -647,6 +651,8 @@ func s3Error(err error) error {
 	switch {
 	case resp.Code == minio.NoSuchKey:
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case resp.Code == "PreconditionFailed" || resp.StatusCode == http.StatusPreconditionFailed:
+		return fmt.Errorf("%w: %w", ErrExists, err) // only IfAbsent writes carry a precondition
 	case resp.Code == "BadDigest" || resp.Code == "XAmzContentChecksumMismatch" || resp.Code == "XAmzContentSHA256Mismatch":
 		return fmt.Errorf("%w: %w", ErrChecksum, err)
 	case (resp.Code == "AccessDenied" || resp.Code == "InvalidRequest") && lockMessage(resp.Message):

@@ -320,6 +320,10 @@ const (
 	// operator or a copytruncate rotation): what was written to it past the agent's position and
 	// before the truncation is lost; the agent reads the file again from its start.
 	GapTruncatedOnNode GapReason = "truncated on the node"
+	// GapNameTaken: the run's log was read, but the object named for it holds another log
+	// already (the run was named for another run's instance): that object was left as it is,
+	// and what was read of the run is not in the archive.
+	GapNameTaken GapReason = "name held by another log"
 )
 
 // Gap is a part of a container run's log that is missing from the archive: the output between

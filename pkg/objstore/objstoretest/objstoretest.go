@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		{"StoredBytesAreNotDecoded", testStoredBytesAreNotDecoded},
 		{"LargeStreamOfUnknownLength", testLargeStream},
 		{"Overwrite", testOverwrite},
+		{"PutIfAbsentNeverReplaces", testPutIfAbsent},
 		{"NotFound", testNotFound},
 		{"Delete", testDelete},
 		{"List", testList},
@@ -182,6 +183,24 @@ func testOverwrite(t *testing.T, s objstore.Store) {
 	assertContent(t, s, key, []byte("second"))
 	put(t, s, key, nil)
 	assertContent(t, s, key, nil)
+}
+
+// testPutIfAbsent: a write-once Put stores an object under a free key, and fails with ErrExists
+// under a taken one, the object there left as it was, whatever the bytes offered (the same or not).
+func testPutIfAbsent(t *testing.T, s objstore.Store) {
+	const key = "a/write-once"
+	once := func(data []byte) error {
+		return s.Put(t.Context(), key, bytes.NewReader(data), objstore.PutOptions{IfAbsent: true, Checksum: objstore.ChecksumOf(data)})
+	}
+	if err := once([]byte("first")); err != nil {
+		t.Fatalf("write-once Put under a free key: %v", err)
+	}
+	for _, data := range [][]byte{[]byte("second, other bytes"), []byte("first")} {
+		if err := once(data); !errors.Is(err, objstore.ErrExists) {
+			t.Errorf("write-once Put of %q under a taken key: %v, want ErrExists", data, err)
+		}
+	}
+	assertContent(t, s, key, []byte("first"))
 }
 
 func testNotFound(t *testing.T, s objstore.Store) {

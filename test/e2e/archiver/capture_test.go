@@ -518,9 +518,32 @@ func TestCaptureNodeLost(t *testing.T) {
 // the capture honestly records the gap, even when it then reads the run whole.
 func TestCaptureCrashLoop(t *testing.T) {
 	t.Parallel()
+	checkCrashLoop(t)
+}
+
+// TestCaptureCrashLoopBackOff is TestCaptureCrashLoop with each restart backing off 2 s, as a
+// kubelet does in CrashLoopBackOff: between runs the status shows the container Waiting with the
+// run that died as its last state, and pods/log serves that run both as previous and as current.
+// A read by name in that window must not file one run's bytes under another run's instance.
+// It failed before the testbed's model of a kubelet was fixed (kwok/stages.yaml's pod-ready):
+// in back-off the model set the container Running with restartCount 0, counts went back, a second
+// capture of run 0 followed later runs' output, and its write replaced run 0's stored log (its
+// row's sha256 no longer matched), while runs 3 and 4 went missing behind "rotated before read"
+// gaps. No kubelet counts back; a final log is now written once whatever the status says
+// (TestFinalLogWrittenOnce).
+func TestCaptureCrashLoopBackOff(t *testing.T) {
+	t.Parallel()
+	checkCrashLoop(t, testbed.BackOff(2*time.Second))
+}
+
+// checkCrashLoop runs TestCaptureCrashLoop's job, with extra options for its task, and checks that
+// every run's log is archived under its own instance, or what was read of it with a gap.
+func checkCrashLoop(t *testing.T, opts ...testbed.PodOption) {
+	t.Helper()
 	s := stack.NewRig(t, objstore.BackendS3)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
-	job := testbed.Job(s.NS, "crashloop").Task("w", 1, []string{"main"}, testbed.Restarts(5, 1500*time.Millisecond)).Obj()
+	opts = append([]testbed.PodOption{testbed.Restarts(5, 1500*time.Millisecond)}, opts...)
+	job := testbed.Job(s.NS, "crashloop").Task("w", 1, []string{"main"}, opts...).Obj()
 	pod := testbed.PodName(job.Name, "w", 0)
 	var runs [][]testbed.Chunk
 	for run := range 6 {

@@ -1,0 +1,118 @@
+package capture
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/jobvault/jobvault/pkg/objstore"
+)
+
+// TestFinalLogWrittenOnce: a run's final object is never replaced. Under a key that already holds
+// another log (a run wrongly named for another's instance, say), the write, whole or assembled,
+// fails with a *ConflictError and leaves that log as it is; under a key that holds the same log
+// (an earlier pass stopped before recording it), the write succeeds and writes nothing.
+// Before, both writes replaced the other log: its row's sha256 no longer matched its object.
+func TestFinalLogWrittenOnce(t *testing.T) {
+	const key = "final.log.gz"
+	for _, tc := range []struct {
+		name  string
+		store func(r *rig, ctx context.Context) (Assembled, error)
+	}{
+		{"whole", func(r *rig, ctx context.Context) (Assembled, error) {
+			r.write("a short run's only line\n", false)
+			r.node.mu.Lock()
+			r.node.over = true
+			r.node.mu.Unlock()
+			a, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, r.over,
+				func(bool) (string, time.Time) { return key, time.Time{} })
+			if a == nil && err == nil {
+				return Assembled{}, errors.New("not written whole")
+			}
+			if a == nil {
+				return Assembled{}, err
+			}
+			return *a, err
+		}},
+		{"assembled", func(r *rig, ctx context.Context) (Assembled, error) {
+			done := r.start(ctx)
+			for i := range 20 {
+				r.write(fmt.Sprintf("line %d %s\n", i, strings.Repeat("x", 40)), false)
+			}
+			r.end(t, done)
+			segs, err := r.recs.Segments(ctx, r.ref.PodUID, r.ref.Container, r.ref.Run)
+			if err != nil || len(segs) < 2 {
+				t.Fatalf("segments: %d (%v), want several", len(segs), err)
+			}
+			return Assemble(ctx, r.store, r.ref, key, segs, time.Time{})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			// The key holds another run's log.
+			r := newRig(t)
+			other, _ := gzipped([]byte("another run's line\n"))
+			if err := r.store.Put(ctx, key, bytes.NewReader(other), objstore.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := tc.store(r, ctx)
+			var conflict *ConflictError
+			if !errors.As(err, &conflict) || !errors.Is(err, objstore.ErrExists) {
+				t.Errorf("stored over another log: error %v, want a *ConflictError", err)
+			}
+			if got := stored(t, r.store, key); !bytes.Equal(got, other) {
+				t.Errorf("the log under %s was replaced", key)
+			}
+
+			// The key holds the same log: written by an earlier pass.
+			r = newRig(t)
+			first, err := tc.store(r, ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := stored(t, r.store, key)
+			r2 := newRig(t)
+			r2.store = r.store
+			again, err := tc.store(r2, ctx)
+			if err != nil || again.SHA256 != first.SHA256 || again.StoredBytes != int64(len(before)) || again.StoredSHA256 != "" {
+				t.Errorf("stored the same log again: %+v (%v), want success with %+v's hash and size, and no StoredSHA256 (this write checked nothing)", again, err, first)
+			}
+			if got := stored(t, r.store, key); !bytes.Equal(got, before) {
+				t.Errorf("the same log under %s was written again", key)
+			}
+		})
+	}
+}
+
+// gzipped compresses b as one gzip member.
+func gzipped(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(b); err != nil {
+		return nil, err
+	}
+	err := zw.Close()
+	return buf.Bytes(), err
+}
+
+// stored returns the stored bytes of the object under key.
+func stored(t *testing.T, store objstore.Store, key string) []byte {
+	t.Helper()
+	rc, err := store.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(rc); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
