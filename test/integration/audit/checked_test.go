@@ -159,9 +159,8 @@ func TestCheckedWriteRefusesOtherBytes(t *testing.T) {
 // TestSealReadsBackWhatNoCheckedWriteStandsBehind: a log composed from segments, and one whose
 // whole write found the object locked by an earlier pass that crashed before recording it (the
 // store checked none of this pass's bytes), are recorded without a stored sha256, and the seal
-// reads them back, as it always did. The locked object here holds other bytes than the log's
-// record says (what trusting this pass's hash would have hidden): the read-back finds it, and the
-// job is released, not archived.
+// reads them back, as it always did. The write once (capture's putWhole) read the locked object
+// too, to find it holds the same log; one holding another is TestWriteLeavesAnotherLockedLog.
 func TestSealReadsBackWhatNoCheckedWriteStandsBehind(t *testing.T) {
 	segmented := capture.DefaultConfig
 	segmented.SegmentBytes = 256
@@ -170,13 +169,14 @@ func TestSealReadsBackWhatNoCheckedWriteStandsBehind(t *testing.T) {
 		backend  string
 		lockMode string
 		cfg      capture.Config
-		// earlier, when set, is what an earlier pass stored, locked, under the log's key.
-		earlier []byte
+		// earlier: an earlier pass stored the same log, locked, under its key.
+		earlier bool
+		reads   int // of each log: the seal's, and the write's of an object found there
 	}{
-		{"composed from segments/S3", "S3", "", segmented, nil},
-		{"composed from segments/GCS", "GCS", "", segmented, nil},
-		{"composed from segments/fs", "fs", "", segmented, nil},
-		{"found locked after a crash/fs", "fs", objstore.LockGovernance, capture.DefaultConfig, []byte("an earlier pass's line\n")},
+		{"composed from segments/S3", "S3", "", segmented, false, 1},
+		{"composed from segments/GCS", "GCS", "", segmented, false, 1},
+		{"composed from segments/fs", "fs", "", segmented, false, 1},
+		{"found locked after a crash/fs", "fs", objstore.LockGovernance, capture.DefaultConfig, true, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newCountingStore(checkedBackends[tc.backend](t, tc.lockMode))
@@ -185,8 +185,8 @@ func TestSealReadsBackWhatNoCheckedWriteStandsBehind(t *testing.T) {
 				r.Sealer.RetainUntil = func(at time.Time) time.Time { return at.Add(24 * time.Hour) }
 			}
 			r.WriteLog = func(ctx context.Context, ref archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error) {
-				if tc.earlier != nil {
-					if err := store.Store.Put(ctx, key, bytes.NewReader(stack.GzipBytes(t, tc.earlier)),
+				if tc.earlier {
+					if err := store.Store.Put(ctx, key, bytes.NewReader(stack.GzipBytes(t, []byte(content))),
 						objstore.PutOptions{RetainUntil: r.Sealer.RetainUntil(time.Now())}); err != nil {
 						return record.LogObject{}, err
 					}
@@ -197,8 +197,8 @@ func TestSealReadsBackWhatNoCheckedWriteStandsBehind(t *testing.T) {
 			for _, l := range logs {
 				log := calls.of(l.ObjectKey)
 				t.Logf("log %s, captured and sealed: %v", l.ObjectKey, log)
-				if l.StoredSHA256 != "" || log["GET"] != 1 {
-					t.Errorf("log %s recorded with stored sha256 %q and read %d times, want none and read back once", l.ObjectKey, l.StoredSHA256, log["GET"])
+				if l.StoredSHA256 != "" || log["GET"] != tc.reads {
+					t.Errorf("log %s recorded with stored sha256 %q and read %d times, want none and read %d", l.ObjectKey, l.StoredSHA256, log["GET"], tc.reads)
 				}
 				if stored := storedSHA256(t, store.Store, l.ObjectKey); m[l.ObjectKey].SHA256 != stored {
 					t.Errorf("manifest lists log %s with sha256 %s, the store holds %s", l.ObjectKey, m[l.ObjectKey].SHA256, stored)
@@ -208,17 +208,39 @@ func TestSealReadsBackWhatNoCheckedWriteStandsBehind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.earlier == nil {
-				if rep := verifyChain(t, r); job.ArchiveState != record.ArchiveArchived || len(rep.Findings) != 0 {
-					t.Errorf("job %s %q, verify found %v; want archived and nothing found", job.ArchiveState, job.ReleaseReason, rep.Findings)
-				}
-				return
-			}
-			t.Logf("job %s: %s", job.ArchiveState, job.ReleaseReason)
-			if job.ArchiveState != record.ArchiveReleased || !strings.Contains(job.ReleaseReason, "unreadable when sealed") {
-				t.Errorf("job %s %q, want released for the logs the store holds other bytes of", job.ArchiveState, job.ReleaseReason)
+			if rep := verifyChain(t, r); job.ArchiveState != record.ArchiveArchived || len(rep.Findings) != 0 {
+				t.Errorf("job %s %q, verify found %v; want archived and nothing found", job.ArchiveState, job.ReleaseReason, rep.Findings)
 			}
 		})
+	}
+}
+
+// TestWriteLeavesAnotherLockedLog: a log's whole write that finds its key holding another log,
+// locked (what a run named for another run's instance would find), fails with a
+// capture.ConflictError and leaves that log as it is. Before a final log was written once, the
+// write took the locked object for this pass's own and recorded the log; only the seal's read
+// back found the other bytes, and released the job.
+func TestWriteLeavesAnotherLockedLog(t *testing.T) {
+	store := newCountingStore(checkedBackends["fs"](t, objstore.LockGovernance))
+	r := newCheckedRig(t, store)
+	r.Sealer.RetainUntil = func(at time.Time) time.Time { return at.Add(24 * time.Hour) }
+	other := stack.GzipBytes(t, []byte("another run's line\n"))
+	var conflict *capture.ConflictError
+	r.WriteLog = func(ctx context.Context, ref archive.JobRef, pod record.Pod, key, content string) (record.LogObject, error) {
+		if err := store.Store.Put(ctx, key, bytes.NewReader(other), objstore.PutOptions{RetainUntil: r.Sealer.RetainUntil(time.Now())}); err != nil {
+			return record.LogObject{}, err
+		}
+		l, err := captureLog(ctx, r, store, capture.DefaultConfig, ref, pod, key, content)
+		if !errors.As(err, &conflict) {
+			t.Errorf("write over another locked log: %v, want a capture.ConflictError", err)
+		}
+		if got := stack.Must(io.ReadAll(stack.Must(store.Store.Get(ctx, key)))); !bytes.Equal(got, other) {
+			t.Errorf("the locked log under %s was replaced", key)
+		}
+		return l, err
+	}
+	if _, err := r.AddJob(t.Context(), 1); !errors.As(err, &conflict) {
+		t.Errorf("job added: %v, want the write's conflict", err)
 	}
 }
 
