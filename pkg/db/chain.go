@@ -72,12 +72,9 @@ func (d *DB) appendChain(ctx context.Context, f record.Finalization, seal record
 			return record.Finalized{}, err
 		}
 	}
-	// Mark the job, and make sure the cluster has a head row to lock, in one round trip.
 	var exists bool
-	err = q.QueryRowContext(ctx, `
-WITH head AS (
-    INSERT INTO audit_chain_heads (cluster, seq, manifest_sha256) VALUES ($5, 0, '') ON CONFLICT DO NOTHING
-)`+markJobArchivedSQL, f.JobUID, nullString(f.Location), nullTimeValue(f.ArchivedAt), f.ReleaseReason, f.Cluster).Scan(&exists)
+	err = q.QueryRowContext(ctx, `WITH noop AS (SELECT 1)`+markJobArchivedSQL,
+		f.JobUID, nullString(f.Location), nullTimeValue(f.ArchivedAt), f.ReleaseReason).Scan(&exists)
 	if err != nil {
 		return record.Finalized{}, translate(err)
 	}
@@ -93,9 +90,9 @@ WITH head AS (
 	}
 	// The locked section: from here to the commit, every finalization of the cluster waits.
 	locked := time.Now()
-	var head record.ChainHead
-	if err := q.QueryRowContext(ctx, `SELECT seq, manifest_sha256 FROM audit_chain_heads WHERE cluster = $1 FOR UPDATE`, f.Cluster).Scan(&head.Seq, &head.ManifestSHA256); err != nil {
-		return record.Finalized{}, translate(err)
+	head, err := lockHead(ctx, q, f.Cluster)
+	if err != nil {
+		return record.Finalized{}, err
 	}
 	e := record.ChainEntry{Cluster: f.Cluster, Seq: head.Seq + 1, JobUID: f.JobUID, ManifestKey: f.ManifestKey, PrevSHA256: head.ManifestSHA256, RecordDigest: f.RecordDigest}
 	if e.Manifest, err = seal(e.Seq, e.PrevSHA256); err != nil {
@@ -118,6 +115,29 @@ RETURNING at`, e.Cluster, e.Seq, e.JobUID, e.ManifestKey, e.ManifestSHA256, e.Pr
 	}
 	e.At = e.At.UTC()
 	return record.Finalized{Entry: e, Appended: true, LockHeld: time.Since(locked)}, nil
+}
+
+// lockHead locks the cluster's head row until the transaction ends, and returns it; the cluster's
+// first finalization inserts it. Only then: an INSERT ... ON CONFLICT DO NOTHING that finds the row
+// waits for the transaction that updated it to end (Postgres 15, measured: behind a transaction
+// that updated the row and slept, it waited out the sleep; behind one that only locked it, it did
+// not). Run at every finalization before its job's marking, as it was, it made that marking wait
+// for the finalization ahead to commit, and so join the serialized section.
+func lockHead(ctx context.Context, q querier, cluster string) (record.ChainHead, error) {
+	const lock = `SELECT seq, manifest_sha256 FROM audit_chain_heads WHERE cluster = $1 FOR UPDATE`
+	var head record.ChainHead
+	err := q.QueryRowContext(ctx, lock, cluster).Scan(&head.Seq, &head.ManifestSHA256)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Two first finalizations: the second's insert waits for the first's commit, and does
+		// nothing; the lock then sees the row the first committed.
+		if _, err = q.ExecContext(ctx, `INSERT INTO audit_chain_heads (cluster, seq, manifest_sha256) VALUES ($1, 0, '') ON CONFLICT DO NOTHING`, cluster); err == nil {
+			err = q.QueryRowContext(ctx, lock, cluster).Scan(&head.Seq, &head.ManifestSHA256)
+		}
+	}
+	if err != nil {
+		return record.ChainHead{}, translate(err)
+	}
+	return head, nil
 }
 
 // checkRows locks the job's row and its pods' rows until the transaction ends, then reads the
