@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/db"
+	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
@@ -251,9 +253,9 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 		case errors.As(err, &lost):
 			gap = lost.Reason
 		case errors.As(err, &conflict):
-			// Writing again cannot succeed, and the log there is left as it is: the loss is
-			// recorded instead of retried without end.
-			gap, detail = record.GapNameTaken, conflict.Error()
+			if r.nameTaken(ctx, log, ref, conflict) {
+				gap, detail = record.GapNameTaken, conflict.Error()
+			}
 		case errors.As(err, &unread):
 			_, due, rerr := r.runEnd(ctx, ref)
 			released, nodeLost := r.released(ctx, ref), ""
@@ -292,6 +294,13 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 			if errors.Is(err, errRenamed) {
 				whole = nil // read again under its new name
 			}
+			// Its assembly's conflict: recorded if the name stays taken, else (freed, or not
+			// known yet) assembled again after the pause.
+			if errors.As(err, &conflict) && r.nameTaken(ctx, log, ref, conflict) {
+				if err = r.recordRun(ctx, job, ref, ctype, record.GapNameTaken, conflict.Error(), nil, recs); err == nil || errors.Is(err, db.ErrFinalized) {
+					return
+				}
+			}
 			archiveFailuresTotal.WithLabelValues("database").Inc()
 			log.Error(err, "Recording the log failed, will retry")
 		}
@@ -299,6 +308,50 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 			return
 		}
 	}
+}
+
+// putRunGap records the run's gap, after its last segment if it has any, through recs when set,
+// which remembers it: an attempt that fails after this write leaves the gap recorded, and the next
+// one, which may find no gap of its own, still knows it.
+func (r *PodReconciler) putRunGap(ctx context.Context, ref capture.Ref, gap record.GapReason, detail string, segs []record.Segment,
+	recs *runRecords) (record.Gap, error) {
+	g := record.Gap{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run, Reason: gap, Detail: detail}
+	if n := len(segs); n > 0 {
+		g.After = segs[n-1].LastTime
+	}
+	put := r.Records.PutGap
+	if recs != nil {
+		put = recs.PutGap
+	}
+	return g, put(ctx, g)
+}
+
+// nameTaken says whether the name a run's final log conflicted on (conflict) stays taken, and the
+// loss is to be recorded. Not when no stored row records the object there: an earlier pass wrote
+// a run's log under it and then found the run renamed (errRenamed: the container restarted before
+// the log was recorded), and left it. That object is deleted, the name freed, and the write tried
+// again (false). So is it when the check fails. A name a row records, or an object the store keeps
+// locked, stays taken: what is recorded, or retained, is never replaced.
+func (r *PodReconciler) nameTaken(ctx context.Context, log logr.Logger, ref capture.Ref, conflict *capture.ConflictError) bool {
+	logs, err := r.Records.PodLogObjects(ctx, ref.PodUID)
+	if err != nil {
+		log.Error(err, "Checking the row of the log under the run's name failed, will retry", "key", conflict.Key)
+		return false
+	}
+	for _, l := range logs {
+		if l.ObjectKey == conflict.Key && l.State == record.LogStored {
+			return true
+		}
+	}
+	switch err := r.Store.Delete(ctx, conflict.Key); {
+	case errors.Is(err, objstore.ErrLocked):
+		return true
+	case err != nil:
+		log.Error(err, "Deleting the unrecorded log under the run's name failed, will retry", "key", conflict.Key)
+		return false
+	}
+	log.Info("Deleted a log no row records from under the run's name, to write the run's there", "key", conflict.Key, "found", conflict.Found)
+	return false
 }
 
 // runEnd tells whether the run is over, from the cached pod, and when it ended (the deadline of an
@@ -506,8 +559,8 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 			return fmt.Errorf("the log of %s was written as %s, but the run is now %s: %w", ref, whole.Key, instance, errRenamed)
 		}
 		// Written as previous (a later run was seen), and a status now names it current: restart
-		// counts never go back, so the status is not the run's (a kubelet's never is). The log
-		// stands as written; read again, the current log is another run's.
+		// counts should not go back, and when a status says so the earlier name stands. Read
+		// again, the current log would be another run's.
 		instance = runInstance(ref, true)
 		row.Instance, key = instance, whole.Key
 	}
@@ -515,15 +568,7 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 	case gap == record.GapNameTaken:
 		// The run's name holds another log, left as it is. What was read of the run stays in its
 		// segments (not forgotten below); the row, unless the other log's, says it is missing.
-		g := record.Gap{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run, Reason: gap, Detail: detail}
-		if n := len(segs); n > 0 {
-			g.After = segs[n-1].LastTime
-		}
-		put := r.Records.PutGap
-		if recs != nil {
-			put = recs.PutGap
-		}
-		if err := put(ctx, g); err != nil {
+		if _, err := r.putRunGap(ctx, ref, gap, detail, segs, recs); err != nil {
 			return err
 		}
 		row.State, row.Reason, segs = record.LogUnavailable, string(gap)+": "+detail, nil
@@ -536,17 +581,8 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 		}
 	default:
 		if gap != "" {
-			g := record.Gap{PodUID: ref.PodUID, Container: ref.Container, Run: ref.Run, Reason: gap, Detail: detail}
-			if n := len(segs); n > 0 {
-				g.After = segs[n-1].LastTime
-			}
-			// Through recs, which remembers it: an attempt that fails after this write leaves the
-			// gap recorded, and the next one, which may find no gap of its own, still knows it.
-			put := r.Records.PutGap
-			if recs != nil {
-				put = recs.PutGap
-			}
-			if err := put(ctx, g); err != nil {
+			g, err := r.putRunGap(ctx, ref, gap, detail, segs, recs)
+			if err != nil {
 				return err
 			}
 			own = &g

@@ -680,32 +680,47 @@ func putWhole(ctx context.Context, store objstore.Store, ref Ref, key string, b 
 
 // sameLog checks the object under key, found there by a write meant to store a log whose
 // uncompressed bytes hash to sum: it returns the object's stored size when it holds that log, a
-// *ConflictError when it holds another.
+// *ConflictError when it holds another, or anything but a gzip log (nothing this write can
+// change: written again, it would conflict again). A failure to read the object is an error of
+// its own, retried.
 func sameLog(ctx context.Context, store objstore.Store, ref Ref, key, sum string) (int64, error) {
-	info, err := store.Stat(ctx, key)
-	if err != nil {
-		return 0, fmt.Errorf("look at the object already under %s: %w", key, err)
-	}
 	rc, err := store.Get(ctx, key)
 	if err != nil {
 		return 0, fmt.Errorf("read the object already under %s: %w", key, err)
 	}
 	defer rc.Close()
+	in := &countingReader{r: rc}
 	h := sha256.New()
-	zr, err := gzip.NewReader(rc)
+	zr, err := gzip.NewReader(in)
 	if err == nil {
 		_, err = io.Copy(h, zr)
 	}
-	if errors.Is(err, io.EOF) {
-		err = nil // an empty object (no gzip header)
+	switch {
+	case in.err != nil:
+		return 0, fmt.Errorf("read the object already under %s: %w", key, in.err)
+	case err != nil:
+		return 0, &ConflictError{Ref: ref, Key: key, Found: fmt.Sprintf("not a gzip log (%v)", err), Want: sum}
 	}
-	if err != nil && !errors.Is(err, gzip.ErrHeader) && !errors.Is(err, gzip.ErrChecksum) {
-		return 0, fmt.Errorf("read the object already under %s: %w", key, err)
+	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+		return 0, &ConflictError{Ref: ref, Key: key, Found: "sha256 " + got, Want: sum}
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); err != nil || got != sum {
-		return 0, &ConflictError{Ref: ref, Key: key, Found: got, Want: sum}
+	return in.n, nil
+}
+
+// countingReader counts what it reads from r, and keeps r's error apart from its reader's.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF {
+		c.err = err
 	}
-	return info.Size, nil
+	return n, err
 }
 
 // ConflictError: the final object of a run's log was found holding another log (a write-once
@@ -714,12 +729,12 @@ func sameLog(ctx context.Context, store objstore.Store, ref Ref, key, sum string
 type ConflictError struct {
 	Ref Ref
 	Key string
-	// Found and Want are the sha256 of the uncompressed log found and of the one to store.
+	// Found says what the object holds; Want is the sha256 of the uncompressed log to store.
 	Found, Want string
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("the log of %s was not stored: %s holds another log already (sha256 %s, not %s), left as it is", e.Ref, e.Key, e.Found, e.Want)
+	return fmt.Sprintf("the log of %s was not stored: %s holds another log already (%s, not sha256 %s), left as it is", e.Ref, e.Key, e.Found, e.Want)
 }
 
 func (e *ConflictError) Unwrap() error { return objstore.ErrExists }
@@ -839,7 +854,7 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 		return nil
 	}
 	if c.first.IsZero() {
-		c.first, c.answered = l.ts, c.bind.openedAt
+		c.first, c.answered = l.ts, c.bind.openedAt.Add(c.bind.ahead) // on the node's clock, as l.ts
 		c.afterOpen = !l.ts.Before(c.opened)
 	}
 	if !c.afterOpen && !l.ts.Before(c.opened) {
@@ -871,8 +886,9 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 // it: the node opens the file a moment after the request leaves (seconds under load), and a
 // rotation in between leaves it a file begun after the open, with every line before in rotated
 // files. So the rate is taken from the lines read from the first on, until the first segment is
-// stored (and not doubled: startUnproven says why), and the time the run had before the open ends at the node's answer, if that came
-// before the first line read: what was rotated away was written before the node opened the file.
+// stored (and not doubled: startUnproven says why), and the time the run had before the open
+// ends at the node's answer, if that came before the first line read: what was rotated away was
+// written before the node opened the file.
 // A capture open before the run's first line (the archiver ran when the container started)
 // opens within a second or two of the start, too soon for a rotation file at any but a rate
 // that fills one in about that time. One that opens late on a run that wrote nothing before
@@ -1396,8 +1412,9 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 		// A final log is written once, as putWhole's are: an object under the key was composed by
 		// an earlier pass that stopped before recording it (the same log: it stands, and is not
 		// written again, which on a versioned bucket would leave a second version), or holds
-		// another log (a *ConflictError: it is left as it is). No store composes on a condition,
-		// so this looks first: only captures of one run write its key, and they are one at a time.
+		// another log (a *ConflictError: it is left as it is). Compose takes no condition here
+		// (objstore's S3 compose does not send one), so this looks first: only captures of one run
+		// write its key, and they are one at a time.
 		switch _, err := store.Stat(ctx, key); {
 		case err == nil:
 			if a.StoredBytes, err = sameLog(ctx, store, ref, key, hex.EncodeToString(cloneHash(h).Sum(nil))); err != nil {
@@ -1421,9 +1438,9 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 // emptySHA256 is the sha256 of an empty log.
 const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
-// lockedElse is err, or nil if err is objstore.ErrLocked: a locked object under the key of an
-// assembled log was assembled by an earlier pass from the same segments (they are deleted only
-// once the log is recorded), so it holds the same bytes, and GCS refuses to replace it.
+// lockedElse is err, or nil if err is objstore.ErrLocked: a locked stream index under its key was
+// written by an earlier pass from the same segments (they are deleted only once the log is
+// recorded), so it holds the same bytes, and GCS refuses to replace it (putStreams).
 func lockedElse(err error) error {
 	if errors.Is(err, objstore.ErrLocked) {
 		return nil
@@ -1432,9 +1449,9 @@ func lockedElse(err error) error {
 }
 
 // storedLocked reports whether a locked object (retainUntil set) of size bytes is under key
-// already: an earlier pass assembled it from the same segments (see lockedElse) and failed or
-// stopped before recording it. Written again, it would be a second version on a versioned S3
-// bucket, which Object Lock keeps: one HEAD, for locked logs assembled from segments only.
+// already: an earlier pass wrote it from the same segments (see lockedElse) and failed or stopped
+// before recording the log. Written again, it would be a second version on a versioned S3 bucket,
+// which Object Lock keeps: one HEAD, for the locked stream indexes of logs assembled from segments.
 func storedLocked(ctx context.Context, store objstore.Store, key string, size int64, retainUntil time.Time) (bool, error) {
 	if retainUntil.IsZero() {
 		return false, nil

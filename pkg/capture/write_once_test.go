@@ -3,6 +3,7 @@ package capture
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -115,4 +116,52 @@ func stored(t *testing.T, store objstore.Store, key string) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// TestSameLogTellsOtherObjectsFromReadFailures: what a write once finds under its key is the same
+// log, another (a *ConflictError: writing again cannot help), or unread (an error, retried). An
+// object that is no gzip log at all, truncated or empty, is another: before, a truncated one
+// failed the write as a read error, retried without end, and an empty one passed for the empty
+// log.
+func TestSameLogTellsOtherObjectsFromReadFailures(t *testing.T) {
+	store, err := objstore.NewFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := []byte("a run's only line\n")
+	whole, err := gzipped(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := fmt.Sprintf("%x", sha256.Sum256(log))
+	for _, tc := range []struct {
+		name     string
+		object   []byte
+		sum      string
+		conflict bool
+	}{
+		{"the same log", whole, sum, false},
+		{"another log", whole, emptySHA256, true},
+		{"a truncated gzip", whole[:len(whole)-6], sum, true},
+		{"an empty object for the empty log", nil, emptySHA256, true},
+		{"not gzip", log, sum, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := strings.ReplaceAll(tc.name, " ", "-")
+			if err := store.Put(t.Context(), key, bytes.NewReader(tc.object), objstore.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			size, err := sameLog(t.Context(), store, Ref{Pod: "p", Container: "main"}, key, tc.sum)
+			var conflict *ConflictError
+			switch {
+			case tc.conflict && !errors.As(err, &conflict):
+				t.Errorf("sameLog: %d, %v; want a *ConflictError", size, err)
+			case !tc.conflict && (err != nil || size != int64(len(tc.object))):
+				t.Errorf("sameLog: %d, %v; want %d and no error", size, err, len(tc.object))
+			}
+		})
+	}
+	if _, err := sameLog(t.Context(), store, Ref{}, "absent", sum); err == nil || errors.As(err, new(*ConflictError)) {
+		t.Errorf("sameLog of an object it cannot read: %v, want an error that is not a conflict", err)
+	}
 }

@@ -150,11 +150,11 @@ func (g *GCS) Put(ctx context.Context, key string, r io.Reader, opts PutOptions)
 		// the bytes written so far as the object.
 		cancel()
 		_ = w.Close()
-		return fmt.Errorf("put %s: %w", g.URL(key), err)
+		return fmt.Errorf("put %s: %w", g.URL(key), gcsIfAbsent(opts, err))
 	}
 	// Close finalizes the upload: this is where GCS reports most failures.
 	if err := w.Close(); err != nil {
-		return fmt.Errorf("put %s: %w", g.URL(key), gcsError(err))
+		return fmt.Errorf("put %s: %w", g.URL(key), gcsIfAbsent(opts, gcsError(err)))
 	}
 	return nil
 }
@@ -369,6 +369,16 @@ func (g *GCS) Ping(ctx context.Context) error {
 	return nil
 }
 
+// gcsIfAbsent is a Put's err, as ErrExists if the write was IfAbsent and GCS refused its
+// DoesNotExist precondition (412): from the upload's Close, or from a Write that sent a chunk.
+func gcsIfAbsent(opts PutOptions, err error) error {
+	var gerr *googleapi.Error
+	if opts.IfAbsent && errors.As(err, &gerr) && gerr.Code == http.StatusPreconditionFailed {
+		return fmt.Errorf("%w: %w", ErrExists, err)
+	}
+	return err
+}
+
 // gcsError adds ErrNotFound to a missing object error, and ErrLocked to a refusal because of an
 // object's retention or hold (403, with a message naming it). A missing bucket stays as it is: it
 // is a configuration error, not a missing object.
@@ -379,8 +389,6 @@ func gcsError(err error) error {
 	var gerr *googleapi.Error
 	switch {
 	case !errors.As(err, &gerr):
-	case gerr.Code == http.StatusPreconditionFailed:
-		return fmt.Errorf("%w: %w", ErrExists, err) // only IfAbsent writes carry a precondition
 	case gerr.Code == http.StatusForbidden && lockMessage(gerr.Message):
 		return fmt.Errorf("%w: %w", ErrLocked, err)
 	case gerr.Code == http.StatusBadRequest && strings.Contains(strings.ToLower(gerr.Message), "doesn't match calculated"):

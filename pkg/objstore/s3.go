@@ -211,7 +211,7 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) 
 	ctx, cancel := context.WithTimeout(ctx, s.timeouts.Transfer)
 	defer cancel()
 	if err := s.put(ctx, key, r, opts); err != nil {
-		return fmt.Errorf("put %s: %w", s.URL(key), err)
+		return fmt.Errorf("put %s: %w", s.URL(key), s3IfAbsent(opts, err))
 	}
 	return nil
 }
@@ -640,6 +640,17 @@ func (s *S3) Ping(ctx context.Context) error {
 	return nil
 }
 
+// s3IfAbsent is a Put's err, as ErrExists if the write was IfAbsent and the service refused its
+// precondition (412). Only there: other requests carry preconditions of their own (a compose's
+// copy source, a ranged read's If-Match), whose failure says nothing of the kind.
+func s3IfAbsent(opts PutOptions, err error) error {
+	var resp minio.ErrorResponse
+	if opts.IfAbsent && errors.As(err, &resp) && resp.StatusCode == http.StatusPreconditionFailed {
+		return fmt.Errorf("%w: %w", ErrExists, err)
+	}
+	return err
+}
+
 // s3Error adds ErrNotFound to a NoSuchKey response, and ErrLocked to a refusal because of Object
 // Lock (AWS answers AccessDenied, MinIO InvalidRequest, each with a message naming the lock). A
 // missing bucket is a configuration error, not a missing object, and stays as it is.
@@ -651,8 +662,6 @@ func s3Error(err error) error {
 	switch {
 	case resp.Code == minio.NoSuchKey:
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case resp.Code == "PreconditionFailed" || resp.StatusCode == http.StatusPreconditionFailed:
-		return fmt.Errorf("%w: %w", ErrExists, err) // only IfAbsent writes carry a precondition
 	case resp.Code == "BadDigest" || resp.Code == "XAmzContentChecksumMismatch" || resp.Code == "XAmzContentSHA256Mismatch":
 		return fmt.Errorf("%w: %w", ErrChecksum, err)
 	case (resp.Code == "AccessDenied" || resp.Code == "InvalidRequest") && lockMessage(resp.Message):

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
+	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 	"github.com/jobvault/jobvault/pkg/tracking"
@@ -643,5 +644,45 @@ func TestCaptureSlowLog(t *testing.T) {
 	s.CheckLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent), written)
 	if g := s.Gaps(t, string(j.UID)); len(g) != 0 {
 		t.Errorf("gaps %+v, want none", g)
+	}
+}
+
+// TestCaptureReplacesAnUnrecordedLogUnderItsName: a run's final log is written once, and an object
+// already under its name that no row records (what a pass leaves when the container restarts
+// before the log it wrote whole as current is recorded, and it reads the run again as previous)
+// is deleted and the run's own log written: nothing recorded is replaced, and nothing left
+// unrecorded costs the next run its log. Before, the write found the name taken and recorded the
+// run as lost ('name held by another log'), though the object there was no one's.
+func TestCaptureReplacesAnUnrecordedLogUnderItsName(t *testing.T) {
+	t.Parallel()
+	s := stack.NewRig(t, objstore.BackendS3)
+	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
+	out := stack.SteadyOutput("own", 5, 1<<10)
+	job, pod := writingJob(t, s, rt, "orphan", "8s", out, 100*time.Millisecond)
+	var j batchv1alpha1.Job
+	var p corev1.Pod
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return s.Env.Client.Get(ctx, client.ObjectKey{Namespace: s.NS, Name: pod}, &p) == nil &&
+			s.Env.Client.Get(ctx, client.ObjectKeyFromObject(job), &j) == nil, nil
+	}); err != nil {
+		t.Fatalf("pod %s not created: %v", pod, err)
+	}
+	layout := archive.Layout{Prefix: "archive"}
+	key := stack.Must(layout.PodLog(archive.JobRef{Namespace: s.NS, Name: job.Name, UID: string(j.UID)}, pod, string(p.UID), "main", record.InstanceCurrent))
+	other := stack.GzipBytes(t, []byte("another run's line, never recorded\n"))
+	if err := s.Store.Put(t.Context(), key, bytes.NewReader(other), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	archived := s.WaitArchived(t, job, 3*time.Minute)
+	row := logRow(t, s, string(archived.UID), "main", record.InstanceCurrent)
+	if row.ObjectKey != key {
+		t.Fatalf("log recorded under %s, want %s", row.ObjectKey, key)
+	}
+	s.CheckLog(t, row, wroteAll(t, s, rt, pod, out))
+	if gaps := s.Gaps(t, string(archived.UID)); len(gaps) > 0 {
+		t.Errorf("gaps %+v, want none", gaps)
+	}
+	if jr, err := s.Records.Job(t.Context(), string(archived.UID)); err != nil || jr.ArchiveState != record.ArchiveArchived {
+		t.Errorf("job row %s %q (%v), want archived", jr.ArchiveState, jr.ReleaseReason, err)
 	}
 }
