@@ -73,7 +73,7 @@ func (d *DB) appendChain(ctx context.Context, f record.Finalization, seal record
 		}
 	}
 	var exists bool
-	err = q.QueryRowContext(ctx, `WITH noop AS (SELECT 1)`+markJobArchivedSQL,
+	err = q.QueryRowContext(ctx, markJobArchivedSQL,
 		f.JobUID, nullString(f.Location), nullTimeValue(f.ArchivedAt), f.ReleaseReason).Scan(&exists)
 	if err != nil {
 		return record.Finalized{}, translate(err)

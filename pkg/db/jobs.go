@@ -169,9 +169,9 @@ func archiveProblems(state record.ArchiveState, at *time.Time, reason string) []
 // markJobArchivedSQL moves a pending job ($1) to archived ($4 empty) or released (reason $4), with
 // its location ($2) and time ($3), and says whether the job exists. It records the job's pod and
 // log counts as audit_outcomes gives them, which from then on reads them from the row (migration
-// 0009). It continues a WITH clause, so that FinalizeJob can add its own step to the same statement.
+// 0009). MarkJobArchived and FinalizeJob run it.
 const markJobArchivedSQL = `
-, marked AS (
+WITH marked AS (
     UPDATE jobs j SET
         archive_state    = CASE WHEN $4 = '' THEN 'archived' ELSE 'released' END,
         archive_location = COALESCE($2, archive_location),
@@ -191,7 +191,7 @@ func (d *DB) MarkJobArchived(ctx context.Context, jobUID, location string, at ti
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	var exists bool
-	err := d.db.QueryRowContext(ctx, `WITH noop AS (SELECT 1)`+markJobArchivedSQL,
+	err := d.db.QueryRowContext(ctx, markJobArchivedSQL,
 		jobUID, nullString(location), nullTimeValue(at), releaseReason).Scan(&exists)
 	if err != nil {
 		return fmt.Errorf("mark job %s archived: %w", jobUID, translate(err))
