@@ -145,6 +145,7 @@ type podCost struct {
 	apiServerMs, floorAPIServerMs   float64 // the API server's CPU per pod, in the drain and in the floor's patches
 	floorRecord                     recordFloor
 	floorClient                     clientFloor
+	floorArchive                    archiveFloor
 	transactions                    float64 // per pod
 	drainRate, floorRate            float64 // pods/s from the first release; the floor's patches/s
 	jobLag                          time.Duration
@@ -171,6 +172,10 @@ func (c podCost) logVerdicts(b testing.TB) {
 		"its own side %.2f ms (a log read through pods/log %.2f, its gzip, checked PUT and one-row transaction %.2f, its release's PATCH %.2f: this run's clients) "+
 		"and the record floor's %.2f; jobvault spent %.2f times that (its watch events and seals are not in the floor)",
 		least, least/podCPUTarget*100, client, c.floorClient.logReadMs, c.floorClient.recordMs, c.floorClient.patchMs, floor, (c.archiverMs+c.minioMs+c.postgresMs)/least)
+	b.Logf("issue 28 target 1's archive floor measured whole: one client doing it all, pod after pod, made this machine spend %.2f ms per pod on what target 1 counts "+
+		"(%.0f%% of the target: client %.2f, MinIO %.2f, Postgres %.2f); jobvault spent %.2f times that",
+		c.floorArchive.caused(), c.floorArchive.caused()/podCPUTarget*100, c.floorArchive.clientMs, c.floorArchive.minioMs, c.floorArchive.postgresMs,
+		caused/c.floorArchive.caused())
 	b.Logf("issue 28 target 2: %.2f database transactions per pod (target ≤ %.0f) %s",
 		c.transactions, podTransactionsTarget, issue28Verdict[c.transactions <= podTransactionsTarget])
 	ratio := c.drainRate / c.floorRate
@@ -178,6 +183,9 @@ func (c podCost) logVerdicts(b testing.TB) {
 		"a job released p50 %s after its last pod (target ≤ %s) %s",
 		c.drainRate, c.floorRate, ratio, drainFloorTarget, issue28Verdict[ratio >= drainFloorTarget],
 		c.jobLag.Round(time.Millisecond), jobAfterLastPodTarget, issue28Verdict[c.jobLag <= jobAfterLastPodTarget])
+	b.Logf("issue 28 target 3's ceiling: the archive floor (what any archiver must do per pod, nothing more) ran at %.1f pods/s = %.2f of the patch floor, "+
+		"the most any archiver reading logs through pods/log reaches on this machine (the machine spent %.1f ms a pod on it, %.2f cores busy); jobvault's drain is %.2f of it",
+		c.floorArchive.rate, c.floorArchive.rate/c.floorRate, c.floorArchive.machineMs, c.floorArchive.machineMs*c.floorArchive.rate/1000, c.drainRate/c.floorArchive.rate)
 	b.Logf("issue 28 target 5: per pod %.2f CONNECT pods/log (target ≤ %.2f) %s and %.3f PATCH by the archiver (target ≤ %.2f) %s; "+
 		"baseline: the floor is 1 of each per pod and 1 PATCH per job of %d pods",
 		c.logConnects, podLogConnectsTarget, issue28Verdict[c.logConnects <= podLogConnectsTarget],
@@ -288,6 +296,43 @@ func logReadFloor(b *testing.B, s *stack.Rig, pods []corev1.Pod, workers int) fl
 	b.Helper()
 	spec := floorSpec{Op: floorLogs, Kubeconfig: s.Env.KubeconfigPath, Namespace: s.NS, Pods: podNames(pods), Workers: workers}
 	return floorClient(b, spec, func(run func()) { run() })
+}
+
+// archiveFloor is what the archive floor (floorArchive) measured: its rate, and the CPU per pod
+// (ms) its client, MinIO and Postgres spent (what target 1 counts) and every process on the
+// machine spent.
+type archiveFloor struct {
+	rate                                     float64 // pods/s
+	clientMs, minioMs, postgresMs, machineMs float64
+}
+
+// caused is what target 1 counts of it.
+func (f archiveFloor) caused() float64 { return f.clientMs + f.minioMs + f.postgresMs }
+
+// measureArchiveFloor has one client do, for each pod, what any archiver must and nothing more
+// (floorArchive: its log read through pods/log, gzipped and PUT checked, one one-row transaction,
+// one patch), by workers at once, as fast as the machine takes it: the most pods a second any
+// archiver reading logs through the API reaches here, and the least CPU it causes a pod. It runs
+// four times as many workers as the archiver has pod workers (JOBVAULT_BENCH_ARCHIVE_FLOOR_WORKERS
+// sets another count): with as many, the machine's cores were as busy, but it ran at half the
+// rate and twice the CPU a pod, and with sixteen times as many no faster (docs/performance.md).
+func measureArchiveFloor(b *testing.B, s *stack.Rig, pods []corev1.Pod, workers, minioPID, pgPID int) archiveFloor {
+	b.Helper()
+	n := len(pods)
+	spec := floorSpec{Op: floorArchive, Kubeconfig: s.Env.KubeconfigPath, Namespace: s.NS, Pods: podNames(pods), Workers: workers,
+		Store: s.StoreConfig, DSN: testbed.Postgres(b)}
+	var f archiveFloor
+	f.clientMs = floorClient(b, spec, func(run func()) {
+		t0, all0, start := sampleTrees(b, minioPID, pgPID), sampleAllProcs(b), time.Now()
+		run()
+		f.rate = float64(n) / time.Since(start).Seconds()
+		t1 := sampleTrees(b, minioPID, pgPID)
+		for _, c := range cpuByCommand(all0, sampleAllProcs(b)) {
+			f.machineMs += c.seconds / float64(n) * 1000
+		}
+		f.minioMs, f.postgresMs = t1.msPer(t0, minioPID, n), t1.msPer(t0, pgPID, n)
+	})
+	return f
 }
 
 // idleWindow is how long measureRecordFloor watches MinIO and Postgres do nothing asked of them.

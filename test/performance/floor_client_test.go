@@ -33,6 +33,7 @@ import (
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/archiver"
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/test/testbed"
 )
 
 // floorClientEnv names the file of the floorSpec a child of the benchmark runs (floorClientMain).
@@ -43,6 +44,9 @@ const (
 	floorPatches = "patches" // one merge patch of an annotation on each pod
 	floorLogs    = "logs"    // each pod's log read once through pods/log
 	floorRecords = "records" // each pod's small log gzipped and PUT (checked), and one one-row transaction
+	// All three in turn for each pod, by one client: what any archiver must do per pod, and no
+	// more (its log read through pods/log, stored, one row, one patch).
+	floorArchive = "archive"
 )
 
 // floorSpec is one floor for a child to run: Op on each pod, by Workers at once.
@@ -130,57 +134,9 @@ func floorClientMain() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), floorTimeout)
 	defer cancel()
-	config := func() (*rest.Config, error) {
-		cfg, err := clientcmd.BuildConfigFromFlags("", spec.Kubeconfig)
-		if err == nil {
-			cfg.QPS, cfg.Burst = -1, 0
-		}
-		return cfg, err
-	}
-	var each func(i int) error
-	switch spec.Op {
-	case floorPatches:
-		cfg, err := config()
-		if err != nil {
-			return fail(err)
-		}
-		c, err := client.New(cfg, client.Options{})
-		if err != nil {
-			return fail(err)
-		}
-		each = func(i int) error {
-			pod := &corev1.Pod{}
-			pod.Namespace, pod.Name = spec.Namespace, spec.Pods[i]
-			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"bench.jobvault.io/floor":"1"}}}`))
-			return c.Patch(ctx, pod, patch)
-		}
-	case floorLogs:
-		cfg, err := config()
-		if err != nil {
-			return fail(err)
-		}
-		cs, err := archiver.LogsClientset(cfg)
-		if err != nil {
-			return fail(err)
-		}
-		each = func(i int) error {
-			rc, err := cs.CoreV1().Pods(spec.Namespace).GetLogs(spec.Pods[i], &corev1.PodLogOptions{Container: "main", Timestamps: true}).Stream(ctx)
-			if err != nil {
-				return err
-			}
-			defer rc.Close()
-			n, err := io.Copy(io.Discard, rc)
-			if err == nil && n == 0 {
-				err = fmt.Errorf("pod %s: empty log", spec.Pods[i])
-			}
-			return err
-		}
-	case floorRecords:
-		if each, err = recordsFloor(ctx, spec); err != nil {
-			return fail(err)
-		}
-	default:
-		return fail(fmt.Errorf("unknown floor %q", spec.Op))
+	each, err := floorWork(ctx, spec)
+	if err != nil {
+		return fail(err)
 	}
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
@@ -196,10 +152,109 @@ func floorClientMain() int {
 	return 0
 }
 
-// recordsFloor returns the records floor's work for pod i: its small log (the benchmark's 10
-// lines) gzipped and PUT, checked as the archiver's are, then one transaction inserting one keyed
-// row, into a table it makes first.
-func recordsFloor(ctx context.Context, spec floorSpec) (func(i int) error, error) {
+// floorWork returns the work of spec's floor for pod i, its clients set up.
+func floorWork(ctx context.Context, spec floorSpec) (func(i int) error, error) {
+	switch spec.Op {
+	case floorPatches:
+		return patchWork(ctx, spec, "1")
+	case floorLogs:
+		read, err := logWork(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		return func(i int) error { _, err := read(i); return err }, nil
+	case floorRecords:
+		record, err := recordWork(ctx, spec, "floor")
+		if err != nil {
+			return nil, err
+		}
+		raw := testbed.Bytes(smallLines("floor-pod", 10))
+		return func(i int) error { return record(i, raw) }, nil
+	case floorArchive:
+		// Another table and prefix than the records floor's, another annotation value than the
+		// patch floor's (a patch that changes nothing is not written).
+		read, err := logWork(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		record, err := recordWork(ctx, spec, "floor_archive")
+		if err != nil {
+			return nil, err
+		}
+		patch, err := patchWork(ctx, spec, "2")
+		if err != nil {
+			return nil, err
+		}
+		return func(i int) error {
+			log, err := read(i)
+			if err == nil {
+				err = record(i, log)
+			}
+			if err == nil {
+				err = patch(i)
+			}
+			return err
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown floor %q", spec.Op)
+}
+
+// restConfig is cluster-admin's, unthrottled: the floors go as fast as the API server takes them.
+func restConfig(spec floorSpec) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", spec.Kubeconfig)
+	if err == nil {
+		cfg.QPS, cfg.Burst = -1, 0
+	}
+	return cfg, err
+}
+
+// patchWork merge-patches the floor's annotation, set to value, onto pod i.
+func patchWork(ctx context.Context, spec floorSpec, value string) (func(i int) error, error) {
+	cfg, err := restConfig(spec)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	body := []byte(`{"metadata":{"annotations":{"bench.jobvault.io/floor":"` + value + `"}}}`)
+	return func(i int) error {
+		pod := &corev1.Pod{}
+		pod.Namespace, pod.Name = spec.Namespace, spec.Pods[i]
+		return c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body))
+	}, nil
+}
+
+// logWork reads pod i's log once through pods/log, with the clientset the archiver reads logs
+// with, and returns it.
+func logWork(ctx context.Context, spec floorSpec) (func(i int) ([]byte, error), error) {
+	cfg, err := restConfig(spec)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := archiver.LogsClientset(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(i int) ([]byte, error) {
+		rc, err := cs.CoreV1().Pods(spec.Namespace).GetLogs(spec.Pods[i], &corev1.PodLogOptions{Container: "main", Timestamps: true}).Stream(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		log, err := io.ReadAll(rc)
+		if err == nil && len(log) == 0 {
+			err = fmt.Errorf("pod %s: empty log", spec.Pods[i])
+		}
+		return log, err
+	}, nil
+}
+
+// recordWork returns the records' work for pod i and its log: the log gzipped and PUT under
+// prefix/, checked as the archiver's are, then one transaction inserting one keyed row into table
+// prefix_logs, which it makes first.
+func recordWork(ctx context.Context, spec floorSpec, prefix string) (func(i int, log []byte) error, error) {
 	store, err := objstore.New(ctx, spec.Store)
 	if err != nil {
 		return nil, err
@@ -210,33 +265,31 @@ func recordsFloor(ctx context.Context, spec floorSpec) (func(i int) error, error
 		return nil, err
 	}
 	db.SetMaxIdleConns(spec.Workers)
-	if _, err := db.ExecContext(ctx, `CREATE TABLE floor_logs (pod_uid text, container text, instance text,
+	table := prefix + "_logs"
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+table+` (pod_uid text, container text, instance text,
     object_key text NOT NULL, bytes bigint NOT NULL, sha256 text NOT NULL, PRIMARY KEY (pod_uid, container, instance))`); err != nil {
 		return nil, err
 	}
-	lines := smallLines("floor-pod", 10)
 	// Compressors reused at the archiver's level (pkg/capture's gzipWriters): a new one a pod
 	// would cost more than the archiver spends.
 	zws := sync.Pool{New: func() any { zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed); return zw }}
-	return func(i int) error {
+	return func(i int, log []byte) error {
 		var zipped bytes.Buffer
 		zw := zws.Get().(*gzip.Writer)
 		defer zws.Put(zw)
 		zw.Reset(&zipped)
-		for _, c := range lines {
-			zw.Write(c.Data) //nolint:errcheck // into memory
-		}
-		zw.Close() //nolint:errcheck // into memory
-		log, key := zipped.Bytes(), fmt.Sprintf("floor/%06d/main.log.gz", i)
-		opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", Checksum: objstore.ChecksumOf(log)}
-		if err := store.Put(ctx, key, bytes.NewReader(log), opts); err != nil {
+		zw.Write(log) //nolint:errcheck // into memory
+		zw.Close()    //nolint:errcheck // into memory
+		key := fmt.Sprintf("%s/%06d/main.log.gz", prefix, i)
+		opts := objstore.PutOptions{ContentType: archive.LogContentType, ContentEncoding: "gzip", Checksum: objstore.ChecksumOf(zipped.Bytes())}
+		if err := store.Put(ctx, key, bytes.NewReader(zipped.Bytes()), opts); err != nil {
 			return err
 		}
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO floor_logs VALUES ($1, 'main', 'current', $2, $3, $4)`,
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+` VALUES ($1, 'main', 'current', $2, $3, $4)`,
 			fmt.Sprintf("pod-%06d", i), key, len(log), strings.Repeat("0", 64)); err != nil {
 			tx.Rollback() //nolint:errcheck // the insert's error says why
 			return err

@@ -200,6 +200,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		floor, floorAPIMs, patchClientMs := patchFloor(b, s, pods, podWorkers, apiPID)
 		records := measureRecordFloor(b, s, pods, podWorkers, minioPID, pgPID)
 		client := clientFloor{logReadMs: logReadFloor(b, s, pods, podWorkers), recordMs: records.clientMs, patchMs: patchClientMs}
+		whole := measureArchiveFloor(b, s, pods, int(envInt(b, "JOBVAULT_BENCH_ARCHIVE_FLOOR_WORKERS", int64(4*podWorkers))), minioPID, pgPID)
 		seen := watchReleases(b, s)
 		tx0 := dbTransactions(b, s.DSN)
 
@@ -293,7 +294,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 		b.Logf("released per half second from the archiver's start (pods/jobs): %s", seen.timeline(start, 500*time.Millisecond))
 		cost := podCost{pods: n, perJob: perJob, archiverMs: own.msPer(own0, archPID, n), minioMs: own.msPer(own0, minioPID, n),
 			postgresMs: own.msPer(own0, pgPID, n), apiServerMs: own.msPer(own0, apiPID, n), floorAPIServerMs: floorAPIMs,
-			floorRecord: records, floorClient: client, transactions: tx / float64(n), drainRate: drainRate, floorRate: floor, jobLag: spans.lagP50,
+			floorRecord: records, floorClient: client, floorArchive: whole, transactions: tx / float64(n), drainRate: drainRate, floorRate: floor, jobLag: spans.lagP50,
 			logConnects: (req["CONNECT pods/log"] - req0["CONNECT pods/log"]) / float64(n), patches: counts.requests["PATCH"] / float64(n)}
 		b.ReportMetric(cost.archiverMs+cost.minioMs+cost.postgresMs, "jobvault-cpu-ms/pod")
 		b.ReportMetric(spans.lagP50.Seconds(), "job-after-last-pod-p50-s")
