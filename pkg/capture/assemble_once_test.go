@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobvault/jobvault/pkg/objstore"
+	"github.com/jobvault/jobvault/pkg/record"
 )
 
 // composeCounter counts the Compose calls of a store.
@@ -31,15 +32,7 @@ func TestAssembleLockedOnce(t *testing.T) {
 	r.store = store
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	done := r.start(ctx)
-	for i := range 20 {
-		r.write(fmt.Sprintf("line %d %s\n", i, strings.Repeat("x", 40)), false)
-	}
-	r.end(t, done)
-	segs, err := r.recs.Segments(ctx, r.ref.PodUID, r.ref.Container, r.ref.Run)
-	if err != nil || len(segs) < 2 {
-		t.Fatalf("segments: %d (%v), want several", len(segs), err)
-	}
+	segs := r.segmented(ctx, t)
 	until := time.Now().Add(time.Hour)
 	first, err := Assemble(ctx, store, r.ref, "final.log.gz", segs, until)
 	if err != nil {
@@ -52,4 +45,19 @@ func TestAssembleLockedOnce(t *testing.T) {
 	if n := store.n.Load(); n != 1 || again != first {
 		t.Errorf("assembled twice: %d Compose calls, results %+v and %+v; want 1 call, the same result", n, first, again)
 	}
+}
+
+// segmented captures a run of 20 lines of 48 bytes, stored in several segments, and returns them.
+func (r *rig) segmented(ctx context.Context, t *testing.T) []record.Segment {
+	t.Helper()
+	done := r.start(ctx)
+	for i := range 20 {
+		r.write(fmt.Sprintf("line %d %s\n", i, strings.Repeat("x", 40)), false)
+	}
+	r.end(t, done)
+	segs, err := r.recs.Segments(ctx, r.ref.PodUID, r.ref.Container, r.ref.Run)
+	if err != nil || len(segs) < 2 {
+		t.Fatalf("segments: %d (%v), want several", len(segs), err)
+	}
+	return segs
 }

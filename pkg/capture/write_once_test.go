@@ -42,16 +42,7 @@ func TestFinalLogWrittenOnce(t *testing.T) {
 			return *a, err
 		}},
 		{"assembled", func(r *rig, ctx context.Context) (Assembled, error) {
-			done := r.start(ctx)
-			for i := range 20 {
-				r.write(fmt.Sprintf("line %d %s\n", i, strings.Repeat("x", 40)), false)
-			}
-			r.end(t, done)
-			segs, err := r.recs.Segments(ctx, r.ref.PodUID, r.ref.Container, r.ref.Run)
-			if err != nil || len(segs) < 2 {
-				t.Fatalf("segments: %d (%v), want several", len(segs), err)
-			}
-			return Assemble(ctx, r.store, r.ref, key, segs, time.Time{})
+			return Assemble(ctx, r.store, r.ref, key, r.segmented(ctx, t), time.Time{})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
