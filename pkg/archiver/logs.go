@@ -18,7 +18,6 @@ import (
 	"github.com/jobvault/jobvault/pkg/archive"
 	"github.com/jobvault/jobvault/pkg/capture"
 	"github.com/jobvault/jobvault/pkg/db"
-	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
 
@@ -253,9 +252,7 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 		case errors.As(err, &lost):
 			gap = lost.Reason
 		case errors.As(err, &conflict):
-			if r.nameTaken(ctx, log, ref, conflict) {
-				gap, detail = record.GapNameTaken, conflict.Error()
-			}
+			gap, detail = record.GapNameTaken, conflict.Error()
 		case errors.As(err, &unread):
 			_, due, rerr := r.runEnd(ctx, ref)
 			released, nodeLost := r.released(ctx, ref), ""
@@ -292,11 +289,10 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 				return // recorded, or its job sealed meanwhile: nothing may be added to it
 			}
 			if errors.Is(err, errRenamed) {
+				r.unwrite(ctx, log, whole)
 				whole = nil // read again under its new name
 			}
-			// Its assembly's conflict: recorded if the name stays taken, else (freed, or not
-			// known yet) assembled again after the pause.
-			if errors.As(err, &conflict) && r.nameTaken(ctx, log, ref, conflict) {
+			if errors.As(err, &conflict) { // its assembly's
 				if err = r.recordRun(ctx, job, ref, ctype, record.GapNameTaken, conflict.Error(), nil, recs); err == nil || errors.Is(err, db.ErrFinalized) {
 					return
 				}
@@ -326,32 +322,19 @@ func (r *PodReconciler) putRunGap(ctx context.Context, ref capture.Ref, gap reco
 	return g, put(ctx, g)
 }
 
-// nameTaken says whether the name a run's final log conflicted on (conflict) stays taken, and the
-// loss is to be recorded. Not when no stored row records the object there: an earlier pass wrote
-// a run's log under it and then found the run renamed (errRenamed: the container restarted before
-// the log was recorded), and left it. That object is deleted, the name freed, and the write tried
-// again (false). So is it when the check fails. A name a row records, or an object the store keeps
-// locked, stays taken: what is recorded, or retained, is never replaced.
-func (r *PodReconciler) nameTaken(ctx context.Context, log logr.Logger, ref capture.Ref, conflict *capture.ConflictError) bool {
-	logs, err := r.Records.PodLogObjects(ctx, ref.PodUID)
-	if err != nil {
-		log.Error(err, "Checking the row of the log under the run's name failed, will retry", "key", conflict.Key)
-		return false
+// unwrite deletes the final log this capture wrote whole (its write-once PUT stored it) under a
+// name the run no longer has (errRenamed: the container restarted before the log was recorded).
+// Left there, no row would record it, and the write-once of the run that has that name now would
+// find it taken and record that run's log lost. Only this capture's own write: an object it found
+// under the name (whole.StoredSHA256 empty) may be another's, and is left as it is. A failed delete
+// is logged; that next run's write then records the conflict.
+func (r *PodReconciler) unwrite(ctx context.Context, log logr.Logger, whole *capture.Assembled) {
+	if whole == nil || whole.StoredSHA256 == "" {
+		return
 	}
-	for _, l := range logs {
-		if l.ObjectKey == conflict.Key && l.State == record.LogStored {
-			return true
-		}
+	if err := r.Store.Delete(ctx, whole.Key); err != nil {
+		log.Error(err, "Deleting the log written under the run's former name failed", "key", whole.Key)
 	}
-	switch err := r.Store.Delete(ctx, conflict.Key); {
-	case errors.Is(err, objstore.ErrLocked):
-		return true
-	case err != nil:
-		log.Error(err, "Deleting the unrecorded log under the run's name failed, will retry", "key", conflict.Key)
-		return false
-	}
-	log.Info("Deleted a log no row records from under the run's name, to write the run's there", "key", conflict.Key, "found", conflict.Found)
-	return false
 }
 
 // runEnd tells whether the run is over, from the cached pod, and when it ended (the deadline of an
@@ -566,9 +549,10 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 	}
 	switch {
 	case gap == record.GapNameTaken:
-		// The run's name holds another log, left as it is. What was read of the run stays in its
-		// segments (not forgotten below); the row, unless the other log's, says it is missing.
-		if _, err := r.putRunGap(ctx, ref, gap, detail, segs, recs); err != nil {
+		// The run's name holds another log, left as it is: the whole run is missing from the
+		// archive (the gap has no line after which), and the row, unless the other log's, says
+		// so. What was read of it is in its segments until the job's seal sweeps them.
+		if _, err := r.putRunGap(ctx, ref, gap, detail, nil, recs); err != nil {
 			return err
 		}
 		row.State, row.Reason, segs = record.LogUnavailable, string(gap)+": "+detail, nil

@@ -854,7 +854,7 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 		return nil
 	}
 	if c.first.IsZero() {
-		c.first, c.answered = l.ts, c.bind.openedAt.Add(c.bind.ahead) // on the node's clock, as l.ts
+		c.first, c.answered = l.ts, c.bind.openedAt.Add(c.bind.ahead) // toward the node's clock, l.ts's: as far as it was seen ahead
 		c.afterOpen = !l.ts.Before(c.opened)
 	}
 	if !c.afterOpen && !l.ts.Before(c.opened) {

@@ -645,7 +645,8 @@ func (s *S3) Ping(ctx context.Context) error {
 // copy source, a ranged read's If-Match), whose failure says nothing of the kind.
 func s3IfAbsent(opts PutOptions, err error) error {
 	var resp minio.ErrorResponse
-	if opts.IfAbsent && errors.As(err, &resp) && resp.StatusCode == http.StatusPreconditionFailed {
+	// The code too: minio-go gives a failed multipart completion (its body, under a 200) no status.
+	if opts.IfAbsent && errors.As(err, &resp) && (resp.StatusCode == http.StatusPreconditionFailed || resp.Code == "PreconditionFailed") {
 		return fmt.Errorf("%w: %w", ErrExists, err)
 	}
 	return err

@@ -359,8 +359,15 @@ func TestCaptureRecordsSkippedFilesAsGap(t *testing.T) {
 		t.Errorf("%d run(s) of lines missing from the archive, but %d gap(s) recorded", len(missing), len(g))
 	}
 	for _, x := range g {
-		if x.Reason != record.GapMaybeRotated && x.Reason != record.GapRotated {
-			t.Errorf("gap %+v, want a rotation's", x)
+		switch {
+		case x.Reason == record.GapMaybeRotated || x.Reason == record.GapRotated:
+		case x.Reason == record.GapUnknownStart && x.After.IsZero():
+			// Its writer's bursts (2.3 MB/s seen, against 1 MiB rotations) could fill a rotated
+			// file in the half second its capture may take to open: pods/log cannot tell that
+			// capture from one opened just after a rotation, and the start rule says so
+			// (pkg/capture's startUnproven).
+		default:
+			t.Errorf("gap %+v, want a rotation's, or the start's", x)
 		}
 	}
 	jr, err := s.Records.Job(t.Context(), string(j.UID))
@@ -647,18 +654,17 @@ func TestCaptureSlowLog(t *testing.T) {
 	}
 }
 
-// TestCaptureReplacesAnUnrecordedLogUnderItsName: a run's final log is written once, and an object
-// already under its name that no row records (what a pass leaves when the container restarts
-// before the log it wrote whole as current is recorded, and it reads the run again as previous)
-// is deleted and the run's own log written: nothing recorded is replaced, and nothing left
-// unrecorded costs the next run its log. Before, the write found the name taken and recorded the
-// run as lost ('name held by another log'), though the object there was no one's.
-func TestCaptureReplacesAnUnrecordedLogUnderItsName(t *testing.T) {
+// TestCaptureLeavesAnotherLogUnderItsName: a run's final log is written once. An object already
+// under its name, of unknown origin, is left as it is; the run is recorded lost with the reason
+// ('name held by another log'), and its job is released with it, not held: writing again cannot
+// help. Before a final log was written once, the write replaced the object; with it, before the
+// conflict was recorded, it was retried without end when found at assembly.
+func TestCaptureLeavesAnotherLogUnderItsName(t *testing.T) {
 	t.Parallel()
 	s := stack.NewRig(t, objstore.BackendS3)
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{})
 	out := stack.SteadyOutput("own", 5, 1<<10)
-	job, pod := writingJob(t, s, rt, "orphan", "8s", out, 100*time.Millisecond)
+	job, pod := writingJob(t, s, rt, "taken", "8s", out, 100*time.Millisecond)
 	var j batchv1alpha1.Job
 	var p corev1.Pod
 	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -669,20 +675,24 @@ func TestCaptureReplacesAnUnrecordedLogUnderItsName(t *testing.T) {
 	}
 	layout := archive.Layout{Prefix: "archive"}
 	key := stack.Must(layout.PodLog(archive.JobRef{Namespace: s.NS, Name: job.Name, UID: string(j.UID)}, pod, string(p.UID), "main", record.InstanceCurrent))
-	other := stack.GzipBytes(t, []byte("another run's line, never recorded\n"))
+	other := stack.GzipBytes(t, []byte("another log, never recorded\n"))
 	if err := s.Store.Put(t.Context(), key, bytes.NewReader(other), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	archived := s.WaitArchived(t, job, 3*time.Minute)
-	row := logRow(t, s, string(archived.UID), "main", record.InstanceCurrent)
-	if row.ObjectKey != key {
-		t.Fatalf("log recorded under %s, want %s", row.ObjectKey, key)
+	released := s.WaitArchived(t, job, 3*time.Minute)
+	wroteAll(t, s, rt, pod, out)
+	if got, _ := s.ReadLog(t, key); !bytes.Equal(got, []byte("another log, never recorded\n")) {
+		t.Errorf("the object under %s holds %q, want the other log left as it was", key, got)
 	}
-	s.CheckLog(t, row, wroteAll(t, s, rt, pod, out))
-	if gaps := s.Gaps(t, string(archived.UID)); len(gaps) > 0 {
-		t.Errorf("gaps %+v, want none", gaps)
+	row := logRow(t, s, string(released.UID), "main", record.InstanceCurrent)
+	if row.State != record.LogUnavailable || !strings.Contains(row.Reason, string(record.GapNameTaken)) {
+		t.Errorf("log row %s %q, want unavailable: %s", row.State, row.Reason, record.GapNameTaken)
 	}
-	if jr, err := s.Records.Job(t.Context(), string(archived.UID)); err != nil || jr.ArchiveState != record.ArchiveArchived {
-		t.Errorf("job row %s %q (%v), want archived", jr.ArchiveState, jr.ReleaseReason, err)
+	if gaps := s.Gaps(t, string(released.UID)); len(gaps) != 1 || gaps[0].Reason != record.GapNameTaken {
+		t.Errorf("gaps %+v, want one %q", gaps, record.GapNameTaken)
+	}
+	if jr, err := s.Records.Job(t.Context(), string(released.UID)); err != nil || jr.ArchiveState != record.ArchiveReleased ||
+		!strings.Contains(jr.ReleaseReason, string(record.GapNameTaken)) {
+		t.Errorf("job row %s %q (%v), want released for the name held by another log", jr.ArchiveState, jr.ReleaseReason, err)
 	}
 }
