@@ -289,7 +289,7 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 				return // recorded, or its job sealed meanwhile: nothing may be added to it
 			}
 			if errors.Is(err, errRenamed) {
-				r.unwrite(ctx, log, whole)
+				r.unwrite(ctx, log, ref, whole)
 				whole = nil // read again under its new name
 			}
 			if errors.As(err, &conflict) { // its assembly's
@@ -324,13 +324,25 @@ func (r *PodReconciler) putRunGap(ctx context.Context, ref capture.Ref, gap reco
 
 // unwrite deletes the final log this capture wrote whole (its write-once PUT stored it) under a
 // name the run no longer has (errRenamed: the container restarted before the log was recorded).
-// Left there, no row would record it, and the write-once of the run that has that name now would
-// find it taken and record that run's log lost. Only this capture's own write: an object it found
-// under the name (whole.StoredSHA256 empty) may be another's, and is left as it is. A failed delete
-// is logged; that next run's write then records the conflict.
-func (r *PodReconciler) unwrite(ctx context.Context, log logr.Logger, whole *capture.Assembled) {
+// Left there unrecorded, the write-once of the run that has that name now would find it taken and
+// record that run's log lost. Not when a row records it: a row committed by an attempt whose
+// commit reported an error, or by another run that found the same bytes there (sameLog). An
+// object this capture only found there (whole.StoredSHA256 empty) may be another's, and is left
+// as it is. A locked object, or a failed delete, stays: that next run's write then records the
+// conflict, with its reason.
+func (r *PodReconciler) unwrite(ctx context.Context, log logr.Logger, ref capture.Ref, whole *capture.Assembled) {
 	if whole == nil || whole.StoredSHA256 == "" {
 		return
+	}
+	logs, err := r.Records.PodLogObjects(ctx, ref.PodUID)
+	if err != nil {
+		log.Error(err, "Reading the pod's log rows failed: the log written under the run's former name stays", "key", whole.Key)
+		return
+	}
+	for _, l := range logs {
+		if l.ObjectKey == whole.Key {
+			return
+		}
 	}
 	if err := r.Store.Delete(ctx, whole.Key); err != nil {
 		log.Error(err, "Deleting the log written under the run's former name failed", "key", whole.Key)
@@ -551,7 +563,8 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 	case gap == record.GapNameTaken:
 		// The run's name holds another log, left as it is: the whole run is missing from the
 		// archive (the gap has no line after which), and the row, unless the other log's, says
-		// so. What was read of it is in its segments until the job's seal sweeps them.
+		// so. What was read of it is in its segments, if it had any, until the job's seal sweeps
+		// them.
 		if _, err := r.putRunGap(ctx, ref, gap, detail, nil, recs); err != nil {
 			return err
 		}

@@ -725,7 +725,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // ConflictError: the final object of a run's log was found holding another log (a write-once
 // write found it taken): it was left as it is, and the run's log is not stored under that name.
-// Writing again cannot succeed: the caller records the run's loss, with this as the reason.
+// Writing again cannot succeed while that object is there: the caller records the run's loss,
+// with this as the reason.
 type ConflictError struct {
 	Ref Ref
 	Key string
