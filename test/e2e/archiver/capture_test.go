@@ -359,15 +359,8 @@ func TestCaptureRecordsSkippedFilesAsGap(t *testing.T) {
 		t.Errorf("%d run(s) of lines missing from the archive, but %d gap(s) recorded", len(missing), len(g))
 	}
 	for _, x := range g {
-		switch {
-		case x.Reason == record.GapMaybeRotated || x.Reason == record.GapRotated:
-		case x.Reason == record.GapUnknownStart && x.After.IsZero():
-			// Its writer's bursts (2.3 MB/s seen, against 1 MiB rotations) could fill a rotated
-			// file in the half second its capture may take to open: pods/log cannot tell that
-			// capture from one opened just after a rotation, and the start rule says so
-			// (pkg/capture's startUnproven).
-		default:
-			t.Errorf("gap %+v, want a rotation's, or the start's", x)
+		if x.Reason != record.GapMaybeRotated && x.Reason != record.GapRotated {
+			t.Errorf("gap %+v, want a rotation's", x)
 		}
 	}
 	jr, err := s.Records.Job(t.Context(), string(j.UID))
