@@ -2,7 +2,6 @@ package archiver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -357,12 +356,7 @@ func (r *PodReconciler) awaitAgent(ctx context.Context, log logr.Logger, job arc
 	var why, reason string
 	switch {
 	case run.Complete:
-		err := r.recordRun(ctx, job, ref, ctype, "", "", nil, nil)
-		if conflict := (*capture.ConflictError)(nil); errors.As(err, &conflict) {
-			// Its name holds another log, left as it is: assembling again cannot help.
-			err = r.recordRun(ctx, job, ref, ctype, record.GapNameTaken, conflict.Error(), nil, nil)
-		}
-		if err != nil {
+		if err := r.recordRun(ctx, job, ref, ctype, "", "", nil, nil); err != nil {
 			return agentCapturing, fmt.Errorf("record the agent's capture: %w", err)
 		}
 		return agentRecorded, nil

@@ -292,11 +292,6 @@ func (r *PodReconciler) captureRun(ctx context.Context, job archive.JobRef, ref 
 				r.unwrite(ctx, log, ref, whole)
 				whole = nil // read again under its new name
 			}
-			if errors.As(err, &conflict) { // its assembly's
-				if err = r.recordRun(ctx, job, ref, ctype, record.GapNameTaken, conflict.Error(), nil, recs); err == nil || errors.Is(err, db.ErrFinalized) {
-					return
-				}
-			}
 			archiveFailuresTotal.WithLabelValues("database").Inc()
 			log.Error(err, "Recording the log failed, will retry")
 		}
@@ -586,6 +581,10 @@ func (r *PodReconciler) recordRun(ctx context.Context, job archive.JobRef, ref c
 		}
 		a, err := capture.Assemble(ctx, r.Store, ref, key, segs,
 			r.retainUntilIn(ctx, r.Client, job.Namespace, r.Clock.Now()))
+		if conflict := (*capture.ConflictError)(nil); errors.As(err, &conflict) {
+			// Its name holds another log, left as it is: assembling again cannot help.
+			return r.recordRun(ctx, job, ref, ctype, record.GapNameTaken, conflict.Error(), nil, recs)
+		}
 		if err != nil {
 			return err
 		}

@@ -39,6 +39,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/jobvault/jobvault/pkg/archive"
+	"github.com/jobvault/jobvault/pkg/audit"
 	"github.com/jobvault/jobvault/pkg/objstore"
 	"github.com/jobvault/jobvault/pkg/record"
 )
@@ -674,48 +675,22 @@ func putWhole(ctx context.Context, store objstore.Store, ref Ref, key string, b 
 }
 
 // sameLog checks the object under key, found there by a write meant to store a log whose
-// uncompressed bytes hash to sum: it returns the object's stored size when it holds that log, a
-// *ConflictError when it holds another, or anything but a gzip log (nothing this write can
-// change: written again, it would conflict again). A failure to read the object is an error of
-// its own, retried.
+// uncompressed bytes hash to sum, reading it back as the seal does (audit.HashObject): it returns
+// the object's stored size when it holds that log, a *ConflictError when it holds another, or
+// anything but a gzip log (nothing this write can change: written again, it would conflict
+// again). A failure to read the object is an error of its own (objstore.ErrNotFound if there is
+// none), retried.
 func sameLog(ctx context.Context, store objstore.Store, ref Ref, key, sum string) (int64, error) {
-	rc, err := store.Get(ctx, key)
-	if err != nil {
-		return 0, fmt.Errorf("read the object already under %s: %w", key, err)
-	}
-	defer rc.Close()
-	in := &countingReader{r: rc}
-	h := sha256.New()
-	zr, err := gzip.NewReader(in)
-	if err == nil {
-		_, err = io.Copy(h, zr)
-	}
+	h, err := audit.HashObject(ctx, store, key, true)
 	switch {
-	case in.err != nil:
-		return 0, fmt.Errorf("read the object already under %s: %w", key, in.err)
 	case err != nil:
-		return 0, &ConflictError{Ref: ref, Key: key, Found: fmt.Sprintf("not a gzip log (%v)", err), Want: sum}
+		return 0, fmt.Errorf("read the object already under %s: %w", key, err)
+	case h.ContentErr != nil:
+		return 0, &ConflictError{Ref: ref, Key: key, Found: fmt.Sprintf("not a gzip log (%v)", h.ContentErr), Want: sum}
+	case h.ContentSHA256 != sum:
+		return 0, &ConflictError{Ref: ref, Key: key, Found: "sha256 " + h.ContentSHA256, Want: sum}
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
-		return 0, &ConflictError{Ref: ref, Key: key, Found: "sha256 " + got, Want: sum}
-	}
-	return in.n, nil
-}
-
-// countingReader counts what it reads from r, and keeps r's error apart from its reader's.
-type countingReader struct {
-	r   io.Reader
-	n   int64
-	err error
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if err != nil && err != io.EOF {
-		c.err = err
-	}
-	return n, err
+	return h.Bytes, nil
 }
 
 // ConflictError: the final object of a run's log was found holding another log (a write-once
@@ -1359,15 +1334,13 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 		// an earlier pass that stopped before recording it (the same log: it stands, and is not
 		// written again, which on a versioned bucket would leave a second version), or holds
 		// another log (a *ConflictError: it is left as it is). Compose takes no condition here
-		// (objstore's S3 compose does not send one), so this looks first: only captures of one run
-		// write its key, and they are one at a time.
-		switch _, err := store.Stat(ctx, key); {
+		// (objstore's S3 compose does not send one), so this looks first, with the read that
+		// checks what is there: only captures of one run write its key, one at a time.
+		switch size, err := sameLog(ctx, store, ref, key, hex.EncodeToString(cloneHash(h).Sum(nil))); {
 		case err == nil:
-			if a.StoredBytes, err = sameLog(ctx, store, ref, key, hex.EncodeToString(cloneHash(h).Sum(nil))); err != nil {
-				return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
-			}
+			a.StoredBytes = size
 		case !errors.Is(err, objstore.ErrNotFound):
-			return Assembled{}, fmt.Errorf("assemble the log of %s: look for %s: %w", ref, key, err)
+			return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
 		default:
 			if err := store.Compose(ctx, key, keys, opts); err != nil {
 				return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
