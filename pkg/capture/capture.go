@@ -1334,13 +1334,15 @@ func Assemble(ctx context.Context, store objstore.Store, ref Ref, key string, se
 		// an earlier pass that stopped before recording it (the same log: it stands, and is not
 		// written again, which on a versioned bucket would leave a second version), or holds
 		// another log (a *ConflictError: it is left as it is). Compose takes no condition here
-		// (objstore's S3 compose does not send one), so this looks first, with the read that
-		// checks what is there: only captures of one run write its key, one at a time.
-		switch size, err := sameLog(ctx, store, ref, key, hex.EncodeToString(cloneHash(h).Sum(nil))); {
+		// (objstore's S3 compose does not send one), so this looks first: only captures of one run
+		// write its key, and they are one at a time.
+		switch _, err := store.Stat(ctx, key); {
 		case err == nil:
-			a.StoredBytes = size
+			if a.StoredBytes, err = sameLog(ctx, store, ref, key, hex.EncodeToString(cloneHash(h).Sum(nil))); err != nil {
+				return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
+			}
 		case !errors.Is(err, objstore.ErrNotFound):
-			return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
+			return Assembled{}, fmt.Errorf("assemble the log of %s: look for %s: %w", ref, key, err)
 		default:
 			if err := store.Compose(ctx, key, keys, opts); err != nil {
 				return Assembled{}, fmt.Errorf("assemble the log of %s: %w", ref, err)
