@@ -151,6 +151,7 @@ func (c *capture) settle(ctx context.Context, over func(context.Context) (End, e
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(min(c.cfg.Poll, max(0, c.cfg.Settle-time.Since(c.bind.openedAt)))):
+		case <-c.changed:
 		}
 		end, err := over(ctx)
 		if err != nil {

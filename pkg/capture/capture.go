@@ -179,6 +179,7 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 	defer c.releaseMemory()
 	defer c.yield(ctx, over)
 	c.final = final
+	c.changed = changes(ctx)
 	retry := 100 * time.Millisecond
 	for first := true; ; first = false {
 		end, err := over(ctx)
@@ -222,6 +223,7 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			case <-time.After(cfg.Poll):
+			case <-c.changed:
 			}
 			continue
 		}
@@ -260,10 +262,28 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 			} else {
 				retry = 100 * time.Millisecond
 			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(retry):
+			if err := c.waitReopen(ctx, retry, over); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// waitReopen waits d before a stream is reopened, less if the run's pod changed meanwhile and its
+// status says the run ended: its rest is read at once (see changes). Any other change waits on, so
+// that a pod changed often does not undo the back-off.
+func (c *capture) waitReopen(ctx context.Context, d time.Duration, over func(context.Context) (End, error)) error {
+	wait := time.NewTimer(d)
+	defer wait.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wait.C:
+			return nil
+		case <-c.changed:
+			if end, err := over(ctx); err == nil && (end.Over || end.Terminated || end.Lost != "") {
+				return nil
 			}
 		}
 	}
@@ -331,6 +351,9 @@ type capture struct {
 	// cleanOpen is when the last follow stream that the node ended cleanly was opened (see
 	// readToEnd).
 	cleanOpen time.Time
+	// changed is signalled when the run's pod changed (see changes): its status is read then
+	// rather than at the next Poll.
+	changed <-chan struct{}
 	// The binding of reads to the run (bind.go). ends is when the run's lines end, from its
 	// container's finish (zero: not known yet): even a read bound to the run gives none stamped
 	// later (see observe).
@@ -518,6 +541,7 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 			if err := c.add(ctx, l); err != nil {
 				return streamFailed("store", err)
 			}
+			continue
 		case err := <-readErr:
 			// What the stream held is decided while it is still followed (its skip watch on).
 			if serr := c.settle(ctx, over); serr != nil {
@@ -525,19 +549,22 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 			}
 			return streamFailed("broken", err)
 		case <-tick.C:
-			if err := c.flushAged(ctx); err != nil {
-				return streamFailed("store", err)
-			}
-			end, err := over(ctx)
-			if err != nil {
-				return streamFailed("status", err)
-			}
-			if end, err = c.observe(ctx, end); err != nil {
-				return streamFailed("store", err)
-			}
-			if end.Over || end.Terminated {
-				return errOver // read to its end without follow
-			}
+		case <-c.changed:
+			// Its pod changed: the status may say the run ended, and a deleted pod's logs go
+			// within a second of that (see changes). Read the rest now, not at the next tick.
+		}
+		if err := c.flushAged(ctx); err != nil {
+			return streamFailed("store", err)
+		}
+		end, err := over(ctx)
+		if err != nil {
+			return streamFailed("status", err)
+		}
+		if end, err = c.observe(ctx, end); err != nil {
+			return streamFailed("store", err)
+		}
+		if end.Over || end.Terminated {
+			return errOver // read to its end without follow
 		}
 	}
 }

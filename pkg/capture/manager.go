@@ -94,6 +94,9 @@ type waiter struct {
 	stopped bool
 	// done is closed once it has returned and let its slot go.
 	done chan struct{}
+	// changed is signalled when its pod changed (Ensure called again): the capture looks at the
+	// run's status at once (see changes).
+	changed chan struct{}
 }
 
 func queue(ended bool) int {
@@ -173,6 +176,10 @@ func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn fu
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if w := m.active[key]; w != nil {
+		select {
+		case w.changed <- struct{}{}:
+		default: // signalled already
+		}
 		if ended && !w.ended && w.elem != nil {
 			q := &m.tenants[w.pod.Namespace].waiting
 			q[queue(false)].Remove(w.elem)
@@ -184,7 +191,7 @@ func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn fu
 	if m.ctx.Err() != nil {
 		return true
 	}
-	w := &waiter{key: key, pod: pod, fn: fn, ended: ended, done: make(chan struct{})}
+	w := &waiter{key: key, pod: pod, fn: fn, ended: ended, done: make(chan struct{}), changed: make(chan struct{}, 1)}
 	m.active[key] = w
 	t := m.tenants[pod.Namespace]
 	if t == nil {
@@ -195,6 +202,20 @@ func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn fu
 	w.elem = t.waiting[queue(ended)].PushBack(w)
 	m.schedule()
 	return true
+}
+
+// changedKey carries, in the context of a capture the manager runs, the channel signalled when the
+// capture's pod changed.
+type changedKey struct{}
+
+// changes is signalled when the pod of the capture run with ctx changed (the reconciler called
+// Ensure for it again): its status may tell that the run ended. The node removes a deleted pod's
+// logs within a second of its containers' end (0.6 s on a real kubelet), so a capture that waited
+// for its next Poll to read the rest of the run could find them gone. nil (never signalled)
+// outside a Manager.
+func changes(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(changedKey{}).(<-chan struct{})
+	return ch
 }
 
 // ErrSealed is the cause of the context of a capture stopped because its pod's job is being
@@ -280,7 +301,7 @@ func (m *Manager) grant(t *tenant, w *waiter) {
 	t.served, w.granted, w.elem = m.tick, m.tick, nil
 	t.running[w] = struct{}{}
 	var ctx context.Context
-	ctx, w.cancel = context.WithCancelCause(m.ctx)
+	ctx, w.cancel = context.WithCancelCause(context.WithValue(m.ctx, changedKey{}, (<-chan struct{})(w.changed)))
 	m.wg.Add(1)
 	go m.run(ctx, t, w)
 }
