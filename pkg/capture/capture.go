@@ -362,11 +362,15 @@ type capture struct {
 
 	// The start rule (judgeStart): started is the run's start from its status (zero: not known),
 	// opened when the stream being read was opened. While startOpen, the run's first line read
-	// (first) is yet to be judged; backlog counts the file bytes of the lines stamped before
-	// their stream opened, and peak is their greatest rate from first on.
+	// (first) is yet to be judged; backlog counts the file bytes of the lines measured, and peak
+	// is their greatest rate from first on. Those are the lines stamped before their stream
+	// opened or, for a late stream whose first line was stamped after (late), the lines read
+	// from first on; answered is when the node answered first's stream.
 	started   time.Time
 	opened    time.Time
+	answered  time.Time
 	startOpen bool
+	late      bool
 	first     time.Time
 	backlog   int64
 	peak      float64
@@ -844,23 +848,38 @@ func (c *capture) add(ctx context.Context, l line) error {
 }
 
 // trackStart measures, for the start rule, the lines read before their stream opened, and judges
-// the start at the first line stamped after.
+// the start at the first line stamped after; for a late stream whose first line was stamped after
+// it opened, the lines read from that one on, judged as soon as they call for the gap, else when
+// the first segment is stored (flush, whole).
 func (c *capture) trackStart(ctx context.Context, l line) error {
 	if !c.startOpen {
 		return nil
 	}
 	if c.first.IsZero() {
-		c.first = l.ts
+		c.first, c.answered = l.ts, c.bind.openedAt
+		if !l.ts.Before(c.opened) {
+			if c.late = !c.started.IsZero() && c.window() > timelyOpen; !c.late {
+				return c.judgeStart(ctx)
+			}
+		}
 	}
-	if !l.ts.Before(c.opened) {
+	if !c.late && !l.ts.Before(c.opened) {
 		return c.judgeStart(ctx)
 	}
 	c.backlog += int64(l.fileBytes)
 	// The peak of the rate from the first line on: a burst followed by a pause is a burst.
 	span := max(l.ts.Sub(c.first), 100*time.Millisecond)
 	c.peak = max(c.peak, float64(c.backlog)/span.Seconds())
+	if c.late && c.unproven() {
+		return c.judgeStart(ctx)
+	}
 	return nil
 }
+
+// timelyOpen is how long after the start of its run's start second a stream opened for the run's
+// start is answered: the API keeps whole seconds, a kubelet reports a start within a second or two
+// (its PLEG relists every second), and the archiver opens the stream once it sees the report.
+const timelyOpen = 4 * time.Second
 
 // judgeStart records an "unknown start" gap before the run's first line read unless that line is
 // its first beyond doubt, as far as pods/log can tell: the node serves only the current file, so
@@ -871,35 +890,64 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 // followed by a pause counts as the burst); if at that rate, doubled for headroom as a burst may
 // have come first, the run could have written a rotation file between the start of its start's
 // second and its first line read, the gap is recorded. A burst rotated away whole before a quiet
-// start leaves no trace in the current file: only the node agent (pkg/agent) can see it. A stream
-// open before the run's first line (nothing written before it opened) needs no gap; nor does a
-// run whose start the status does not give (unknown runs are judged by the "possibly rotated"
-// check of unfollowed runs only). That a file with nothing written before the open proves the
-// stream open before the first line is an assumption: the node opens the file a moment after the
-// request leaves (seconds under load), and a rotation in between hides the run's start with no
-// gap (seen: 2 of 6 late captures beside three busy loops). Judging such streams by the rate of
-// the lines read after the open gave false gaps on a real kubelet instead (a writer of 0.66 MB/s
-// whose capture opened 1.6 s into its start second, against 1 MiB rotations), so it is not done.
+// start leaves no trace in the current file: only the node agent (pkg/agent) can see it. A run
+// whose start the status does not give is not judged here (unknown runs are judged by the
+// "possibly rotated" check of unfollowed runs only).
+//
+// A file with no line written before the stream opened shows no rate before it, and does not by
+// itself show that the run wrote nothing before: the node opens the file a moment after the
+// request leaves (seconds under load), and a rotation in between leaves it a file begun after the
+// open (seen: 2 of 6 late captures beside three busy loops lost their first 4 s with no gap). A
+// stream answered within timelyOpen of the run's start second was opened for the run's start,
+// and its file is taken as the run's first: in the model and on a node alike the run's first
+// output then often comes as the stream opens, and judging it by the rate after gave gaps to
+// captures that had all (a writer of 0.66 MB/s on a real kubelet, opened 1.6 s into its start
+// second, against 1 MiB rotations). A later stream (the archiver was down, or the capture waited
+// for a slot) is judged by the rate of the lines read from its first on, over the time from the
+// start second to the node's answer: what was rotated away was written before the node opened
+// the file. A gap that may be empty is honest where a silently shorter log is not.
 func (c *capture) judgeStart(ctx context.Context) error {
 	if !c.startOpen || c.first.IsZero() {
 		return nil
 	}
 	c.startOpen = false
-	w := c.first.Sub(c.started.Truncate(time.Second))
-	if c.started.IsZero() || w <= 0 || c.backlog == 0 {
-		return nil
-	}
-	if 2*c.peak*w.Seconds() < float64(c.cfg.NodeLogMaxSize) {
+	if !c.unproven() {
 		return nil
 	}
 	c.unfollowed = false // this gap covers what its check would record
-	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.first, Reason: record.GapUnknownStart,
-		Detail: fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; at the %.0f bytes/s the node's file shows at its peak, twice that could have filled a rotated file (%d bytes) before it",
-			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), c.peak, c.cfg.NodeLogMaxSize)}
+	w := c.window()
+	detail := fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; at the %.0f bytes/s the node's file shows at its peak, twice that could have filled a rotated file (%d bytes) before it",
+		w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), c.peak, c.cfg.NodeLogMaxSize)
+	if c.late {
+		detail = fmt.Sprintf("the node's file held nothing written before its stream opened, %s after the start of the run's start second (%s); at the %.0f bytes/s the lines read after show at their peak, twice that could have filled a rotated file (%d bytes) before the open",
+			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), c.peak, c.cfg.NodeLogMaxSize)
+	}
+	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.first, Reason: record.GapUnknownStart, Detail: detail}
 	if err := c.recs.PutGap(ctx, g); err != nil {
 		return fmt.Errorf("record gap in the log of %s: %w", c.ref, err)
 	}
 	return nil
+}
+
+// unproven reports whether, by the start rule (judgeStart), the run could have written a rotation
+// file before its first line read, at twice the peak rate measured so far.
+func (c *capture) unproven() bool {
+	w := c.window()
+	if c.started.IsZero() || w <= 0 || c.backlog == 0 {
+		return false
+	}
+	return 2*c.peak*w.Seconds() >= float64(c.cfg.NodeLogMaxSize)
+}
+
+// window is how long the run had, from the start of its start second, to write what was rotated
+// away before its first line read: up to that line or, for a line stamped after its stream
+// opened, up to the node's answer.
+func (c *capture) window() time.Duration {
+	end := c.first
+	if !c.first.Before(c.opened) && c.answered.Before(end) {
+		end = c.answered
+	}
+	return end.Sub(c.started.Truncate(time.Second))
 }
 
 // observe takes what the status tells of the run: its start for the start rule, what binds the

@@ -76,3 +76,68 @@ func TestCaptureMarksAnUnprovenStart(t *testing.T) {
 		})
 	}
 }
+
+// TestCaptureJudgesALateStreamWithNothingBefore: the node's file holds no line written before the
+// stream opened. For a stream answered long after the run's start second, that does not show the
+// run wrote nothing before: the node may have rotated the file while the request was on its way
+// (before: taken as the run's first line, and its first seconds were lost with no gap). The rate
+// of the lines read after judges it. A stream opened for the run's start takes its file as the
+// run's first, whatever the rate.
+func TestCaptureJudgesALateStreamWithNothingBefore(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		late    bool // the run started 6 s before the stream opened, not as it opened
+		rotated bool // lines written and rotated away before the capture opened
+		every   time.Duration // between the lines read, of about 50 bytes each in the node's file
+		gap     bool
+	}{
+		// 20 kB/s: a 20 kB rotation file in a second.
+		{name: "late, just after a rotation", late: true, rotated: true, every: 2500 * time.Microsecond, gap: true},
+		{name: "late, a fast writer", late: true, every: 2500 * time.Microsecond, gap: true},
+		// 500 bytes/s at its peak (one line in the first 100 ms): twice that is 6 kB in 6 s.
+		{name: "late, a slow writer", late: true, every: 400 * time.Millisecond},
+		{name: "opened for the run's start, a fast writer", every: 2500 * time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.cfg.NodeLogMaxSize = 20000
+			started := time.Now().UTC().Truncate(time.Second) // whole seconds, as the API has it
+			if tc.late {
+				started = started.Add(-6 * time.Second)
+			}
+			if tc.rotated {
+				for i := range 120 {
+					r.node.write(started.Add(time.Duration(i)*10*time.Millisecond), fmt.Sprintf("early %03d\n", i))
+				}
+				r.node.rotate()
+			}
+			over := func(context.Context) (End, error) {
+				r.node.mu.Lock()
+				defer r.node.mu.Unlock()
+				return End{Over: r.node.over, StartedAt: started}, nil
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
+				done <- err
+			}()
+			waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+			first := time.Now().Add(time.Millisecond).Round(0) // after the open; no monotonic reading
+			for i := range 20 {
+				r.writeAt(first.Add(time.Duration(i)*tc.every), fmt.Sprintf("kept %02d\n", i))
+			}
+			time.Sleep(100 * time.Millisecond)
+			r.end(t, done)
+			r.check(t)
+			var unknown []record.Gap
+			for _, g := range r.recs.gaps {
+				if g.Reason == record.GapUnknownStart {
+					unknown = append(unknown, g)
+				}
+			}
+			if got := len(unknown) == 1 && unknown[0].After.IsZero() && unknown[0].Before.Equal(first); got != tc.gap || len(unknown) > 1 {
+				t.Errorf("gaps %+v, want an %q gap before the first line read (%s): %v", r.recs.gaps, record.GapUnknownStart, first, tc.gap)
+			}
+		})
+	}
+}

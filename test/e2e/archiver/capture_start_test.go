@@ -25,14 +25,16 @@ func TestCaptureMarksALateStartUnknown(t *testing.T) {
 	rt := s.Env.Runtime(t, testbed.RuntimeOptions{MaxSize: 64 << 10, MaxFiles: 2})
 	out := stack.SteadyOutput("late", 100, 8<<10)
 	job, pod := writingJob(t, s, rt, "late", "12s", out, 100*time.Millisecond)
-	waitWritten(t, s, rt, pod, 300<<10) // rotated several times before the capture starts
+	// Rotated several times before the capture starts, over 6 s: the capture is late, past the
+	// time a stream opened for the run's start is answered (capture.timelyOpen, 4 s).
+	waitWritten(t, s, rt, pod, 480<<10)
 	s.Start(t)
 	j := s.WaitArchived(t, job, 3*time.Minute)
 	written := wroteAll(t, s, rt, pod, out)
 	got, _ := s.ReadLog(t, logRow(t, s, string(j.UID), "main", record.InstanceCurrent).ObjectKey)
 	start, breaks, ok := piecesOf(written, got)
-	if !ok || start < 200<<10 {
-		t.Errorf("archived %d of %d bytes written, from offset %d, want pieces of them in order to their end, without the first 200 KiB or more", len(got), len(written), start)
+	if !ok || start < 400<<10 {
+		t.Errorf("archived %d of %d bytes written, from offset %d, want pieces of them in order to their end, without the first 400 KiB or more", len(got), len(written), start)
 	}
 	var unknown, rotated []record.Gap
 	for _, g := range s.Gaps(t, string(j.UID)) {

@@ -359,7 +359,9 @@ func TestCaptureRecordsSkippedFilesAsGap(t *testing.T) {
 		t.Errorf("%d run(s) of lines missing from the archive, but %d gap(s) recorded", len(missing), len(g))
 	}
 	for _, x := range g {
-		if x.Reason != record.GapMaybeRotated && x.Reason != record.GapRotated {
+		// A start unknown is a rotation's too: at this writer's rate, a capture that opened late
+		// in the run's start second (under load) may have missed a rotated file before it.
+		if x.Reason != record.GapMaybeRotated && x.Reason != record.GapRotated && x.Reason != record.GapUnknownStart {
 			t.Errorf("gap %+v, want a rotation's", x)
 		}
 	}
