@@ -269,10 +269,18 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 	}
 }
 
-// waitReopen waits d before a stream is reopened, less if the run's pod changed meanwhile and its
-// status says the run ended: its rest is read at once (see changes). Any other change waits on, so
-// that a pod changed often does not undo the back-off.
+// waitReopen waits d before a stream is reopened, less if the run's status says it ended: its rest
+// is read at once (see changes). The status is read first, as a change may have been taken while
+// the stream ended (settle), then at each change; any other change waits on, so that a pod changed
+// often does not undo the back-off.
 func (c *capture) waitReopen(ctx context.Context, d time.Duration, over func(context.Context) (End, error)) error {
+	ended := func() bool {
+		end, err := over(ctx)
+		return err == nil && (end.Over || end.Terminated || end.Lost != "")
+	}
+	if ended() {
+		return nil
+	}
 	wait := time.NewTimer(d)
 	defer wait.Stop()
 	for {
@@ -282,7 +290,7 @@ func (c *capture) waitReopen(ctx context.Context, d time.Duration, over func(con
 		case <-wait.C:
 			return nil
 		case <-c.changed:
-			if end, err := over(ctx); err == nil && (end.Over || end.Terminated || end.Lost != "") {
+			if ended() {
 				return nil
 			}
 		}
@@ -364,11 +372,9 @@ type capture struct {
 	// opened when the stream being read was opened. While startOpen, the run's first line read
 	// (first) is yet to be judged; backlog counts the file bytes of the lines measured, and peak
 	// is their greatest rate from first on. Those are the lines stamped before their stream
-	// opened or, for a late stream whose first line was stamped after (late), the lines read
-	// from first on; answered is when the node answered first's stream.
+	// opened or, when first's stream was answered late, every line read until the judgement.
 	started   time.Time
 	opened    time.Time
-	answered  time.Time
 	startOpen bool
 	late      bool
 	first     time.Time
@@ -848,20 +854,18 @@ func (c *capture) add(ctx context.Context, l line) error {
 }
 
 // trackStart measures, for the start rule, the lines read before their stream opened, and judges
-// the start at the first line stamped after; for a late stream whose first line was stamped after
-// it opened, the lines read from that one on, judged as soon as they call for the gap, else when
-// the first segment is stored (flush, whole).
+// the start at the first line stamped after; when the first line's stream was answered late, it
+// measures every line read instead, and judges as soon as they call for the gap, else when the
+// first segment is stored (flush, whole).
 func (c *capture) trackStart(ctx context.Context, l line) error {
 	if !c.startOpen {
 		return nil
 	}
 	if c.first.IsZero() {
-		c.first, c.answered = l.ts, c.bind.openedAt
-		if !l.ts.Before(c.opened) {
-			if c.late = !c.started.IsZero() && c.window() > timelyOpen; !c.late {
-				return c.judgeStart(ctx)
-			}
-		}
+		c.first = l.ts
+		// The answer on the node's clock (the start is), as far as its stamps show it ahead.
+		answered := c.bind.openedAt.Add(c.bind.ahead)
+		c.late = !c.started.IsZero() && answered.Sub(c.started.Truncate(time.Second)) > timelyOpen
 	}
 	if !c.late && !l.ts.Before(c.opened) {
 		return c.judgeStart(ctx)
@@ -884,28 +888,28 @@ const timelyOpen = 4 * time.Second
 // judgeStart records an "unknown start" gap before the run's first line read unless that line is
 // its first beyond doubt, as far as pods/log can tell: the node serves only the current file, so
 // output before it was rotated away if the run wrote a rotation file's worth before it. The rule:
-// the run's start is known to the second (its status's startedAt); the lines read that were
-// written before their stream opened (the file as it was at the open) give the run's write rate,
-// at its peak (from the first line read to each line after, over 100 ms at least, so that a burst
-// followed by a pause counts as the burst); if at that rate, doubled for headroom as a burst may
-// have come first, the run could have written a rotation file between the start of its start's
-// second and its first line read, the gap is recorded. A burst rotated away whole before a quiet
-// start leaves no trace in the current file: only the node agent (pkg/agent) can see it. A run
-// whose start the status does not give is not judged here (unknown runs are judged by the
-// "possibly rotated" check of unfollowed runs only).
+// the run's start is known to the second (its status's startedAt); the lines read give the run's
+// write rate, at its peak (from the first line read to each line after, over 100 ms at least, so
+// that a burst followed by a pause counts as the burst); if at that rate, doubled for headroom as
+// a burst may have come first, the run could have written a rotation file between the start of
+// its start's second and its first line read, the gap is recorded. A run whose start the status
+// does not give is not judged here (unknown runs are judged by the "possibly rotated" check of
+// unfollowed runs only).
 //
-// A file with no line written before the stream opened shows no rate before it, and does not by
-// itself show that the run wrote nothing before: the node opens the file a moment after the
-// request leaves (seconds under load), and a rotation in between leaves it a file begun after the
-// open (seen: 2 of 6 late captures beside three busy loops lost their first 4 s with no gap). A
-// stream answered within timelyOpen of the run's start second was opened for the run's start,
-// and its file is taken as the run's first: in the model and on a node alike the run's first
-// output then often comes as the stream opens, and judging it by the rate after gave gaps to
-// captures that had all (a writer of 0.66 MB/s on a real kubelet, opened 1.6 s into its start
-// second, against 1 MiB rotations). A later stream (the archiver was down, or the capture waited
-// for a slot) is judged by the rate of the lines read from its first on, over the time from the
-// start second to the node's answer: what was rotated away was written before the node opened
-// the file. A gap that may be empty is honest where a silently shorter log is not.
+// Which lines give the rate depends on when the stream was answered. The node opens the file a
+// moment after the request leaves (seconds under load), and a rotation in between leaves it a file
+// begun after the open, or with a line or two from just before it: what the file held at the open
+// then says nothing of the rate (seen: 2 of 6 late captures beside three busy loops lost their
+// first 4 s with no gap). So a stream answered more than timelyOpen after the start second (the
+// archiver was down, the capture waited for a slot, or a stream of a quiet run was reset) is
+// judged by every line read until its first segment is stored. One answered sooner was opened for
+// the run's start: its rate is that of the lines written before it opened, and a file with none
+// is taken as the run's first, as in the model and on a node the run's first output often comes
+// as the stream opens (judging those by the rate after gave gaps to captures that had all: a
+// writer of 0.66 MB/s on a real kubelet, opened 1.6 s into its start second, against 1 MiB
+// rotations). A run that fills a rotation file in less than timelyOpen, and whose first file is
+// rotated while that stream's request is on its way, loses its start with no gap; so does a burst
+// rotated away whole before a quiet start: only the node agent (pkg/agent) sees those.
 func (c *capture) judgeStart(ctx context.Context) error {
 	if !c.startOpen || c.first.IsZero() {
 		return nil
@@ -915,11 +919,11 @@ func (c *capture) judgeStart(ctx context.Context) error {
 		return nil
 	}
 	c.unfollowed = false // this gap covers what its check would record
-	w := c.window()
+	w := c.first.Sub(c.started.Truncate(time.Second))
 	detail := fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; at the %.0f bytes/s the node's file shows at its peak, twice that could have filled a rotated file (%d bytes) before it",
 		w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), c.peak, c.cfg.NodeLogMaxSize)
 	if c.late {
-		detail = fmt.Sprintf("the node's file held nothing written before its stream opened, %s after the start of the run's start second (%s); at the %.0f bytes/s the lines read after show at their peak, twice that could have filled a rotated file (%d bytes) before the open",
+		detail = fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), by a stream answered late; at the %.0f bytes/s the lines read show at their peak, twice that could have filled a rotated file (%d bytes) before it",
 			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), c.peak, c.cfg.NodeLogMaxSize)
 	}
 	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.first, Reason: record.GapUnknownStart, Detail: detail}
@@ -932,22 +936,11 @@ func (c *capture) judgeStart(ctx context.Context) error {
 // unproven reports whether, by the start rule (judgeStart), the run could have written a rotation
 // file before its first line read, at twice the peak rate measured so far.
 func (c *capture) unproven() bool {
-	w := c.window()
+	w := c.first.Sub(c.started.Truncate(time.Second))
 	if c.started.IsZero() || w <= 0 || c.backlog == 0 {
 		return false
 	}
 	return 2*c.peak*w.Seconds() >= float64(c.cfg.NodeLogMaxSize)
-}
-
-// window is how long the run had, from the start of its start second, to write what was rotated
-// away before its first line read: up to that line or, for a line stamped after its stream
-// opened, up to the node's answer.
-func (c *capture) window() time.Duration {
-	end := c.first
-	if !c.first.Before(c.opened) && c.answered.Before(end) {
-		end = c.answered
-	}
-	return end.Sub(c.started.Truncate(time.Second))
 }
 
 // observe takes what the status tells of the run: its start for the start rule, what binds the

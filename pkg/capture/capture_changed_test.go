@@ -3,6 +3,8 @@ package capture
 import (
 	"context"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -161,4 +163,58 @@ func TestCaptureReadsTheRestWhenItsPodChangesDuringBackOff(t *testing.T) {
 		t.Fatal("the capture did not end 5 s after its pod changed again")
 	}
 	r.check(t)
+}
+
+// eofNode ends every follow stream at once after one new line, as a node's reader that fails its
+// follow streams does; it records when the rest is read without follow.
+type eofNode struct {
+	mu      sync.Mutex
+	follows int
+	reads   []time.Time
+}
+
+func (n *eofNode) Open(_ context.Context, _ Ref, opts OpenOptions) (io.ReadCloser, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !opts.Follow {
+		n.reads = append(n.reads, time.Now())
+		return io.NopCloser(strings.NewReader("")), nil
+	}
+	n.follows++
+	return io.NopCloser(strings.NewReader(time.Now().UTC().Format(time.RFC3339Nano) + fmt.Sprintf(" line %d\n", n.follows))), nil
+}
+
+// TestCaptureTakesAChangeSeenWhileSettling: the pod change that tells the run's end arrives while
+// settle waits for the status that binds an ended stream's lines. settle takes the signal; the
+// reopen back-off after it still reads the status first (before: it waited its whole back-off).
+func TestCaptureTakesAChangeSeenWhileSettling(t *testing.T) {
+	r := newRig(t)
+	r.cfg.Poll, r.cfg.Retry, r.cfg.Settle = time.Minute, time.Minute, 300*time.Millisecond
+	n := &eofNode{}
+	m := newManagerRig(t, 1).m
+	var mu sync.Mutex
+	terminated := false
+	end := func(context.Context) (End, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return End{Terminated: terminated}, nil
+	}
+	key, pod := "ns/p/main/0/uid", types.NamespacedName{Namespace: "ns", Name: "p"}
+	ensure := func() {
+		m.Ensure(key, pod, false, func(ctx context.Context) { _, _ = Capture(ctx, r.cfg, n, r.recs, r.store, r.segKey, r.ref, end, nil) })
+	}
+	ensure()
+	waitFor(t, "five follow streams", func() bool { n.mu.Lock(); defer n.mu.Unlock(); return n.follows >= 5 })
+	time.Sleep(50 * time.Millisecond) // the 5th stream ended: settle waits for its lines' status
+	mu.Lock()
+	terminated = true
+	mu.Unlock()
+	changed := time.Now()
+	ensure()
+	waitFor(t, "the rest read", func() bool { n.mu.Lock(); defer n.mu.Unlock(); return len(n.reads) > 0 })
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if d := n.reads[0].Sub(changed); d > time.Second {
+		t.Errorf("the rest was read %s after the pod change that told the run's end, want at once", d)
+	}
 }

@@ -86,8 +86,8 @@ func TestCaptureMarksAnUnprovenStart(t *testing.T) {
 func TestCaptureJudgesALateStreamWithNothingBefore(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		late    bool // the run started 6 s before the stream opened, not as it opened
-		rotated bool // lines written and rotated away before the capture opened
+		late    bool          // the run started 6 s before the stream opened, not as it opened
+		rotated bool          // lines written and rotated away before the capture opened
 		every   time.Duration // between the lines read, of about 50 bytes each in the node's file
 		gap     bool
 	}{
@@ -137,6 +137,65 @@ func TestCaptureJudgesALateStreamWithNothingBefore(t *testing.T) {
 			}
 			if got := len(unknown) == 1 && unknown[0].After.IsZero() && unknown[0].Before.Equal(first); got != tc.gap || len(unknown) > 1 {
 				t.Errorf("gaps %+v, want an %q gap before the first line read (%s): %v", r.recs.gaps, record.GapUnknownStart, first, tc.gap)
+			}
+		})
+	}
+}
+
+// TestCaptureJudgesALateStreamPastItsOpen: a late stream's file holds a line or two written just
+// before it opened (the node rotated the file just before the request, not while it was on its
+// way), or the node's clock runs ahead of the archiver's (its stamps and the run's start are
+// later than the archiver's clock says). Either way the rotated output gets its gap: a late
+// stream is judged by every line it reads, and its lateness on the node's clock (before: judged at
+// its first line after the open, by the one or two lines before it, and no gap).
+func TestCaptureJudgesALateStreamPastItsOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before int           // lines stamped just before the open
+		ahead  time.Duration // the node's clock ahead of the archiver's
+	}{
+		{name: "nothing before the open"},
+		{name: "two lines just before the open", before: 2},
+		{name: "the node's clock 3 s ahead", before: 20, ahead: 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.cfg.NodeLogMaxSize = 20000
+			now := time.Now().Round(0) // no monotonic reading: compared with timestamps read back
+			started := now.Add(tc.ahead - 6*time.Second).UTC().Truncate(time.Second)
+			for i := range 500 { // 25 kB rotated away
+				r.node.write(started.Add(time.Duration(i)*10*time.Millisecond), fmt.Sprintf("early %03d\n", i))
+			}
+			r.node.rotate()
+			for i := range tc.before {
+				r.writeAt(now.Add(tc.ahead-time.Duration(tc.before-i)*2500*time.Microsecond), fmt.Sprintf("just before %02d\n", i))
+			}
+			over := func(context.Context) (End, error) {
+				r.node.mu.Lock()
+				defer r.node.mu.Unlock()
+				return End{Over: r.node.over, StartedAt: started}, nil
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
+				done <- err
+			}()
+			waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+			after := time.Now().Add(tc.ahead + time.Millisecond).Round(0)
+			for i := range 20 { // 20 kB/s
+				r.writeAt(after.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("kept %02d\n", i))
+			}
+			time.Sleep(100 * time.Millisecond)
+			r.end(t, done)
+			r.check(t)
+			var unknown []record.Gap
+			for _, g := range r.recs.gaps {
+				if g.Reason == record.GapUnknownStart {
+					unknown = append(unknown, g)
+				}
+			}
+			if len(unknown) != 1 || !unknown[0].After.IsZero() {
+				t.Errorf("gaps %+v: 25 kB were rotated away before the open, want one %q gap before the first line read", r.recs.gaps, record.GapUnknownStart)
 			}
 		})
 	}
