@@ -179,7 +179,13 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 	defer c.releaseMemory()
 	defer c.yield(ctx, over)
 	c.final = final
-	c.changed = changes(ctx)
+	if m := managedBy(ctx); m != nil {
+		c.changed = m.changed
+		if c.startOpen {
+			c.quiet = m.quiet
+		}
+		defer func() { m.quiet = c.quietMark() }()
+	}
 	retry := 100 * time.Millisecond
 	for first := true; ; first = false {
 		end, err := over(ctx)
@@ -370,11 +376,15 @@ type capture struct {
 
 	// The start rule (judgeStart): started is the run's start from its status (zero: not known),
 	// opened when the stream being read was opened. While startOpen, the run's first line read
-	// (first) is yet to be judged; backlog counts the file bytes of the lines measured, and peak
-	// is their greatest rate from first on. Those are the lines stamped before their stream
-	// opened or, when first's stream was answered late, every line read until the judgement.
+	// (first) is yet to be judged; answered is when the node answered its stream (the archiver's
+	// clock), quiet until when a stream opened in time followed the run and read nothing (see
+	// from). backlog counts the file bytes of the lines measured, and peak is their greatest rate
+	// from first on. Those are the lines stamped before their stream opened or, when first's
+	// stream was answered late, every line read until the judgement.
 	started   time.Time
 	opened    time.Time
+	answered  time.Time
+	quiet     time.Time
 	startOpen bool
 	late      bool
 	first     time.Time
@@ -563,6 +573,7 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 			// Its pod changed: the status may say the run ended, and a deleted pod's logs go
 			// within a second of that (see changes). Read the rest now, not at the next tick.
 		}
+		c.followedQuiet()
 		if err := c.flushAged(ctx); err != nil {
 			return streamFailed("store", err)
 		}
@@ -862,10 +873,8 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 		return nil
 	}
 	if c.first.IsZero() {
-		c.first = l.ts
-		// The answer on the node's clock (the start is), as far as its stamps show it ahead.
-		answered := c.bind.openedAt.Add(c.bind.ahead)
-		c.late = !c.started.IsZero() && answered.Sub(c.started.Truncate(time.Second)) > timelyOpen
+		c.first, c.answered = l.ts, c.bind.openedAt
+		c.late = !c.started.IsZero() && c.nodeTime(c.answered).Sub(c.from()) > timelyOpen
 	}
 	if !c.late && !l.ts.Before(c.opened) {
 		return c.judgeStart(ctx)
@@ -874,10 +883,44 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 	// The peak of the rate from the first line on: a burst followed by a pause is a burst.
 	span := max(l.ts.Sub(c.first), 100*time.Millisecond)
 	c.peak = max(c.peak, float64(c.backlog)/span.Seconds())
-	if c.late && c.unproven() {
+	if c.late && !c.unfollowed && c.unproven() {
+		// A run read only after it ended is judged once its "possibly rotated" check had its say.
 		return c.judgeStart(ctx)
 	}
 	return nil
+}
+
+// followedQuiet notes, while a follow stream is open and has read no line of a run not judged
+// yet, that the run wrote nothing until now if that stream was answered in time (see from): a
+// reset stream, reopened soon after, is then not late.
+func (c *capture) followedQuiet() {
+	if c.startOpen && c.first.IsZero() && !c.started.IsZero() && c.nodeTime(c.bind.openedAt).Sub(c.from()) <= timelyOpen {
+		c.quiet = time.Now()
+	}
+}
+
+// quietMark is the quiet mark to keep for a capture that resumes the run: none once its start is
+// judged.
+func (c *capture) quietMark() time.Time {
+	if !c.startOpen {
+		return time.Time{}
+	}
+	return c.quiet
+}
+
+// nodeTime is t, of the archiver's clock, on the node's, as far as its stamps show it ahead (a
+// node behind makes streams look later than they are: more gaps, none missed).
+func (c *capture) nodeTime(t time.Time) time.Time { return t.Add(c.bind.ahead) }
+
+// from is when, on the node's clock, the run may have begun writing what the capture has not
+// seen: the start of its start second, or later, when a stream answered in time has followed it
+// reading nothing (quiet).
+func (c *capture) from() time.Time {
+	from := c.started.Truncate(time.Second)
+	if q := c.nodeTime(c.quiet); !c.quiet.IsZero() && q.After(from) {
+		from = q
+	}
+	return from
 }
 
 // timelyOpen is how long after the start of its run's start second a stream opened for the run's
@@ -892,24 +935,28 @@ const timelyOpen = 4 * time.Second
 // write rate, at its peak (from the first line read to each line after, over 100 ms at least, so
 // that a burst followed by a pause counts as the burst); if at that rate, doubled for headroom as
 // a burst may have come first, the run could have written a rotation file between the start of
-// its start's second and its first line read, the gap is recorded. A run whose start the status
-// does not give is not judged here (unknown runs are judged by the "possibly rotated" check of
-// unfollowed runs only).
+// its start's second and its first line read (or the node's answer, if that came first), the gap
+// is recorded. A run whose start the status does not give is not judged here (unknown runs are
+// judged by the "possibly rotated" check of unfollowed runs only).
 //
 // Which lines give the rate depends on when the stream was answered. The node opens the file a
 // moment after the request leaves (seconds under load), and a rotation in between leaves it a file
 // begun after the open, or with a line or two from just before it: what the file held at the open
 // then says nothing of the rate (seen: 2 of 6 late captures beside three busy loops lost their
 // first 4 s with no gap). So a stream answered more than timelyOpen after the start second (the
-// archiver was down, the capture waited for a slot, or a stream of a quiet run was reset) is
-// judged by every line read until its first segment is stored. One answered sooner was opened for
-// the run's start: its rate is that of the lines written before it opened, and a file with none
-// is taken as the run's first, as in the model and on a node the run's first output often comes
-// as the stream opens (judging those by the rate after gave gaps to captures that had all: a
-// writer of 0.66 MB/s on a real kubelet, opened 1.6 s into its start second, against 1 MiB
-// rotations). A run that fills a rotation file in less than timelyOpen, and whose first file is
-// rotated while that stream's request is on its way, loses its start with no gap; so does a burst
-// rotated away whole before a quiet start: only the node agent (pkg/agent) sees those.
+// archiver was down, or the capture waited for a slot) is judged by every line read until its
+// first segment is stored. One answered sooner was opened for the run's start: its rate is that of
+// the lines written before it opened, and a file with none is taken as the run's first, as in the
+// model and on a node the run's first output often comes as the stream opens (judging those by the
+// rate after gave gaps to captures that had all: a writer of 0.66 MB/s on a real kubelet, opened
+// 1.6 s into its start second, against 1 MiB rotations). While such a stream follows a quiet run,
+// the time it had moves on (from), so that a stream reset and reopened is not late.
+//
+// What stays unseen: a run that fills a rotation file in less than timelyOpen, and whose first
+// file is rotated while that stream's request is on its way; a burst rotated away whole before a
+// quiet start; lines a lagging stream had not delivered when it broke. Only the node agent
+// (pkg/agent) sees those. Times of the node and the archiver compare as far as the node's stamps
+// show its clock ahead; a node behind makes streams look late (a gap it did not need).
 func (c *capture) judgeStart(ctx context.Context) error {
 	if !c.startOpen || c.first.IsZero() {
 		return nil
@@ -919,12 +966,12 @@ func (c *capture) judgeStart(ctx context.Context) error {
 		return nil
 	}
 	c.unfollowed = false // this gap covers what its check would record
-	w := c.first.Sub(c.started.Truncate(time.Second))
-	detail := fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), before its stream opened; at the %.0f bytes/s the node's file shows at its peak, twice that could have filled a rotated file (%d bytes) before it",
-		w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), c.peak, c.cfg.NodeLogMaxSize)
+	from, w := c.from(), c.window()
+	detail := fmt.Sprintf("the first line read was written %s after %s, before its stream opened; at the %.0f bytes/s the node's file shows at its peak, twice that could have filled a rotated file (%d bytes) before it",
+		w.Round(time.Millisecond), from.UTC().Format(time.RFC3339Nano), c.peak, c.cfg.NodeLogMaxSize)
 	if c.late {
-		detail = fmt.Sprintf("the first line read was written %s after the start of the run's start second (%s), by a stream answered late; at the %.0f bytes/s the lines read show at their peak, twice that could have filled a rotated file (%d bytes) before it",
-			w.Round(time.Millisecond), c.started.UTC().Format(time.RFC3339), c.peak, c.cfg.NodeLogMaxSize)
+		detail = fmt.Sprintf("the capture's stream was answered %s after %s, late for the run's start; at the %.0f bytes/s the lines read show at their peak, twice that could have filled a rotated file (%d bytes) before its first line",
+			w.Round(time.Millisecond), from.UTC().Format(time.RFC3339Nano), c.peak, c.cfg.NodeLogMaxSize)
 	}
 	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.first, Reason: record.GapUnknownStart, Detail: detail}
 	if err := c.recs.PutGap(ctx, g); err != nil {
@@ -936,11 +983,23 @@ func (c *capture) judgeStart(ctx context.Context) error {
 // unproven reports whether, by the start rule (judgeStart), the run could have written a rotation
 // file before its first line read, at twice the peak rate measured so far.
 func (c *capture) unproven() bool {
-	w := c.first.Sub(c.started.Truncate(time.Second))
+	w := c.window()
 	if c.started.IsZero() || w <= 0 || c.backlog == 0 {
 		return false
 	}
 	return 2*c.peak*w.Seconds() >= float64(c.cfg.NodeLogMaxSize)
+}
+
+// window is how long the run had, from when it may have begun writing unseen (from), to write what
+// was rotated away before its first line read: up to that line or, if the node answered its
+// stream before, up to the answer (on the node's clock): what the node rotated away it rotated
+// before it opened the file.
+func (c *capture) window() time.Duration {
+	end := c.first
+	if answered := c.nodeTime(c.answered); answered.Before(end) {
+		end = answered
+	}
+	return end.Sub(c.from())
 }
 
 // observe takes what the status tells of the run: its start for the start rule, what binds the

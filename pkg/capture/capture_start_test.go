@@ -2,9 +2,12 @@ package capture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/jobvault/jobvault/pkg/record"
 )
@@ -198,5 +201,110 @@ func TestCaptureJudgesALateStreamPastItsOpen(t *testing.T) {
 				t.Errorf("gaps %+v: 25 kB were rotated away before the open, want one %q gap before the first line read", r.recs.gaps, record.GapUnknownStart)
 			}
 		})
+	}
+}
+
+// TestCaptureQuietMarkOutlivesAPreemption: a run's capture, opened in time, follows it quietly for
+// 4 s; the Manager then stops it to give its slot to another namespace, and starts it again once
+// the slot is free. The new stream, answered more than timelyOpen after the run's start second, is
+// not late: the run was followed, and wrote nothing, until the stop (before: its first output got
+// an "unknown start" gap it did not need). A stream reset is the same within one capture.
+func TestCaptureQuietMarkOutlivesAPreemption(t *testing.T) {
+	r := newRig(t)
+	r.cfg.NodeLogMaxSize = 20000
+	m := newManagerRig(t, 2).m
+	started := time.Now().UTC().Truncate(time.Second)
+	over := func(context.Context) (End, error) {
+		r.node.mu.Lock()
+		defer r.node.mu.Unlock()
+		return End{Over: r.node.over, StartedAt: started}, nil
+	}
+	done := make(chan error, 2)
+	quiet := func() {
+		t.Helper()
+		if !m.Ensure("a/quiet", types.NamespacedName{Namespace: "a", Name: "quiet"}, false, func(ctx context.Context) {
+			_, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
+			done <- err
+		}) {
+			t.Fatal("Ensure = false on a started manager")
+		}
+	}
+	hold := func(ns, key string, release <-chan struct{}) {
+		t.Helper()
+		if !m.Ensure(key, types.NamespacedName{Namespace: ns, Name: key}, false, func(ctx context.Context) {
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+		}) {
+			t.Fatal("Ensure = false on a started manager")
+		}
+	}
+	other := make(chan struct{})
+	hold("a", "a/other", other) // namespace a holds both slots, the quiet capture the newer
+	quiet()
+	waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+	time.Sleep(time.Until(started.Add(4500 * time.Millisecond))) // followed, quiet
+	b := make(chan struct{})
+	hold("b", "b/one", b) // b waits below its share: a's newest capture gives its slot up
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the stopped capture returned %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the quiet capture was not stopped for namespace b")
+	}
+	close(b)
+	time.Sleep(200 * time.Millisecond) // a later start: its stream is answered past timelyOpen
+	quiet()
+	waitFor(t, "the stream opened again", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 1 })
+	first := time.Now().Add(time.Millisecond).Round(0)
+	for i := range 20 { // 20 kB/s: a rotation file in a second
+		r.writeAt(first.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("kept %02d\n", i))
+	}
+	time.Sleep(100 * time.Millisecond)
+	r.end(t, done)
+	close(other)
+	r.check(t)
+	for _, g := range r.recs.gaps {
+		if g.Reason == record.GapUnknownStart {
+			t.Errorf("gap %+v for a run followed, quiet, until its capture was stopped", g)
+		}
+	}
+}
+
+// TestCaptureFollowedQuietRunResetIsNotLate: a capture follows its run from its start second; the
+// run writes nothing for 4.5 s, the stream is reset (an API server restart, say) and reopened,
+// then the run writes fast. Nothing was lost: no gap (before the quiet mark: "unknown start").
+func TestCaptureFollowedQuietRunResetIsNotLate(t *testing.T) {
+	r := newRig(t)
+	r.cfg.NodeLogMaxSize = 20000
+	started := time.Now().UTC().Truncate(time.Second)
+	over := func(context.Context) (End, error) {
+		r.node.mu.Lock()
+		defer r.node.mu.Unlock()
+		return End{Over: r.node.over, StartedAt: started}, nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
+		done <- err
+	}()
+	waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+	time.Sleep(time.Until(started.Add(4500 * time.Millisecond)))
+	r.node.breakStreams()
+	waitFor(t, "the stream reopened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 1 })
+	first := time.Now().Add(time.Millisecond).Round(0)
+	for i := range 20 {
+		r.writeAt(first.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("kept %02d\n", i))
+	}
+	time.Sleep(100 * time.Millisecond)
+	r.end(t, done)
+	r.check(t)
+	for _, g := range r.recs.gaps {
+		if g.Reason == record.GapUnknownStart {
+			t.Errorf("gap %+v for a run followed, quiet, until its stream was reset", g)
+		}
 	}
 }

@@ -390,13 +390,17 @@ func TestCaptureSurvivesRestartWithoutDuplicates(t *testing.T) {
 
 // A run read only after its end, from nothing durable, may have lost older files to rotation: it
 // gets a "possibly rotated" gap before its first line when its current file holds about the
-// node's rotation size, and none when it holds clearly less.
+// node's rotation size, and none when it holds clearly less. Its start, known or not, does not
+// change that: the start rule judges such a run after this check (before: a late stream's rule
+// recorded "start unknown" first).
 func TestCaptureMarksUnfollowedRunNearRotationSize(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		lines int
-		gap   bool
-	}{{"near the rotation size", 95, true}, {"well below it", 50, false}} {
+		name    string
+		lines   int
+		gap     bool
+		started bool // the status gives the run's start, long before the read
+	}{{"near the rotation size", 95, true, false}, {"well below it", 50, false, false},
+		{"near the rotation size, its start known", 95, true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
 			r.cfg.NodeLogMaxSize = 4000 // a line of 10 bytes takes 40 to 43 in the file
@@ -408,7 +412,13 @@ func TestCaptureMarksUnfollowedRunNearRotationSize(t *testing.T) {
 				r.write(fmt.Sprintf("kept %04d\n", i), false) // 10 bytes each
 			}
 			r.node.over = true
-			if err := <-r.start(t.Context()); err != nil {
+			over := r.over
+			if tc.started {
+				over = func(context.Context) (End, error) {
+					return End{Over: true, StartedAt: r.t0.Add(-10 * time.Second)}, nil
+				}
+			}
+			if _, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil); err != nil {
 				t.Fatalf("Capture: %v", err)
 			}
 			r.check(t)

@@ -50,6 +50,9 @@ type Manager struct {
 	// stopping counts the captures stopped for another namespace that have not returned yet:
 	// their slots are as good as free.
 	stopping int
+	// quiet keeps, by key, the quiet mark of a capture stopped for another namespace before its
+	// run's first line (see capture.followedQuiet), for the capture that resumes it.
+	quiet map[string]time.Time
 	// tick orders grants and namespaces' arrivals: round robin and newest-first preemption.
 	tick    uint64
 	wg      sync.WaitGroup
@@ -95,8 +98,9 @@ type waiter struct {
 	// done is closed once it has returned and let its slot go.
 	done chan struct{}
 	// changed is signalled when its pod changed (Ensure called again): the capture looks at the
-	// run's status at once (see changes).
+	// run's status at once. run is what its capture is given through its context (see managed).
 	changed chan struct{}
+	run     *managed
 }
 
 func queue(ended bool) int {
@@ -131,7 +135,7 @@ func (c *capture) yield(ctx context.Context, over func(context.Context) (End, er
 // NewManager returns a manager running at most maxStreams captures at once.
 func NewManager(maxStreams int) *Manager {
 	return &Manager{slots: maxStreams, free: maxStreams, events: make(chan event.GenericEvent, 1024),
-		tenants: map[string]*tenant{}, active: map[string]*waiter{}, started: make(chan struct{})}
+		tenants: map[string]*tenant{}, active: map[string]*waiter{}, quiet: map[string]time.Time{}, started: make(chan struct{})}
 }
 
 // Start runs until ctx ends, then waits for every capture to stop.
@@ -204,18 +208,25 @@ func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn fu
 	return true
 }
 
-// changedKey carries, in the context of a capture the manager runs, the channel signalled when the
-// capture's pod changed.
-type changedKey struct{}
+// managedKey carries, in the context of a capture the manager runs, its *managed.
+type managedKey struct{}
 
-// changes is signalled when the pod of the capture run with ctx changed (the reconciler called
-// Ensure for it again): its status may tell that the run ended. The node removes a deleted pod's
-// logs within a second of its containers' end (0.6 s on a real kubelet), so a capture that waited
-// for its next Poll to read the rest of the run could find them gone. nil (never signalled)
-// outside a Manager.
-func changes(ctx context.Context) <-chan struct{} {
-	ch, _ := ctx.Value(changedKey{}).(<-chan struct{})
-	return ch
+// managed is what a capture run by the manager shares with it. changed is signalled when the
+// capture's pod changed (the reconciler called Ensure for it again): its status may tell that the
+// run ended, and the node removes a deleted pod's logs within a second of its containers' end
+// (0.6 s on a real kubelet), so a capture that waited for its next Poll to read the rest of the
+// run could find them gone. quiet is the capture's quiet mark (see capture.followedQuiet), kept
+// across a stop for another namespace: the capture that resumes the run is not late for it.
+type managed struct {
+	changed <-chan struct{}
+	quiet   time.Time
+}
+
+// managedBy returns what the manager that runs the capture with ctx shares with it; nil outside a
+// Manager.
+func managedBy(ctx context.Context) *managed {
+	m, _ := ctx.Value(managedKey{}).(*managed)
+	return m
 }
 
 // ErrSealed is the cause of the context of a capture stopped because its pod's job is being
@@ -231,6 +242,11 @@ var ErrSealed = errors.New("capture stopped: its job is being sealed")
 func (m *Manager) Stop(ctx context.Context, match func(key string) bool) error {
 	m.mu.Lock()
 	var done []chan struct{}
+	for key := range m.quiet {
+		if match(key) {
+			delete(m.quiet, key)
+		}
+	}
 	for key, w := range m.active {
 		if !match(key) {
 			continue
@@ -301,7 +317,9 @@ func (m *Manager) grant(t *tenant, w *waiter) {
 	t.served, w.granted, w.elem = m.tick, m.tick, nil
 	t.running[w] = struct{}{}
 	var ctx context.Context
-	ctx, w.cancel = context.WithCancelCause(context.WithValue(m.ctx, changedKey{}, (<-chan struct{})(w.changed)))
+	w.run = &managed{changed: w.changed, quiet: m.quiet[w.key]}
+	delete(m.quiet, w.key)
+	ctx, w.cancel = context.WithCancelCause(context.WithValue(m.ctx, managedKey{}, w.run))
 	m.wg.Add(1)
 	go m.run(ctx, t, w)
 }
@@ -319,6 +337,9 @@ func (m *Manager) run(ctx context.Context, t *tenant, w *waiter) {
 	if w.stopped {
 		t.stopping--
 		m.stopping--
+		if !w.run.quiet.IsZero() {
+			m.quiet[w.key] = w.run.quiet
+		}
 	}
 	if t.held == 0 && t.waiters() == 0 {
 		delete(m.tenants, w.pod.Namespace)
