@@ -36,8 +36,12 @@ type binding struct {
 	pending      []line
 	pendingBytes int64
 	// ahead is how far ahead of the archiver's clock the node's was seen to be (lines stamped
-	// after they arrived), so that an open time compares with the node's stamps.
+	// after they arrived), so that an open time compares with the node's stamps. low is the same
+	// measure unclamped, once a line was seen (seen): the node's clock is at least low ahead
+	// (behind, if negative), whatever the lines' delay.
 	ahead time.Duration
+	low   time.Duration
+	seen  bool
 	// gapped: the GapOtherRun gap is recorded.
 	gapped bool
 }
@@ -50,8 +54,12 @@ func (b *binding) opened(at time.Time) {
 // sawLine notes a line of a follow stream arriving now: its stamp tells how far ahead the node's
 // clock may be.
 func (b *binding) sawLine(l line) {
-	if ahead := time.Until(l.ts); ahead > b.ahead {
+	ahead := time.Until(l.ts)
+	if ahead > b.ahead {
 		b.ahead = ahead
+	}
+	if !b.seen || ahead > b.low {
+		b.low, b.seen = ahead, true
 	}
 }
 

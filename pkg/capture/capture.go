@@ -892,9 +892,11 @@ func (c *capture) trackStart(ctx context.Context, l line) error {
 
 // followedQuiet notes, while a follow stream is open and has read no line of a run not judged
 // yet, that the run wrote nothing until now if that stream was answered in time (see from): a
-// reset stream, reopened soon after, is then not late.
+// reset stream, reopened soon after, is then not late. Not while the stream holds lines not bound
+// to the run yet (bind.go): they are read, and may be the run's first.
 func (c *capture) followedQuiet() {
-	if c.startOpen && c.first.IsZero() && !c.started.IsZero() && c.nodeTime(c.bind.openedAt).Sub(c.from()) <= timelyOpen {
+	if c.startOpen && c.first.IsZero() && len(c.bind.pending) == 0 && !c.started.IsZero() &&
+		c.nodeTime(c.bind.openedAt).Sub(c.from()) <= timelyOpen {
 		c.quiet = time.Now()
 	}
 }
@@ -908,16 +910,27 @@ func (c *capture) quietMark() time.Time {
 	return c.quiet
 }
 
-// nodeTime is t, of the archiver's clock, on the node's, as far as its stamps show it ahead (a
-// node behind makes streams look later than they are: more gaps, none missed).
+// nodeTime is t, of the archiver's clock, on the node's, as far as its stamps show it ahead: a
+// stream's answer, whose lateness a node clock behind can only make look greater (more gaps, none
+// missed).
 func (c *capture) nodeTime(t time.Time) time.Time { return t.Add(c.bind.ahead) }
 
 // from is when, on the node's clock, the run may have begun writing what the capture has not
 // seen: the start of its start second, or later, when a stream answered in time has followed it
-// reading nothing (quiet).
+// reading nothing (quiet). The mark, of the archiver's clock, is put on the node's by the least
+// the node was seen ahead (or the most it may be behind, bind.low): a line arrives after its
+// stamp, so that bound moves the mark earlier, never later, than it was on the node. Before any
+// line arrived, the clocks are taken as one.
 func (c *capture) from() time.Time {
 	from := c.started.Truncate(time.Second)
-	if q := c.nodeTime(c.quiet); !c.quiet.IsZero() && q.After(from) {
+	if c.quiet.IsZero() {
+		return from
+	}
+	q := c.quiet
+	if c.bind.seen {
+		q = q.Add(c.bind.low)
+	}
+	if q.After(from) {
 		from = q
 	}
 	return from
@@ -956,7 +969,8 @@ const timelyOpen = 4 * time.Second
 // file is rotated while that stream's request is on its way; a burst rotated away whole before a
 // quiet start; lines a lagging stream had not delivered when it broke. Only the node agent
 // (pkg/agent) sees those. Times of the node and the archiver compare as far as the node's stamps
-// show its clock ahead; a node behind makes streams look late (a gap it did not need).
+// show its clock ahead or behind (see nodeTime, from): a clock seconds ahead of what an old first
+// line shows, or seconds behind before any line arrived, can hide a rotation.
 func (c *capture) judgeStart(ctx context.Context) error {
 	if !c.startOpen || c.first.IsZero() {
 		return nil
@@ -970,7 +984,7 @@ func (c *capture) judgeStart(ctx context.Context) error {
 	detail := fmt.Sprintf("the first line read was written %s after %s, before its stream opened; at the %.0f bytes/s the node's file shows at its peak, twice that could have filled a rotated file (%d bytes) before it",
 		w.Round(time.Millisecond), from.UTC().Format(time.RFC3339Nano), c.peak, c.cfg.NodeLogMaxSize)
 	if c.late {
-		detail = fmt.Sprintf("the capture's stream was answered %s after %s, late for the run's start; at the %.0f bytes/s the lines read show at their peak, twice that could have filled a rotated file (%d bytes) before its first line",
+		detail = fmt.Sprintf("the capture's stream was answered late for the run's start; %s after %s came its first line or the answer; at the %.0f bytes/s the lines read show at their peak, twice that could have filled a rotated file (%d bytes) before its first line",
 			w.Round(time.Millisecond), from.UTC().Format(time.RFC3339Nano), c.peak, c.cfg.NodeLogMaxSize)
 	}
 	g := record.Gap{PodUID: c.ref.PodUID, Container: c.ref.Container, Run: c.ref.Run, Before: c.first, Reason: record.GapUnknownStart, Detail: detail}

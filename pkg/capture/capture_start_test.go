@@ -308,3 +308,48 @@ func TestCaptureFollowedQuietRunResetIsNotLate(t *testing.T) {
 		}
 	}
 }
+
+// TestCaptureQuietMarkWaitsForHeldLines: a stream opened in time finds the run's first file
+// rotated away; the current file's lines, written fast before the open, show it. When the run may
+// restart, those lines wait for the next status before they count (bind.go): the quiet mark must
+// not pass them meanwhile (before: it did, the window went negative, and no gap was recorded).
+func TestCaptureQuietMarkWaitsForHeldLines(t *testing.T) {
+	for _, final := range []bool{true, false} {
+		t.Run(fmt.Sprintf("final=%v", final), func(t *testing.T) {
+			r := newRig(t)
+			r.cfg.NodeLogMaxSize = 4000
+			started := time.Now().UTC().Truncate(time.Second).Add(-time.Second) // opened 1-2 s in: in time
+			r.t0 = started.Add(10 * time.Millisecond)
+			for i := range 120 {
+				r.node.write(r.t0.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("early %03d\n", i))
+			}
+			r.node.rotate()
+			r.t0 = r.t0.Add(300 * time.Millisecond)
+			for i := range 20 {
+				r.writeAt(r.t0.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("kept %03d\n", i))
+			}
+			over := func(context.Context) (End, error) {
+				r.node.mu.Lock()
+				defer r.node.mu.Unlock()
+				return End{Over: r.node.over, StartedAt: started, Final: final}, nil
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
+				done <- err
+			}()
+			time.Sleep(100 * time.Millisecond)
+			r.end(t, done)
+			r.check(t)
+			n := 0
+			for _, g := range r.recs.gaps {
+				if g.Reason == record.GapUnknownStart {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("gaps %+v: want one %q gap", r.recs.gaps, record.GapUnknownStart)
+			}
+		})
+	}
+}

@@ -51,7 +51,8 @@ type Manager struct {
 	// their slots are as good as free.
 	stopping int
 	// quiet keeps, by key, the quiet mark of a capture stopped for another namespace before its
-	// run's first line (see capture.followedQuiet), for the capture that resumes it.
+	// run's first line (see capture.followedQuiet), for the capture that resumes it; at most
+	// quietMarksMax of them. A mark lost costs at most a gap the run did not need.
 	quiet map[string]time.Time
 	// tick orders grants and namespaces' arrivals: round robin and newest-first preemption.
 	tick    uint64
@@ -208,6 +209,9 @@ func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn fu
 	return true
 }
 
+// quietMarksMax bounds the quiet marks a Manager keeps.
+const quietMarksMax = 10000
+
 // managedKey carries, in the context of a capture the manager runs, its *managed.
 type managedKey struct{}
 
@@ -242,11 +246,6 @@ var ErrSealed = errors.New("capture stopped: its job is being sealed")
 func (m *Manager) Stop(ctx context.Context, match func(key string) bool) error {
 	m.mu.Lock()
 	var done []chan struct{}
-	for key := range m.quiet {
-		if match(key) {
-			delete(m.quiet, key)
-		}
-	}
 	for key, w := range m.active {
 		if !match(key) {
 			continue
@@ -338,6 +337,9 @@ func (m *Manager) run(ctx context.Context, t *tenant, w *waiter) {
 		t.stopping--
 		m.stopping--
 		if !w.run.quiet.IsZero() {
+			if len(m.quiet) >= quietMarksMax {
+				clear(m.quiet) // marks of captures never resumed (their pod gone, their job sealed)
+			}
 			m.quiet[w.key] = w.run.quiet
 		}
 	}
