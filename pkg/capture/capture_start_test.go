@@ -54,25 +54,12 @@ func TestCaptureMarksAnUnprovenStart(t *testing.T) {
 					r.writeAt(r.t0.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("kept %03d\n", i))
 				}
 			}
-			over := func(context.Context) (End, error) {
-				r.node.mu.Lock()
-				defer r.node.mu.Unlock()
-				return End{Over: r.node.over, StartedAt: started}, nil
-			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
-				done <- err
-			}()
+			over := r.started(started, false)
+			done := r.run(t.Context(), over)
 			time.Sleep(100 * time.Millisecond)
 			r.end(t, done)
 			r.check(t)
-			var unknown []record.Gap
-			for _, g := range r.recs.gaps {
-				if g.Reason == record.GapUnknownStart {
-					unknown = append(unknown, g)
-				}
-			}
+			unknown := r.unknownStarts()
 			if got := len(unknown) == 1 && unknown[0].After.IsZero() && unknown[0].Before.Equal(r.t0); got != tc.gap || len(unknown) > 1 {
 				t.Errorf("gaps %+v, want an %q gap before the first line read (%s): %v", r.recs.gaps, record.GapUnknownStart, r.t0, tc.gap)
 			}
@@ -114,16 +101,8 @@ func TestCaptureJudgesALateStreamWithNothingBefore(t *testing.T) {
 				}
 				r.node.rotate()
 			}
-			over := func(context.Context) (End, error) {
-				r.node.mu.Lock()
-				defer r.node.mu.Unlock()
-				return End{Over: r.node.over, StartedAt: started}, nil
-			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
-				done <- err
-			}()
+			over := r.started(started, false)
+			done := r.run(t.Context(), over)
 			waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
 			first := time.Now().Add(time.Millisecond).Round(0) // after the open; no monotonic reading
 			for i := range 20 {
@@ -132,12 +111,7 @@ func TestCaptureJudgesALateStreamWithNothingBefore(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			r.end(t, done)
 			r.check(t)
-			var unknown []record.Gap
-			for _, g := range r.recs.gaps {
-				if g.Reason == record.GapUnknownStart {
-					unknown = append(unknown, g)
-				}
-			}
+			unknown := r.unknownStarts()
 			if got := len(unknown) == 1 && unknown[0].After.IsZero() && unknown[0].Before.Equal(first); got != tc.gap || len(unknown) > 1 {
 				t.Errorf("gaps %+v, want an %q gap before the first line read (%s): %v", r.recs.gaps, record.GapUnknownStart, first, tc.gap)
 			}
@@ -173,16 +147,8 @@ func TestCaptureJudgesALateStreamPastItsOpen(t *testing.T) {
 			for i := range tc.before {
 				r.writeAt(now.Add(tc.ahead-time.Duration(tc.before-i)*2500*time.Microsecond), fmt.Sprintf("just before %02d\n", i))
 			}
-			over := func(context.Context) (End, error) {
-				r.node.mu.Lock()
-				defer r.node.mu.Unlock()
-				return End{Over: r.node.over, StartedAt: started}, nil
-			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
-				done <- err
-			}()
+			over := r.started(started, false)
+			done := r.run(t.Context(), over)
 			waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
 			after := time.Now().Add(tc.ahead + time.Millisecond).Round(0)
 			for i := range 20 { // 20 kB/s
@@ -191,12 +157,7 @@ func TestCaptureJudgesALateStreamPastItsOpen(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			r.end(t, done)
 			r.check(t)
-			var unknown []record.Gap
-			for _, g := range r.recs.gaps {
-				if g.Reason == record.GapUnknownStart {
-					unknown = append(unknown, g)
-				}
-			}
+			unknown := r.unknownStarts()
 			if len(unknown) != 1 || !unknown[0].After.IsZero() {
 				t.Errorf("gaps %+v: 25 kB were rotated away before the open, want one %q gap before the first line read", r.recs.gaps, record.GapUnknownStart)
 			}
@@ -214,11 +175,7 @@ func TestCaptureQuietMarkOutlivesAPreemption(t *testing.T) {
 	r.cfg.NodeLogMaxSize = 20000
 	m := newManagerRig(t, 2).m
 	started := time.Now().UTC().Truncate(time.Second)
-	over := func(context.Context) (End, error) {
-		r.node.mu.Lock()
-		defer r.node.mu.Unlock()
-		return End{Over: r.node.over, StartedAt: started}, nil
-	}
+	over := r.started(started, false)
 	done := make(chan error, 2)
 	quiet := func() {
 		t.Helper()
@@ -267,10 +224,8 @@ func TestCaptureQuietMarkOutlivesAPreemption(t *testing.T) {
 	r.end(t, done)
 	close(other)
 	r.check(t)
-	for _, g := range r.recs.gaps {
-		if g.Reason == record.GapUnknownStart {
-			t.Errorf("gap %+v for a run followed, quiet, until its capture was stopped", g)
-		}
+	for _, g := range r.unknownStarts() {
+		t.Errorf("gap %+v for a run followed, quiet, until its capture was stopped", g)
 	}
 }
 
@@ -281,16 +236,8 @@ func TestCaptureFollowedQuietRunResetIsNotLate(t *testing.T) {
 	r := newRig(t)
 	r.cfg.NodeLogMaxSize = 20000
 	started := time.Now().UTC().Truncate(time.Second)
-	over := func(context.Context) (End, error) {
-		r.node.mu.Lock()
-		defer r.node.mu.Unlock()
-		return End{Over: r.node.over, StartedAt: started}, nil
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
-		done <- err
-	}()
+	over := r.started(started, false)
+	done := r.run(t.Context(), over)
 	waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
 	time.Sleep(time.Until(started.Add(4500 * time.Millisecond)))
 	r.node.breakStreams()
@@ -302,10 +249,8 @@ func TestCaptureFollowedQuietRunResetIsNotLate(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	r.end(t, done)
 	r.check(t)
-	for _, g := range r.recs.gaps {
-		if g.Reason == record.GapUnknownStart {
-			t.Errorf("gap %+v for a run followed, quiet, until its stream was reset", g)
-		}
+	for _, g := range r.unknownStarts() {
+		t.Errorf("gap %+v for a run followed, quiet, until its stream was reset", g)
 	}
 }
 
@@ -328,28 +273,47 @@ func TestCaptureQuietMarkWaitsForHeldLines(t *testing.T) {
 			for i := range 20 {
 				r.writeAt(r.t0.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("kept %03d\n", i))
 			}
-			over := func(context.Context) (End, error) {
-				r.node.mu.Lock()
-				defer r.node.mu.Unlock()
-				return End{Over: r.node.over, StartedAt: started, Final: final}, nil
-			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
-				done <- err
-			}()
+			over := r.started(started, final)
+			done := r.run(t.Context(), over)
 			time.Sleep(100 * time.Millisecond)
 			r.end(t, done)
 			r.check(t)
-			n := 0
-			for _, g := range r.recs.gaps {
-				if g.Reason == record.GapUnknownStart {
-					n++
-				}
-			}
-			if n != 1 {
+			if len(r.unknownStarts()) != 1 {
 				t.Errorf("gaps %+v: want one %q gap", r.recs.gaps, record.GapUnknownStart)
 			}
 		})
 	}
+}
+
+// started is the status of a run started at started (whole seconds, as the API has it), over once
+// the rig's node says so.
+func (r *rig) started(started time.Time, final bool) func(context.Context) (End, error) {
+	return func(context.Context) (End, error) {
+		r.node.mu.Lock()
+		defer r.node.mu.Unlock()
+		return End{Over: r.node.over, StartedAt: started, Final: final}, nil
+	}
+}
+
+// run runs the rig's capture with the status over.
+func (r *rig) run(ctx context.Context, over func(context.Context) (End, error)) chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
+		done <- err
+	}()
+	return done
+}
+
+// unknownStarts are the "unknown start" gaps recorded.
+func (r *rig) unknownStarts() []record.Gap {
+	r.recs.mu.Lock()
+	defer r.recs.mu.Unlock()
+	var u []record.Gap
+	for _, g := range r.recs.gaps {
+		if g.Reason == record.GapUnknownStart {
+			u = append(u, g)
+		}
+	}
+	return u
 }
