@@ -276,7 +276,7 @@ func Capture(ctx context.Context, cfg Config, src Source, recs Records, store ob
 }
 
 // waitReopen waits d before a stream is reopened, less if the run's status says it ended: its rest
-// is read at once (see changes). The status is read first, as a change may have been taken while
+// is read at once (see managed). The status is read first, as a change may have been taken while
 // the stream ended (settle), then at each change; any other change waits on, so that a pod changed
 // often does not undo the back-off.
 func (c *capture) waitReopen(ctx context.Context, d time.Duration, over func(context.Context) (End, error)) error {
@@ -365,7 +365,7 @@ type capture struct {
 	// cleanOpen is when the last follow stream that the node ended cleanly was opened (see
 	// readToEnd).
 	cleanOpen time.Time
-	// changed is signalled when the run's pod changed (see changes): its status is read then
+	// changed is signalled when the run's pod changed (see managed): its status is read then
 	// rather than at the next Poll.
 	changed <-chan struct{}
 	// The binding of reads to the run (bind.go). ends is when the run's lines end, from its
@@ -571,7 +571,7 @@ func (c *capture) follow(ctx context.Context, src Source, over func(context.Cont
 		case <-tick.C:
 		case <-c.changed:
 			// Its pod changed: the status may say the run ended, and a deleted pod's logs go
-			// within a second of that (see changes). Read the rest now, not at the next tick.
+			// within a second of that (see managed). Read the rest now, not at the next tick.
 		}
 		c.followedQuiet()
 		if err := c.flushAged(ctx); err != nil {
