@@ -98,10 +98,8 @@ type waiter struct {
 	stopped bool
 	// done is closed once it has returned and let its slot go.
 	done chan struct{}
-	// changed is signalled when its pod changed (Ensure called again): the capture looks at the
-	// run's status at once. run is what its capture is given through its context (see managed).
-	changed chan struct{}
-	run     *managed
+	// run is what it shares with its capture, through the capture's context (see managed).
+	run *managed
 }
 
 func queue(ended bool) int {
@@ -182,7 +180,7 @@ func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn fu
 	defer m.mu.Unlock()
 	if w := m.active[key]; w != nil {
 		select {
-		case w.changed <- struct{}{}:
+		case w.run.changed <- struct{}{}:
 		default: // signalled already
 		}
 		if ended && !w.ended && w.elem != nil {
@@ -196,7 +194,8 @@ func (m *Manager) Ensure(key string, pod types.NamespacedName, ended bool, fn fu
 	if m.ctx.Err() != nil {
 		return true
 	}
-	w := &waiter{key: key, pod: pod, fn: fn, ended: ended, done: make(chan struct{}), changed: make(chan struct{}, 1)}
+	w := &waiter{key: key, pod: pod, fn: fn, ended: ended, done: make(chan struct{}),
+		run: &managed{changed: make(chan struct{}, 1)}}
 	m.active[key] = w
 	t := m.tenants[pod.Namespace]
 	if t == nil {
@@ -222,7 +221,7 @@ type managedKey struct{}
 // run could find them gone. quiet is the capture's quiet mark (see capture.followedQuiet), kept
 // across a stop for another namespace: the capture that resumes the run is not late for it.
 type managed struct {
-	changed <-chan struct{}
+	changed chan struct{}
 	quiet   time.Time
 }
 
@@ -316,7 +315,7 @@ func (m *Manager) grant(t *tenant, w *waiter) {
 	t.served, w.granted, w.elem = m.tick, m.tick, nil
 	t.running[w] = struct{}{}
 	var ctx context.Context
-	w.run = &managed{changed: w.changed, quiet: m.quiet[w.key]}
+	w.run.quiet = m.quiet[w.key]
 	delete(m.quiet, w.key)
 	ctx, w.cancel = context.WithCancelCause(context.WithValue(m.ctx, managedKey{}, w.run))
 	m.wg.Add(1)
