@@ -12,6 +12,47 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// ensureCapture returns a function that asks m for the rig's capture from src with the status
+// over, under key in namespace ns, as the reconciler does at each change of the pod, and the
+// channel each run of the capture returns on.
+func (r *rig) ensureCapture(t *testing.T, m *Manager, ns, key string, src Source, over func(context.Context) (End, error)) (func(), chan error) {
+	done := make(chan error, 2)
+	return func() {
+		t.Helper()
+		if !m.Ensure(key, types.NamespacedName{Namespace: ns, Name: key}, false, func(ctx context.Context) {
+			_, err := Capture(ctx, r.cfg, src, r.recs, r.store, r.segKey, r.ref, over, nil)
+			done <- err
+		}) {
+			t.Fatal("Ensure = false on a started manager")
+		}
+	}, done
+}
+
+// waitEnded waits until the capture returned on done, 5 s at most after its pod changed.
+func waitEnded(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Capture: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the capture did not end 5 s after its pod changed again")
+	}
+}
+
+// waitOpens waits until the rig's node has had n streams opened.
+func (r *rig) waitOpens(t *testing.T, what string, n int) {
+	t.Helper()
+	waitFor(t, what, func() bool { return r.node.openCount() >= n })
+}
+
+func (n *fakeNode) openCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.opens
+}
+
 // TestCaptureReadsTheRestWhenItsPodChanges: a capture run by the Manager looks at its run's status
 // when the reconciler calls Ensure again for its pod, not at its next Poll (a minute here). The
 // node removes a deleted pod's logs within a second of its containers' end, so the rest of the run
@@ -31,53 +72,24 @@ func TestCaptureReadsTheRestWhenItsPodChanges(t *testing.T) {
 		defer mu.Unlock()
 		return End{Terminated: terminated, Over: over, Final: true}, nil
 	}
-	done := make(chan error, 1)
-	key, pod := "ns/p/main/0/uid", types.NamespacedName{Namespace: "ns", Name: "p"}
-	ensure := func() {
-		t.Helper()
-		if !m.Ensure(key, pod, false, func(ctx context.Context) {
-			_, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, end, nil)
-			done <- err
-		}) {
-			t.Fatal("Ensure = false on a started manager")
-		}
-	}
+	ensure, done := r.ensureCapture(t, m, "ns", "ns/p/main/0/uid", r.node, end)
 	ensure()
 	for i := range 20 {
 		r.writeAt(r.t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("line %d\n", i))
 	}
-	waitFor(t, "followed", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+	r.waitOpens(t, "followed", 1)
 	r.writeAt(r.t0.Add(time.Second), "the last line\n")
 	mu.Lock()
 	terminated = true
 	mu.Unlock()
 	// The follow stream stays open (KWOK's never ends): only the status tells the run ended.
 	ensure()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r.node.mu.Lock()
-		opens := r.node.opens
-		r.node.mu.Unlock()
-		if opens >= 2 {
-			break // the read of the rest, without follow
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rest of the run not read 5 s after its pod changed (Poll is a minute): %d opens", opens)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r.waitOpens(t, "the rest of the run read after its pod changed (Poll is a minute)", 2)
 	mu.Lock()
 	over = true
 	mu.Unlock()
 	ensure()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Capture: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the capture did not end 5 s after its pod changed again")
-	}
+	waitEnded(t, done)
 	r.check(t)
 }
 
@@ -102,27 +114,14 @@ func TestCaptureReadsTheRestWhenItsPodChangesDuringBackOff(t *testing.T) {
 		defer mu.Unlock()
 		return End{Terminated: terminated, Over: over, FinishedAt: finished, Final: true}, nil
 	}
-	done := make(chan error, 1)
-	key, pod := "ns/p/main/0/uid", types.NamespacedName{Namespace: "ns", Name: "p"}
-	ensure := func() {
-		t.Helper()
-		if !m.Ensure(key, pod, false, func(ctx context.Context) {
-			_, err := Capture(ctx, r.cfg, node, r.recs, r.store, r.segKey, r.ref, end, nil)
-			done <- err
-		}) {
-			t.Fatal("Ensure = false on a started manager")
-		}
-	}
+	ensure, done := r.ensureCapture(t, m, "ns", "ns/p/main/0/uid", node, end)
 	ensure()
 	for i := range 20 {
 		r.writeAt(r.t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("line %d\n", i))
 	}
-	waitFor(t, "followed", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+	r.waitOpens(t, "followed", 1)
 	r.writeAt(r.t0.Add(time.Second), "the last line, written as the container stopped\n")
-	node.mu.Lock()
-	node.stopped = true
-	node.mu.Unlock()
-	r.node.breakStreams()
+	node.stop()
 	// The follows reopened after the stop end at once: the capture waits longer before each.
 	waitFor(t, "three follow streams after the stop", func() bool {
 		node.mu.Lock()
@@ -147,21 +146,12 @@ func TestCaptureReadsTheRestWhenItsPodChangesDuringBackOff(t *testing.T) {
 	mu.Unlock()
 	ensure()
 	time.Sleep(600 * time.Millisecond) // the kubelet's container GC
-	node.mu.Lock()
-	node.removed = true
-	node.mu.Unlock()
+	node.remove()
 	mu.Lock()
 	over = true
 	mu.Unlock()
 	ensure()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Capture: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the capture did not end 5 s after its pod changed again")
-	}
+	waitEnded(t, done)
 	r.check(t)
 }
 

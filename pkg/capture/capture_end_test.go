@@ -21,6 +21,21 @@ type stoppingNode struct {
 	followsAt []time.Time // when each follow stream was opened after the stop
 }
 
+// stop stops the container: its follow streams end at the end of the file from now on.
+func (s *stoppingNode) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.breakStreams()
+}
+
+// remove removes the container, and its logs with it.
+func (s *stoppingNode) remove() {
+	s.mu.Lock()
+	s.removed = true
+	s.mu.Unlock()
+}
+
 func (s *stoppingNode) Open(ctx context.Context, ref Ref, opts OpenOptions) (io.ReadCloser, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -58,16 +73,13 @@ func TestCaptureTakesAFollowAfterTheEndAsTheRead(t *testing.T) {
 	for i := range 20 {
 		r.writeAt(r.t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("line %d\n", i))
 	}
-	waitFor(t, "followed", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+	r.waitOpens(t, "followed", 1)
 	r.writeAt(r.t0.Add(time.Second), "the last line, written as the container stopped\n")
 	stop := time.Now()
 	mu.Lock()
 	finished = stop.Truncate(time.Second) // a status has whole seconds
 	mu.Unlock()
-	node.mu.Lock()
-	node.stopped = true
-	node.mu.Unlock()
-	r.node.breakStreams()
+	node.stop()
 	// Two follows opened a second after the finish: the first ended, and was taken, before the
 	// second opened.
 	waitFor(t, "two follow streams opened a second after the finish", func() bool {
@@ -81,9 +93,7 @@ func TestCaptureTakesAFollowAfterTheEndAsTheRead(t *testing.T) {
 		}
 		return n >= 2
 	})
-	node.mu.Lock()
-	node.removed = true
-	node.mu.Unlock()
+	node.remove()
 	mu.Lock()
 	over = true
 	mu.Unlock()

@@ -103,7 +103,7 @@ func TestCaptureJudgesALateStreamWithNothingBefore(t *testing.T) {
 			}
 			over := r.started(started, false)
 			done := r.run(t.Context(), over)
-			waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+			r.waitOpens(t, "the stream opened", 1)
 			first := time.Now().Add(time.Millisecond).Round(0) // after the open; no monotonic reading
 			for i := range 20 {
 				r.writeAt(first.Add(time.Duration(i)*tc.every), fmt.Sprintf("kept %02d\n", i))
@@ -149,7 +149,7 @@ func TestCaptureJudgesALateStreamPastItsOpen(t *testing.T) {
 			}
 			over := r.started(started, false)
 			done := r.run(t.Context(), over)
-			waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+			r.waitOpens(t, "the stream opened", 1)
 			after := time.Now().Add(tc.ahead + time.Millisecond).Round(0)
 			for i := range 20 { // 20 kB/s
 				r.writeAt(after.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("kept %02d\n", i))
@@ -176,16 +176,7 @@ func TestCaptureQuietMarkOutlivesAPreemption(t *testing.T) {
 	m := newManagerRig(t, 2).m
 	started := time.Now().UTC().Truncate(time.Second)
 	over := r.started(started, false)
-	done := make(chan error, 2)
-	quiet := func() {
-		t.Helper()
-		if !m.Ensure("a/quiet", types.NamespacedName{Namespace: "a", Name: "quiet"}, false, func(ctx context.Context) {
-			_, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
-			done <- err
-		}) {
-			t.Fatal("Ensure = false on a started manager")
-		}
-	}
+	quiet, done := r.ensureCapture(t, m, "a", "a/quiet", r.node, over)
 	hold := func(ns, key string, release <-chan struct{}) {
 		t.Helper()
 		if !m.Ensure(key, types.NamespacedName{Namespace: ns, Name: key}, false, func(ctx context.Context) {
@@ -200,7 +191,7 @@ func TestCaptureQuietMarkOutlivesAPreemption(t *testing.T) {
 	other := make(chan struct{})
 	hold("a", "a/other", other) // namespace a holds both slots, the quiet capture the newer
 	quiet()
-	waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+	r.waitOpens(t, "the stream opened", 1)
 	time.Sleep(time.Until(started.Add(4500 * time.Millisecond))) // followed, quiet
 	b := make(chan struct{})
 	hold("b", "b/one", b) // b waits below its share: a's newest capture gives its slot up
@@ -215,7 +206,7 @@ func TestCaptureQuietMarkOutlivesAPreemption(t *testing.T) {
 	close(b)
 	time.Sleep(200 * time.Millisecond) // a later start: its stream is answered past timelyOpen
 	quiet()
-	waitFor(t, "the stream opened again", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 1 })
+	r.waitOpens(t, "the stream opened again", 2)
 	first := time.Now().Add(time.Millisecond).Round(0)
 	for i := range 20 { // 20 kB/s: a rotation file in a second
 		r.writeAt(first.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("kept %02d\n", i))
@@ -238,10 +229,10 @@ func TestCaptureFollowedQuietRunResetIsNotLate(t *testing.T) {
 	started := time.Now().UTC().Truncate(time.Second)
 	over := r.started(started, false)
 	done := r.run(t.Context(), over)
-	waitFor(t, "the stream opened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 0 })
+	r.waitOpens(t, "the stream opened", 1)
 	time.Sleep(time.Until(started.Add(4500 * time.Millisecond)))
 	r.node.breakStreams()
-	waitFor(t, "the stream reopened", func() bool { r.node.mu.Lock(); defer r.node.mu.Unlock(); return r.node.opens > 1 })
+	r.waitOpens(t, "the stream reopened", 2)
 	first := time.Now().Add(time.Millisecond).Round(0)
 	for i := range 20 {
 		r.writeAt(first.Add(time.Duration(i)*2500*time.Microsecond), fmt.Sprintf("kept %02d\n", i))
