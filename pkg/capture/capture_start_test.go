@@ -286,16 +286,6 @@ func (r *rig) started(started time.Time, final bool) func(context.Context) (End,
 	}
 }
 
-// run runs the rig's capture with the status over.
-func (r *rig) run(ctx context.Context, over func(context.Context) (End, error)) chan error {
-	done := make(chan error, 1)
-	go func() {
-		_, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
-		done <- err
-	}()
-	return done
-}
-
 // unknownStarts are the "unknown start" gaps recorded.
 func (r *rig) unknownStarts() []record.Gap {
 	r.recs.mu.Lock()

@@ -219,10 +219,13 @@ func (r *rig) over(context.Context) (End, error) {
 	return End{Over: r.node.over}, nil
 }
 
-func (r *rig) start(ctx context.Context) chan error {
+func (r *rig) start(ctx context.Context) chan error { return r.run(ctx, r.over) }
+
+// run runs the rig's capture with the status over.
+func (r *rig) run(ctx context.Context, over func(context.Context) (End, error)) chan error {
 	done := make(chan error, 1)
 	go func() {
-		_, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, r.over, nil)
+		_, err := Capture(ctx, r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil)
 		done <- err
 	}()
 	return done
@@ -414,11 +417,9 @@ func TestCaptureMarksUnfollowedRunNearRotationSize(t *testing.T) {
 			r.node.over = true
 			over := r.over
 			if tc.started {
-				over = func(context.Context) (End, error) {
-					return End{Over: true, StartedAt: r.t0.Add(-10 * time.Second)}, nil
-				}
+				over = r.started(r.t0.Add(-10*time.Second), false)
 			}
-			if _, err := Capture(t.Context(), r.cfg, r.node, r.recs, r.store, r.segKey, r.ref, over, nil); err != nil {
+			if err := <-r.run(t.Context(), over); err != nil {
 				t.Fatalf("Capture: %v", err)
 			}
 			r.check(t)
