@@ -490,10 +490,12 @@ func (r *PodReconciler) released(ctx context.Context, ref capture.Ref) string {
 	return ""
 }
 
-// runPod is the run's pod as cached, or nil once it is gone (or another pod took its name).
+// runPod is the run's pod as cached, or nil once it is gone (or another pod took its name). It
+// shares its maps and slices with the cache, uncopied (a capture reads its pod at every change
+// of it): read only.
 func (r *PodReconciler) runPod(ctx context.Context, ref capture.Ref) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod)
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Pod}, pod, client.UnsafeDisableDeepCopy)
 	switch {
 	case apierrors.IsNotFound(err), err == nil && string(pod.UID) != ref.PodUID:
 		return nil, nil

@@ -38,8 +38,8 @@ func (d Deps) notJobOf(ctx context.Context, namespace string, job archive.JobRef
 	if job.Namespace != namespace {
 		return fmt.Sprintf("its controlling VcJob %s/%s is not of its namespace %s", job.Namespace, job.Name, namespace), nil
 	}
-	var cached batchv1alpha1.Job
-	err := d.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: job.Name}, &cached)
+	var cached batchv1alpha1.Job // only its UID is read: not copied out of the cache
+	err := d.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: job.Name}, &cached, client.UnsafeDisableDeepCopy)
 	if err == nil && string(cached.UID) == job.UID {
 		return "", nil
 	}
