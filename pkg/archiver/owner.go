@@ -121,8 +121,8 @@ func (d Deps) jobInCache(ctx context.Context, job archive.JobRef) bool {
 	if job.Validate() != nil {
 		return false
 	}
-	var cached batchv1alpha1.Job
-	err := d.Client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: job.Name}, &cached)
+	var cached batchv1alpha1.Job // only its UID is read: not copied out of the cache
+	err := d.Client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: job.Name}, &cached, client.UnsafeDisableDeepCopy)
 	return err == nil && string(cached.UID) == job.UID
 }
 

@@ -24,9 +24,10 @@ func NewRESTMapper(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
 // knownMappings remembers each REST mapping its mapper found. With --namespaces, controller-runtime's
 // cache asks the mapper whether a kind is namespaced at every read of the cache (every Get and
 // List of a pod or job), and the dynamic mapper answers by searching every group version it
-// loaded: 7.7 % of the archiver's CPU while BenchmarkReleaseThroughput drains. A kind's mapping
-// does not change while the kind exists (a CustomResourceDefinition's scope is immutable), so a
-// found one is kept for good; a kind not found is asked again, so one installed later is found.
+// loaded: 7.7 % of the archiver's CPU while BenchmarkReleaseThroughput drains. A found mapping is
+// kept for good, as the dynamic mapper keeps the group versions it loaded and each informer the
+// scope it started with: a kind deleted and created again with another scope takes a restart
+// either way. A kind not found is asked again, so one installed later is found.
 type knownMappings struct {
 	meta.RESTMapper
 	found sync.Map // mappingKey -> meta.RESTMapping
@@ -38,7 +39,7 @@ type mappingKey struct {
 }
 
 func (m *knownMappings) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
-	key := mappingKey{gk: gk, versions: strings.Join(versions, ",")}
+	key := mappingKey{gk: gk, versions: strings.Join(versions, "\x00")} // no version holds a NUL
 	if v, ok := m.found.Load(key); ok {
 		mapping := v.(meta.RESTMapping) // a copy each: a caller may change what it is given
 		return &mapping, nil
