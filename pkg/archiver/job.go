@@ -116,9 +116,11 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, err // pod changes requeue the job
 	}
 	// The row as the job is now, with what record deferred, before the seal reads it.
+	start := time.Now()
 	if err := r.record(ctx, job, true); err != nil {
 		return ctrl.Result{}, err
 	}
+	observeStep("record", start)
 	return ctrl.Result{}, r.finalize(ctx, job)
 }
 
@@ -391,11 +393,19 @@ func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job)
 	if pending == 0 {
 		// The cache holds only pods labelled volcano.sh/job-name: a pod whose label was removed
 		// is still the job's, and must be in its record before the job is sealed.
+		start := time.Now()
 		if _, err := r.podsOutOfView(ctx, job); err != nil {
 			return 0, err
 		}
+		observeStep("out-of-view", start)
 	}
 	return pending, nil
+}
+
+// observeStep records how long a step of a job's finalization took since start (the real time:
+// what it cost, not a test's clock), for jobvault_archiver_finalize_step_seconds.
+func observeStep(step string, start time.Time) {
+	finalizeStepSeconds.WithLabelValues(step).Observe(time.Since(start).Seconds())
 }
 
 // finalizableSince is when the job became finalizable: its terminal phase's start, or its
@@ -464,14 +474,18 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	since := finalizableSince(job)
 	giveUp := reason != "" || (!since.IsZero() && r.Clock.Since(since) >= r.LogDeadline)
 	recs := &sealRecords{Records: r.Records, uid: ref.UID}
+	start := time.Now()
 	if err := r.stopCaptures(ctx, ref, recs); err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
 	}
+	observeStep("captures", start)
+	start = time.Now()
 	sealed, err := audit.Sealer{Records: recs, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
 		RetainUntil: func(at time.Time) time.Time { return r.retainUntilIn(ctx, r.Client, ref.Namespace, at) }}.Seal(ctx, ref, obj, reason, now)
 	if err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
 	}
+	observeStep("seal", start)
 	reason, cause, location := sealed.Reason, sealed.Cause, sealed.Location
 
 	set := map[string]string{tracking.ArchivedAtAnnotation: now.Format(time.RFC3339), tracking.ArchiveLocationAnnotation: location,
@@ -479,12 +493,14 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job) er
 	if reason != "" {
 		set[tracking.ArchivedAsAnnotation], set[tracking.ArchivedReasonAnnotation] = string(record.ArchiveReleased), reason
 	}
+	start = time.Now()
 	if err := r.releaseJob(ctx, job, set); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // its finalizer was removed by someone else and the job is gone
 		}
 		return fmt.Errorf("release job %s: %w", klog.KObj(job), err)
 	}
+	observeStep("release", start)
 
 	r.released.Store(client.ObjectKeyFromObject(job), releasedJob{uid: job.UID, at: r.Clock.Now()})
 	jobsArchivedTotal.Inc()

@@ -17,6 +17,7 @@ var (
 	jobsBackstoppedTotal     = metrics.JobsBackstoppedTotal
 	resweepEnqueuedTotal     = metrics.ResweepEnqueuedTotal
 	releaseLatencySeconds    = metrics.ReleaseLatencySeconds
+	finalizeStepSeconds      = metrics.FinalizeStepSeconds
 	runsClaimedTotal         = metrics.RunsClaimedTotal
 	runsTakenOverTotal       = metrics.RunsTakenOverTotal
 )

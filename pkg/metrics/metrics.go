@@ -99,6 +99,12 @@ func newHistogram(name, help string, buckets []float64) prometheus.Histogram {
 	return h
 }
 
+func newHistogramVec(name, help string, buckets []float64, labels ...Label) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labelNames(labels))
+	define(h, name, help, typeHistogram, labels)
+	return h
+}
+
 // newGaugeDesc defines a gauge computed when Prometheus scrapes, by a collector given to Register.
 func newGaugeDesc(name, help string, labels ...Label) *prometheus.Desc {
 	define(nil, name, help, typeGauge, labels)
@@ -147,6 +153,9 @@ var (
 		kinds)
 	ReleaseLatencySeconds = newHistogram("jobvault_archiver_release_latency_seconds",
 		"Time from a job's terminal phase to the release of its finalizer.", prometheus.ExponentialBuckets(0.05, 2, 16))
+	FinalizeStepSeconds = newHistogramVec("jobvault_archiver_finalize_step_seconds",
+		"Time each step of a job's finalization took once its last pod was released: out-of-view (the API server's list of the job's pods outside the archiver's cache), record (its row as it ended), captures (its captures stopped), seal (job.json, the logs' hashes, the chain, the manifest), release (the job's PATCH).",
+		prometheus.ExponentialBuckets(0.005, 2, 12), Label{"step", []string{"out-of-view", "record", "captures", "seal", "release"}})
 	ChainLockSeconds = newHistogram("jobvault_archiver_chain_lock_seconds",
 		"Time each job finalization held the audit chain head locked (finalizations of a cluster are serialized on it).",
 		prometheus.ExponentialBuckets(0.0005, 2, 12))

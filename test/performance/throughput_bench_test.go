@@ -16,6 +16,7 @@ import (
 	"time"
 
 	_ "github.com/lib/pq" // the benchmark reads Postgres' own statistics
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,12 +39,17 @@ type archiverCounters struct {
 	requests      map[string]float64 // by HTTP method
 	chainLockSecs float64            // time finalizations held the chain head
 	finalizedJobs float64
+	finalizeSteps map[string]*dto.Histogram // each step of a job's finalization, timed
 }
 
 func readArchiverCounters(b testing.TB, a *stack.Archiver) archiverCounters {
 	b.Helper()
 	families := archiverMetrics(b, a)
-	c := archiverCounters{reconciles: map[string]float64{}, reconcileSecs: map[string]float64{}, requests: map[string]float64{}}
+	c := archiverCounters{reconciles: map[string]float64{}, reconcileSecs: map[string]float64{}, requests: map[string]float64{},
+		finalizeSteps: map[string]*dto.Histogram{}}
+	for _, m := range families["jobvault_archiver_finalize_step_seconds"].GetMetric() {
+		c.finalizeSteps[metricLabels(m)["step"]] = m.GetHistogram()
+	}
 	for _, m := range families["controller_runtime_reconcile_total"].GetMetric() {
 		c.reconciles[metricLabels(m)["controller"]] += m.GetCounter().GetValue()
 	}
@@ -67,6 +73,18 @@ func (c archiverCounters) String() string {
 	}
 	return fmt.Sprintf("reconciles: vcjob %.0f (%.1f s in all), pod %.0f (%.1f s); chain head held %.2f s by %.0f finalizations; API requests: %s",
 		c.reconciles["vcjob"], c.reconcileSecs["vcjob"], c.reconciles["pod"], c.reconcileSecs["pod"], c.chainLockSecs, c.finalizedJobs, strings.Join(methods, ", "))
+}
+
+// finalizeMeans is the mean time of each step of a job's finalization after its last pod's
+// release (jobvault_archiver_finalize_step_seconds), in the order they run.
+func (c archiverCounters) finalizeMeans() string {
+	var steps []string
+	for _, step := range []string{"out-of-view", "record", "captures", "seal", "release"} {
+		if h := c.finalizeSteps[step]; h.GetSampleCount() > 0 {
+			steps = append(steps, fmt.Sprintf("%s %.0f ms", step, 1000*h.GetSampleSum()/float64(h.GetSampleCount())))
+		}
+	}
+	return strings.Join(steps, ", ")
 }
 
 // dbTransactions is how many transactions the database at dsn committed or rolled back so far, as
@@ -268,6 +286,7 @@ func BenchmarkReleaseThroughput(b *testing.B) {
 			lastJob.Sub(start).Round(time.Millisecond), drainRate, releaseRateTarget, floor, podWorkers, drainRate/floor,
 			tx/float64(n), counts.reconciles["vcjob"]/float64(n), counts.reconciles["pod"]/float64(n), perPod(counts.requests, n), cpuPerPod, mib(arch.hwm), loadAvg())
 		b.Logf("archiver totals: %s; %.0f database transactions", counts, tx)
+		b.Logf("a job's finalization once its last pod was released, mean by step: %s", counts.finalizeMeans())
 		spans := seen.jobSpans(start)
 		b.Logf("jobs: %s", spans)
 		// The whole testbed shares this machine's cores: what it all spent per pod says what rate

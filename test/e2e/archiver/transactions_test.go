@@ -49,8 +49,15 @@ func TestTransactionsPerPod(t *testing.T) {
 	before, _ := settledTransactions(t, s.DSN)
 	s.Start(t)
 	j = s.WaitArchived(t, j, 2*time.Minute)
-	prepared := seriesSum(t, s.Metrics(t), preparedMetric)
+	metrics := s.Metrics(t)
+	prepared := seriesSum(t, metrics, preparedMetric)
 	s.Proc.Stop() // its sessions end and report their counts
+	// Each step of the job's finalization is timed (BenchmarkReleaseThroughput prints their means).
+	for _, step := range []string{"out-of-view", "record", "captures", "seal", "release"} {
+		if n := seriesSum(t, metrics, `jobvault_archiver_finalize_step_seconds_count{step="`+step+`"}`); n < 1 {
+			t.Errorf("the finalization's step %s was timed %v times, want at least once", step, n)
+		}
+	}
 	after, readings := settledTransactions(t, s.DSN)
 	// Less the readings' own (see settledTransactions), and the statements the archiver prepared:
 	// each once a process, outside any transaction (design record 0013), not a pod's.
