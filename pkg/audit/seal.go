@@ -61,6 +61,11 @@ type Sealer struct {
 	// tried again (its deadline passed, or an operator released it). A log gone from the store, or
 	// not holding what its record says, is unreadable at once: that does not heal.
 	GiveUp bool
+	// Settled, when not nil, is called before the job is appended to the chain, after which its
+	// record cannot change, and must return nil for the seal to go on: a check that ran beside
+	// the seal's reads (the archiver's list of the job's pods outside its cache) and says whether
+	// they read the whole record.
+	Settled func(context.Context) error
 }
 
 // Sealed is the outcome of Seal.
@@ -122,6 +127,11 @@ func (s Sealer) Seal(ctx context.Context, ref archive.JobRef, jobObject any, ope
 		out.Reason, out.Location = rec.Job.ReleaseReason, rec.Job.ArchiveLocation
 		if rec.Job.ArchivedAt != nil {
 			out.At = *rec.Job.ArchivedAt
+		}
+	}
+	if !chained && s.Settled != nil {
+		if err := s.Settled(ctx); err != nil {
+			return Sealed{}, err
 		}
 	}
 	if !chained {

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -67,5 +68,42 @@ func TestSealedRowsAreTheFinalizedRows(t *testing.T) {
 	row, err := records.Job(t.Context(), ref.UID)
 	if err != nil || row.ArchiveState != record.ArchiveReleased || !strings.Contains(row.ReleaseReason, "1 gap(s)") {
 		t.Errorf("job row %s %q (%v), want released for the late gap", row.ArchiveState, row.ReleaseReason, err)
+	}
+}
+
+// A seal whose Settled check fails (the archiver's list of a job's pods outside its cache found
+// and recorded some while the seal read) finalizes nothing; the next seal, from the record as it
+// then is, does.
+func TestSealStopsWhenNotSettled(t *testing.T) {
+	records, dsn := stack.OpenRecords(t)
+	store, err := objstore.New(t.Context(), objstore.Config{Backend: objstore.BackendFS, FSRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsettled := errors.New("pods recorded during the seal")
+	r := &stack.ChainRig{Records: records, DSN: dsn, Store: store,
+		Sealer: audit.Sealer{Records: records, Store: store, Layout: archive.Layout{Prefix: stack.ChainPrefix}, Cluster: "eu-1",
+			Settled: func(context.Context) error { return unsettled }}}
+	ref, err := r.AddJob(t.Context(), 1)
+	if !errors.Is(err, unsettled) {
+		t.Fatalf("seal with its check failing: %v, want %v", err, unsettled)
+	}
+	if row, err := records.Job(t.Context(), ref.UID); err != nil || row.ArchiveState != record.ArchivePending {
+		t.Fatalf("job row %s (%v) after the stopped seal, want pending", row.ArchiveState, err)
+	}
+	r.Sealer.Settled = nil
+	jobObject := map[string]any{"metadata": map[string]any{"namespace": ref.Namespace, "name": ref.Name, "uid": ref.UID}}
+	if _, err := r.Sealer.Seal(t.Context(), ref, jobObject, "", stack.ChainStart.Add(time.Hour)); err != nil {
+		t.Fatalf("second seal: %v", err)
+	}
+	rep, err := verify.Chain(t.Context(), records, store, verify.ChainOptions{Cluster: "eu-1", Prefix: stack.ChainPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Findings {
+		t.Errorf("verify: %s", f)
+	}
+	if row, err := records.Job(t.Context(), ref.UID); err != nil || row.ArchiveState != record.ArchiveArchived {
+		t.Errorf("job row %s (%v) after the second seal, want archived", row.ArchiveState, err)
 	}
 }
