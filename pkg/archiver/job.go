@@ -116,7 +116,7 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, err // pod changes requeue the job
 	}
 	outside := r.listOutOfView(ctx, job)
-	defer outside.wait()
+	defer outside.wait(ctx) //nolint:errcheck // finalize waits and answers for it; this waits on every other return
 	// The row as the job is now, with what record deferred, before the seal reads it.
 	start := time.Now()
 	if err := r.record(ctx, job, true); err != nil {
@@ -398,49 +398,38 @@ func (r *JobReconciler) pendingPods(ctx context.Context, job *batchv1alpha1.Job)
 // outsideList is the list of a job's pods outside the archiver's cache (podsOutOfView), run beside
 // the job's record and seal: the cache holds only pods labelled volcano.sh/job-name, and a pod
 // whose label was removed is still the job's, to be in its record before the job is sealed. It
-// starts once no cached pod of the job holds the pod finalizer, as a pod that leaves the cache
-// after that held none. The list is a consistent read, which waits for the API server's cache to
-// catch up with etcd: 224 ms on average in BenchmarkReleaseThroughput on 2026-11-29, as long as
-// the record and the seal's reads that it now runs beside (docs/performance.md).
+// starts once no cached pod of the job holds the pod finalizer, as it did when it ran before the
+// seal (design record 0014). The list is a consistent read, which waits for the API server's
+// cache to catch up with etcd: 224 ms on average in BenchmarkReleaseThroughput on 2026-11-29, on
+// the path of every job's release.
 type outsideList struct {
-	done  chan struct{}
-	found int // pods found, and recorded released under the job
-	err   error
+	done chan struct{}
+	err  error
 }
 
 // listOutOfView starts the list; the caller waits for it (wait) before it returns, so that no list
-// outlives its reconcile.
+// outlives its reconcile. The list has the job's identity of its own: the reconcile goes on with
+// the job (the release's patch writes the server's answer into it).
 func (r *JobReconciler) listOutOfView(ctx context.Context, job *batchv1alpha1.Job) *outsideList {
 	l := &outsideList{done: make(chan struct{})}
+	own := &batchv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name, UID: job.UID}}
 	go func() {
 		defer close(l.done)
 		start := time.Now()
-		if l.found, l.err = r.podsOutOfView(ctx, job); l.err == nil {
+		if _, l.err = r.podsOutOfView(ctx, own); l.err == nil {
 			observeStep("out-of-view", start)
 		}
 	}()
 	return l
 }
 
-func (l *outsideList) wait() (int, error) {
+// wait waits for the list to end, and is its error. As the seal's check before the chain
+// (audit.Sealer.Settled), it holds the seal until whatever the list found is recorded: the
+// finalizing transaction then sees those rows, compares them with what the seal read, and fails
+// if they differ (ErrRowsChanged), and the next pass seals them.
+func (l *outsideList) wait(context.Context) error {
 	<-l.done
-	return l.found, l.err
-}
-
-// errOutOfViewRecorded stops a seal whose reads may have missed the pods the out-of-view list
-// found and recorded meanwhile: it is sealed again, from its record as it now is.
-var errOutOfViewRecorded = errors.New("pods of the job outside the archiver's view were recorded during the seal")
-
-// settled is the seal's check before its point of no return (audit.Sealer.Settled): the
-// out-of-view list found nothing, so the record the seal read is whole.
-func (l *outsideList) settled(context.Context) error {
-	switch found, err := l.wait(); {
-	case err != nil:
-		return err
-	case found > 0:
-		return errOutOfViewRecorded
-	}
-	return nil
+	return l.err
 }
 
 // observeStep records how long a step of a job's finalization took since start (the real time:
@@ -514,28 +503,22 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job, ou
 	// release), counted from when the job became finalizable, as an unreadable container log is.
 	since := finalizableSince(job)
 	giveUp := reason != "" || (!since.IsZero() && r.Clock.Since(since) >= r.LogDeadline)
-	seal := func(settled func(context.Context) error) (audit.Sealed, error) {
-		recs := &sealRecords{Records: r.Records, uid: ref.UID} // read afresh at each pass
-		start := time.Now()
-		if err := r.stopCaptures(ctx, ref, recs); err != nil {
-			return audit.Sealed{}, err
-		}
-		observeStep("captures", start)
-		start = time.Now()
-		sealed, err := audit.Sealer{Records: recs, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
-			RetainUntil: func(at time.Time) time.Time { return r.retainUntilIn(ctx, r.Client, ref.Namespace, at) }, Settled: settled}.Seal(ctx, ref, obj, reason, now)
-		if err == nil {
-			observeStep("seal", start)
-		}
-		return sealed, err
+	recs := &sealRecords{Records: r.Records, uid: ref.UID}
+	start := time.Now()
+	if err := r.stopCaptures(ctx, ref, recs); err != nil {
+		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
 	}
-	sealed, err := seal(outside.settled)
-	if errors.Is(err, errOutOfViewRecorded) {
-		// The list is done, and what it found recorded: sealed again from the record as it now
-		// is, their captures stopped first.
-		sealed, err = seal(nil)
-	}
+	observeStep("captures", start)
+	start = time.Now()
+	sealed, err := audit.Sealer{Records: recs, Store: r.Store, Layout: r.Layout, Cluster: r.Cluster, Refused: r.refusedReason(job), GiveUp: giveUp,
+		RetainUntil: func(at time.Time) time.Time { return r.retainUntilIn(ctx, r.Client, ref.Namespace, at) }, Settled: outside.wait}.Seal(ctx, ref, obj, reason, now)
 	if err != nil {
+		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
+	}
+	observeStep("seal", start)
+	// Sealed before (a pass that crashed after its commit, or whose release failed), the seal did
+	// not wait for the list: the job is not released before it is done.
+	if err := outside.wait(ctx); err != nil {
 		return fmt.Errorf("finalize job %s: %w", klog.KObj(job), err)
 	}
 	reason, cause, location := sealed.Reason, sealed.Cause, sealed.Location
@@ -545,7 +528,7 @@ func (r *JobReconciler) finalize(ctx context.Context, job *batchv1alpha1.Job, ou
 	if reason != "" {
 		set[tracking.ArchivedAsAnnotation], set[tracking.ArchivedReasonAnnotation] = string(record.ArchiveReleased), reason
 	}
-	start := time.Now()
+	start = time.Now()
 	if err := r.releaseJob(ctx, job, set); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // its finalizer was removed by someone else and the job is gone

@@ -154,7 +154,7 @@ var (
 	ReleaseLatencySeconds = newHistogram("jobvault_archiver_release_latency_seconds",
 		"Time from a job's terminal phase to the release of its finalizer.", prometheus.ExponentialBuckets(0.05, 2, 16))
 	FinalizeStepSeconds = newHistogramVec("jobvault_archiver_finalize_step_seconds",
-		"Time each step of a job's finalization took once its last pod was released: out-of-view (the API server's list of the job's pods outside the archiver's cache), record (its row as it ended), captures (its captures stopped), seal (job.json, the logs' hashes, the chain, the manifest), release (the job's PATCH).",
+		"Time each step of a job's finalization took once its last pod was released: record (its row as it ended), captures (its captures stopped), seal (job.json, the logs' hashes, the chain, the manifest), release (the job's PATCH); and out-of-view (the API server's list of the job's pods outside the archiver's cache), which runs beside record, captures and seal, and which the seal waits for before the chain.",
 		prometheus.ExponentialBuckets(0.005, 2, 12), Label{"step", []string{"out-of-view", "record", "captures", "seal", "release"}})
 	ChainLockSeconds = newHistogram("jobvault_archiver_chain_lock_seconds",
 		"Time each job finalization held the audit chain head locked (finalizations of a cluster are serialized on it).",

@@ -76,7 +76,8 @@ func (c archiverCounters) String() string {
 }
 
 // finalizeMeans is the mean time of each step of a job's finalization after its last pod's
-// release (jobvault_archiver_finalize_step_seconds), in the order they run.
+// release (jobvault_archiver_finalize_step_seconds): the out-of-view list, and beside it record,
+// captures and seal, then release.
 func (c archiverCounters) finalizeMeans() string {
 	var steps []string
 	for _, step := range []string{"out-of-view", "record", "captures", "seal", "release"} {
