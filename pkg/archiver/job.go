@@ -426,7 +426,7 @@ func (r *JobReconciler) listOutOfView(ctx context.Context, job *batchv1alpha1.Jo
 // wait waits for the list to end, and is its error. As the seal's check before the chain
 // (audit.Sealer.Settled), it holds the seal until whatever the list found is recorded: the
 // finalizing transaction then sees those rows, compares them with what the seal read, and fails
-// if they differ (ErrRowsChanged), and the next pass seals them.
+// if they differ (pkg/audit's errRowsChanged), and the next pass seals them.
 func (l *outsideList) wait(context.Context) error {
 	<-l.done
 	return l.err
